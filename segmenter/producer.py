@@ -1,0 +1,325 @@
+"""Producer side: split payloads into segments, singly or as MQ logical groups.
+
+API shape follows python-zstandard: one-shot functions (:func:`segment`,
+:func:`segment_group`), a configured object (:class:`Segmenter`) and streaming
+writers (:class:`MessageWriter`, :class:`GroupWriter`), all over one core.
+
+``max_segment_size`` counts the 84-byte header: it is the size of what travels
+through the pipe (MQ MAXMSGL, Kafka ``message.max.bytes``), so every encoded
+segment is at most that long. In-memory payloads are sliced with memoryviews,
+never copied; files are streamed in segment-sized reads and never read whole.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import BinaryIO
+
+import zstandard
+
+from .checksum import DEFAULT_ALGORITHM, ChecksumAlgorithm, Combiner, checksum_function
+from .errors import OriginalLengthError, SegmentationError, SequenceError
+from .flags import Codec, MsgFlags
+from .wire import HEADER_LENGTH, MAX_SEQ_NUMBER, UNKNOWN_LENGTH, Buffer, Segment, SegmentHeader
+
+DEFAULT_SEGMENT_SIZE = 4 * 1024 * 1024  # IBM MQ's default MAXMSGL
+Payload = Buffer | BinaryIO
+
+
+def new_group_id() -> bytes:
+    """A random 24-byte GroupId (MQ's size); 192 random bits never collide in practice."""
+    return os.urandom(24)
+
+
+def _group_flags(in_group: bool, last_in_group: bool) -> int:
+    """IBM's convention: MSG_IN_GROUP on all but the last, LAST_MSG_IN_GROUP alone on the last."""
+    if not in_group:
+        return 0
+    return MsgFlags.LAST_MSG_IN_GROUP if last_in_group else MsgFlags.MSG_IN_GROUP
+
+
+def _segment_flags(base: int, index: int, count: int) -> int:
+    if count == 1:
+        return base  # fits in one piece: not segmented (IBM's message 3)
+    return base | (MsgFlags.LAST_SEGMENT if index == count - 1 else MsgFlags.SEGMENT)
+
+
+def _file_size(f: BinaryIO) -> int:
+    """Bytes left in a seekable file, or UNKNOWN_LENGTH."""
+    try:
+        if not f.seekable():
+            return UNKNOWN_LENGTH
+        pos = f.tell()
+        end = f.seek(0, io.SEEK_END)
+        f.seek(pos)
+        return end - pos
+    except (OSError, ValueError):
+        return UNKNOWN_LENGTH
+
+
+@dataclass(frozen=True)
+class Segmenter:
+    """Configured segmenter.
+
+    ``codec=Codec.ZSTD`` compresses the whole message before splitting (so the
+    offsets are into the compressed body); the whole-message checksum is
+    always over the original bytes.
+    """
+
+    max_segment_size: int = DEFAULT_SEGMENT_SIZE
+    codec: Codec = Codec.NONE
+    level: int = 3
+    algorithm: ChecksumAlgorithm = DEFAULT_ALGORITHM
+    segmentation_allowed: bool = False
+
+    def __post_init__(self) -> None:
+        if self.max_segment_size <= HEADER_LENGTH:
+            raise SegmentationError(
+                f"max_segment_size must exceed the {HEADER_LENGTH}-byte header",
+                max_segment_size=self.max_segment_size,
+            )
+        object.__setattr__(self, "codec", Codec(self.codec))
+        object.__setattr__(self, "algorithm", ChecksumAlgorithm.parse(self.algorithm))
+
+    @property
+    def data_size(self) -> int:
+        """Data bytes per full segment."""
+        return self.max_segment_size - HEADER_LENGTH
+
+    def _base_flags(self, group_flags: int) -> int:
+        return group_flags | (MsgFlags.SEGMENTATION_ALLOWED if self.segmentation_allowed else 0)
+
+    def segment(
+        self,
+        payload: Payload,
+        *,
+        group_id: bytes | None = None,
+        msg_seq_number: int = 1,
+        group_flags: int = 0,
+    ) -> Iterator[Segment]:
+        """Split one logical message (bytes-like or binary file object)."""
+        gid = new_group_id() if group_id is None else group_id
+        if not 1 <= msg_seq_number <= MAX_SEQ_NUMBER:
+            raise SequenceError(f"MsgSeqNumber {msg_seq_number} outside 1..{MAX_SEQ_NUMBER}")
+        if hasattr(payload, "read"):
+            return self._segment_file(payload, gid, msg_seq_number, group_flags)  # type: ignore[arg-type]
+        return self._segment_buffer(memoryview(payload).cast("B"), gid, msg_seq_number, group_flags)  # type: ignore[arg-type]
+
+    def _segment_buffer(self, view: memoryview, gid: bytes, seq: int, group_flags: int) -> Iterator[Segment]:
+        crc = checksum_function(self.algorithm)
+        if self.codec == Codec.ZSTD:
+            message_crc: int | None = crc(view, 0)
+            body = memoryview(zstandard.ZstdCompressor(level=self.level).compress(view))
+        else:
+            message_crc = None
+            body = view
+        size = self.data_size
+        stored = len(body)
+        count = max(1, -(-stored // size))
+        pieces = [body[i * size : (i + 1) * size] for i in range(count)]
+        crcs = [crc(p, 0) for p in pieces]
+        if message_crc is None:
+            combiner = Combiner(self.algorithm, size if count > 2 else 0)
+            for p, c in zip(pieces, crcs):
+                combiner.add(c, len(p))
+            message_crc = combiner.value
+        base = self._base_flags(group_flags)
+        for i, (p, c) in enumerate(zip(pieces, crcs)):
+            header = SegmentHeader(
+                group_id=gid,
+                msg_seq_number=seq,
+                offset=i * size,
+                data_length=len(p),
+                original_length=len(view),
+                stored_length=stored,
+                msg_flags=_segment_flags(base, i, count),
+                codec=self.codec,
+                algorithm=self.algorithm,
+                data_checksum=c,
+                message_checksum=message_crc,
+            )
+            yield Segment(header, p)
+
+    def _segment_file(self, f: BinaryIO, gid: bytes, seq: int, group_flags: int) -> Iterator[Segment]:
+        writer = MessageWriter(self, group_id=gid, msg_seq_number=seq, group_flags=group_flags,
+                               original_length=_file_size(f))
+        read_size = max(self.data_size, 1 << 16)
+        while chunk := f.read(read_size):
+            yield from writer.write(chunk)
+        yield from writer.close()
+
+    def segment_group(self, payloads: Iterable[Payload], *, group_id: bytes | None = None) -> Iterator[Segment]:
+        """Split several logical messages sent as one MQ group (MsgSeqNumber 1..n)."""
+        writer = GroupWriter(self, group_id=group_id)
+        it = iter(payloads)
+        try:
+            current = next(it)
+        except StopIteration:
+            raise SegmentationError("a group needs at least one message") from None
+        for following in it:
+            yield from writer.add(current)
+            current = following
+        yield from writer.add(current, last=True)
+
+    def message_writer(self, *, group_id: bytes | None = None, original_length: int = UNKNOWN_LENGTH) -> MessageWriter:
+        """A streaming writer for one message whose bytes arrive over time."""
+        return MessageWriter(self, group_id=new_group_id() if group_id is None else group_id,
+                             original_length=original_length)
+
+    def group_writer(self, *, group_id: bytes | None = None) -> GroupWriter:
+        """A writer that adds messages to one group as they are produced."""
+        return GroupWriter(self, group_id=group_id)
+
+
+class MessageWriter:
+    """Streaming encoder for one message: ``write`` bytes, then ``close``.
+
+    Segments are emitted as soon as they are full, except that the newest full
+    one is held back until more data (or ``close``) shows whether it is the
+    last. Lengths not known in advance are written as UNKNOWN_LENGTH; the
+    last segment always carries the exact lengths and the message checksum.
+    """
+
+    def __init__(
+        self,
+        segmenter: Segmenter,
+        *,
+        group_id: bytes,
+        msg_seq_number: int = 1,
+        group_flags: int = 0,
+        original_length: int = UNKNOWN_LENGTH,
+    ) -> None:
+        self._s = segmenter
+        self._gid = group_id
+        self._seq = msg_seq_number
+        self._base = segmenter._base_flags(group_flags)
+        self._original_length = original_length
+        self._crc = checksum_function(segmenter.algorithm)
+        self._message_crc = 0
+        self._written = 0
+        self._offset = 0
+        self._pending = bytearray()
+        self._closed = False
+        self._compressor = (
+            zstandard.ZstdCompressor(level=segmenter.level).compressobj(
+                size=original_length if original_length != UNKNOWN_LENGTH else -1
+            )
+            if segmenter.codec == Codec.ZSTD
+            else None
+        )
+
+    def _stored_length(self) -> int:
+        return self._original_length if self._compressor is None else UNKNOWN_LENGTH
+
+    def _emit(self, data: bytes, last: bool) -> Segment:
+        single = last and self._offset == 0
+        if single:
+            flags = self._base
+        else:
+            flags = self._base | (MsgFlags.LAST_SEGMENT if last else MsgFlags.SEGMENT)
+        header = SegmentHeader(
+            group_id=self._gid,
+            msg_seq_number=self._seq,
+            offset=self._offset,
+            data_length=len(data),
+            original_length=self._written if last else self._original_length,
+            stored_length=self._offset + len(data) if last else self._stored_length(),
+            msg_flags=flags,
+            codec=self._s.codec,
+            algorithm=self._s.algorithm,
+            data_checksum=self._crc(data, 0),
+            message_checksum=self._message_crc if last else None,
+        )
+        self._offset += len(data)
+        return Segment(header, data)
+
+    def _drain(self) -> list[Segment]:
+        size = self._s.data_size
+        out = []
+        while len(self._pending) > size:  # strictly more: keep one full segment back
+            out.append(self._emit(bytes(self._pending[:size]), last=False))
+            del self._pending[:size]
+        return out
+
+    def write(self, data: Buffer) -> list[Segment]:
+        """Add message bytes; return the segments now complete."""
+        if self._closed:
+            raise SegmentationError("write after close")
+        self._message_crc = self._crc(data, self._message_crc)
+        self._written += len(data)
+        if self._original_length != UNKNOWN_LENGTH and self._written > self._original_length:
+            raise OriginalLengthError(
+                f"{self._written} bytes written, {self._original_length} declared",
+                written=self._written,
+                declared=self._original_length,
+            )
+        self._pending += data if self._compressor is None else self._compressor.compress(data)
+        return self._drain()
+
+    def close(self) -> list[Segment]:
+        """Finish the message: emit the remaining segments, the last one flagged."""
+        if self._closed:
+            return []
+        self._closed = True
+        if self._original_length != UNKNOWN_LENGTH and self._written != self._original_length:
+            raise OriginalLengthError(
+                f"{self._written} bytes written, {self._original_length} declared",
+                written=self._written,
+                declared=self._original_length,
+            )
+        if self._compressor is not None:
+            self._pending += self._compressor.flush()
+        out = self._drain()
+        out.append(self._emit(bytes(self._pending), last=True))
+        self._pending.clear()
+        return out
+
+
+class GroupWriter:
+    """Adds logical messages to one group, MsgSeqNumber 1, 2, ...; flag the last with ``last=True``."""
+
+    def __init__(self, segmenter: Segmenter, *, group_id: bytes | None = None) -> None:
+        self._s = segmenter
+        self.group_id = new_group_id() if group_id is None else group_id
+        self._next_seq = 1
+        self._done = False
+
+    def add(self, payload: Payload, *, last: bool = False) -> Iterator[Segment]:
+        """Segments of the next message of the group."""
+        if self._done:
+            raise SequenceError("the group's last message was already added", msg_seq_number=self._next_seq)
+        seq = self._next_seq
+        self._next_seq += 1
+        self._done = last
+        return self._s.segment(
+            payload, group_id=self.group_id, msg_seq_number=seq, group_flags=_group_flags(True, last)
+        )
+
+
+def segment(
+    payload: Payload,
+    max_segment_size: int = DEFAULT_SEGMENT_SIZE,
+    *,
+    codec: Codec = Codec.NONE,
+    algorithm: ChecksumAlgorithm = DEFAULT_ALGORITHM,
+    group_id: bytes | None = None,
+) -> list[Segment]:
+    """One-shot: the segments of one payload."""
+    s = Segmenter(max_segment_size=max_segment_size, codec=codec, algorithm=algorithm)
+    return list(s.segment(payload, group_id=group_id))
+
+
+def segment_group(
+    payloads: Iterable[Payload],
+    max_segment_size: int = DEFAULT_SEGMENT_SIZE,
+    *,
+    codec: Codec = Codec.NONE,
+    algorithm: ChecksumAlgorithm = DEFAULT_ALGORITHM,
+    group_id: bytes | None = None,
+) -> list[Segment]:
+    """One-shot: the segments of a logical group of messages."""
+    s = Segmenter(max_segment_size=max_segment_size, codec=codec, algorithm=algorithm)
+    return list(s.segment_group(payloads, group_id=group_id))

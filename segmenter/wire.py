@@ -1,0 +1,382 @@
+"""The segment wire format, version 1 (specified in docs/wire-format.md).
+
+A segment is an 84-byte big-endian header followed by the data. Big-endian
+(network order) because the JVM reads it natively: Spark decodes headers in
+SQL without a Python round trip. The header checksum is always CRC-32/IEEE so
+any decoder, Spark SQL included, can verify it with a standard function.
+
+Decoding validates everything before trusting anything: lengths are checked
+against the buffer and the configured limits before any allocation, and every
+failure is a :class:`~segmenter.errors.SegmentationError` subclass.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+from .checksum import ChecksumAlgorithm, checksum, checksum_function
+from .errors import (
+    ChecksumError,
+    FlagsError,
+    HeaderError,
+    MessageTooBigError,
+    OffsetError,
+    OriginalLengthError,
+    Reason,
+    SegmentLengthZeroError,
+    SequenceError,
+)
+from .flags import KNOWN_FLAGS, Codec, MsgFlags, is_last_segment, is_segment
+
+Buffer = bytes | bytearray | memoryview
+
+MAGIC = b"SGMT"
+VERSION = 1
+HEADER = struct.Struct(">4sBBBBHHI24sIIQQQII")  # everything but the header checksum
+HEADER_LENGTH = HEADER.size + 4  # 84
+MAX_HEADER_LENGTH = 4096  # a v1 reader skips extension bytes up to this
+UNKNOWN_LENGTH = 0xFFFF_FFFF_FFFF_FFFF  # like MQOL_UNDEFINED: not known when this segment was cut
+MAX_LENGTH = (1 << 63) - 1  # lengths above this are refused (signed 64-bit in Spark/Arrow)
+MAX_SEQ_NUMBER = 999_999_999  # MQ's range for MsgSeqNumber
+GROUP_ID_LENGTH = 24
+HAS_MESSAGE_CHECKSUM = 0x01  # header_flags bit: message_checksum is meaningful
+DEFAULT_MAX_SEGMENT_SIZE = 100 * 1024 * 1024  # MQ's largest MAXMSGL
+_HEADER_CRC = checksum_function(ChecksumAlgorithm.CRC32)
+_PREFIX = struct.Struct(">4sBBBBH")  # magic .. header_length: enough to frame a header
+
+
+class SegmentHeader(NamedTuple):
+    """The decoded header of one segment."""
+
+    group_id: bytes
+    msg_seq_number: int
+    offset: int
+    data_length: int
+    original_length: int  # decoded message length, or UNKNOWN_LENGTH
+    stored_length: int  # sum of all segment data of the message, or UNKNOWN_LENGTH
+    msg_flags: int
+    codec: Codec
+    algorithm: ChecksumAlgorithm
+    data_checksum: int
+    message_checksum: int | None  # None when this segment does not carry it
+    header_length: int = HEADER_LENGTH
+
+    @property
+    def end(self) -> int:
+        """Offset one past this segment's data."""
+        return self.offset + self.data_length
+
+    @property
+    def is_last_segment(self) -> bool:
+        return is_last_segment(self.msg_flags)
+
+    def pack(self) -> bytes:
+        """The header bytes (version 1 layout, header checksum included)."""
+        has_crc = self.message_checksum is not None
+        body = HEADER.pack(
+            MAGIC,
+            VERSION,
+            self.algorithm,
+            self.codec,
+            HAS_MESSAGE_CHECKSUM if has_crc else 0,
+            HEADER_LENGTH,
+            0,
+            self.msg_flags,
+            self.group_id,
+            self.msg_seq_number,
+            self.data_length,
+            self.offset,
+            self.original_length,
+            self.stored_length,
+            self.data_checksum,
+            self.message_checksum if has_crc else 0,
+        )
+        return body + _HEADER_CRC(body, 0).to_bytes(4, "big")
+
+
+class Segment(NamedTuple):
+    """One segment: header plus data (a zero-copy view where possible)."""
+
+    header: SegmentHeader
+    data: Buffer
+
+    def encode(self) -> bytes:
+        """Header and data as one ``bytes`` (the only copy on the send path)."""
+        return self.header.pack() + bytes(self.data)
+
+    def __len__(self) -> int:
+        return self.header.header_length + self.header.data_length
+
+
+def _check_header_fields(h: SegmentHeader, max_message_size: int) -> None:
+    """Range and consistency rules that need no data."""
+    if len(h.group_id) != GROUP_ID_LENGTH:
+        raise HeaderError("GroupId must be 24 bytes", reason=Reason.GROUP_ID_ERROR, length=len(h.group_id))
+    if not 1 <= h.msg_seq_number <= MAX_SEQ_NUMBER:
+        raise SequenceError(
+            f"MsgSeqNumber {h.msg_seq_number} outside 1..{MAX_SEQ_NUMBER}", msg_seq_number=h.msg_seq_number
+        )
+    flags = h.msg_flags
+    if flags & ~KNOWN_FLAGS:
+        raise FlagsError(f"unknown MsgFlags bits 0x{flags & ~KNOWN_FLAGS:x}", msg_flags=flags)
+    for name in ("original_length", "stored_length"):
+        value = getattr(h, name)
+        if value != UNKNOWN_LENGTH and value > max_message_size:
+            raise MessageTooBigError(
+                f"declared {name} {value} exceeds the limit {max_message_size}",
+                declared=value,
+                limit=max_message_size,
+                field=name,
+            )
+    if h.offset > MAX_LENGTH or h.end > MAX_LENGTH:
+        raise OffsetError(f"offset {h.offset} out of range", offset=h.offset)
+    if not is_segment(flags) and h.offset != 0:
+        raise OffsetError("an unsegmented message must have offset 0", offset=h.offset)
+    last = is_last_segment(flags)
+    if h.data_length == 0 and not last:
+        raise SegmentLengthZeroError(
+            "only the last segment of a message may be empty", offset=h.offset, msg_seq_number=h.msg_seq_number
+        )
+    stored = h.stored_length
+    if stored != UNKNOWN_LENGTH:
+        if h.end > stored:
+            raise OffsetError(
+                f"segment [{h.offset}, {h.end}) runs past the stored length {stored}",
+                offset=h.offset,
+                end=h.end,
+                stored_length=stored,
+            )
+        if last and h.end != stored:
+            raise OriginalLengthError(
+                f"last segment ends at {h.end}, stored length is {stored}", end=h.end, stored_length=stored
+            )
+    elif last:
+        raise OriginalLengthError("the last segment must carry the stored length", offset=h.offset)
+    if last and (h.original_length == UNKNOWN_LENGTH or h.message_checksum is None):
+        raise OriginalLengthError(
+            "the last segment must carry the original length and the message checksum", offset=h.offset
+        )
+    if h.codec == Codec.NONE and UNKNOWN_LENGTH not in (h.original_length, stored) and h.original_length != stored:
+        raise OriginalLengthError(
+            f"uncompressed message: original length {h.original_length} != stored length {stored}",
+            original_length=h.original_length,
+            stored_length=stored,
+        )
+
+
+def check_prefix(buf: Buffer, max_header_length: int = MAX_HEADER_LENGTH) -> int:
+    """Check magic, version and header length (the first 10 bytes); return the header length."""
+    magic, version, _, _, _, header_length = _PREFIX.unpack_from(buf)
+    if magic != MAGIC:
+        raise HeaderError(f"bad magic {bytes(magic)!r}", reason=Reason.BAD_MAGIC)
+    if version != VERSION:
+        raise HeaderError(f"unsupported version {version}", reason=Reason.UNSUPPORTED_VERSION, version=version)
+    if not HEADER_LENGTH <= header_length <= max_header_length:
+        raise HeaderError(
+            f"header length {header_length} outside {HEADER_LENGTH}..{max_header_length}",
+            reason=Reason.HEADER_LENGTH_ERROR,
+            header_length=header_length,
+        )
+    return int(header_length)
+
+
+def decode_header(
+    buf: Buffer, *, max_message_size: int = MAX_LENGTH, max_header_length: int = MAX_HEADER_LENGTH
+) -> SegmentHeader:
+    """Parse and validate a header from the start of ``buf`` (data not needed)."""
+    view = memoryview(buf)
+    if len(view) < _PREFIX.size:
+        raise HeaderError(f"{len(view)} bytes cannot hold a segment header", reason=Reason.TRUNCATED, length=len(view))
+    header_length = check_prefix(view, max_header_length)
+    _, _, algo, codec, hflags, _ = _PREFIX.unpack_from(view)
+    if len(view) < header_length:
+        raise HeaderError(
+            f"{len(view)} bytes, header declares {header_length}",
+            reason=Reason.TRUNCATED,
+            length=len(view),
+            header_length=header_length,
+        )
+    expected = int.from_bytes(view[header_length - 4 : header_length], "big")
+    actual = _HEADER_CRC(view[: header_length - 4], 0)
+    if actual != expected:
+        raise ChecksumError(
+            "header checksum mismatch", reason=Reason.HEADER_CHECKSUM_ERROR, expected=expected, actual=actual
+        )
+    fields = HEADER.unpack_from(view)
+    if fields[6] != 0 or hflags & ~HAS_MESSAGE_CHECKSUM:
+        raise HeaderError("reserved header bits are set", reason=Reason.RESERVED_FIELD_ERROR)
+    try:
+        algorithm = ChecksumAlgorithm(algo)
+    except ValueError:
+        raise HeaderError(f"unknown checksum algorithm {algo}", reason=Reason.UNKNOWN_CHECKSUM) from None
+    try:
+        codec_id = Codec(codec)
+    except ValueError:
+        raise HeaderError(f"unknown codec {codec}", reason=Reason.UNKNOWN_CODEC) from None
+    header = SegmentHeader(
+        group_id=fields[8],
+        msg_seq_number=fields[9],
+        offset=fields[11],
+        data_length=fields[10],
+        original_length=fields[12],
+        stored_length=fields[13],
+        msg_flags=fields[7],
+        codec=codec_id,
+        algorithm=algorithm,
+        data_checksum=fields[14],
+        message_checksum=fields[15] if hflags & HAS_MESSAGE_CHECKSUM else None,
+        header_length=header_length,
+    )
+    _check_header_fields(header, max_message_size)
+    return header
+
+
+def verify_data(header: SegmentHeader, data: Buffer) -> None:
+    """Raise :class:`ChecksumError` unless ``data`` matches the header's data checksum."""
+    actual = checksum(header.algorithm, data)
+    if actual != header.data_checksum:
+        raise ChecksumError(
+            f"data checksum mismatch in segment at offset {header.offset} of message {header.msg_seq_number}",
+            reason=Reason.DATA_CHECKSUM_ERROR,
+            offset=header.offset,
+            msg_seq_number=header.msg_seq_number,
+            expected=header.data_checksum,
+            actual=actual,
+        )
+
+
+def decode_segment(
+    buf: Buffer,
+    *,
+    max_segment_size: int = DEFAULT_MAX_SEGMENT_SIZE,
+    max_message_size: int = MAX_LENGTH,
+    verify: bool = True,
+) -> Segment:
+    """Decode one whole encoded segment; the data is a view into ``buf`` (no copy)."""
+    view = memoryview(buf)
+    if view.ndim != 1 or view.itemsize != 1:
+        view = view.cast("B")
+    if len(view) > max_segment_size:
+        raise MessageTooBigError(
+            f"segment of {len(view)} bytes exceeds the limit {max_segment_size}",
+            reason=Reason.MSG_TOO_BIG_FOR_CHANNEL,
+            length=len(view),
+            limit=max_segment_size,
+        )
+    header = decode_header(view, max_message_size=max_message_size)
+    present = len(view) - header.header_length
+    if present != header.data_length:
+        raise HeaderError(
+            f"header declares {header.data_length} data bytes, {present} present",
+            reason=Reason.TRUNCATED,
+            declared=header.data_length,
+            present=present,
+        )
+    data = view[header.header_length :]
+    if verify:
+        verify_data(header, data)
+    return Segment(header, data)
+
+
+def make_header(
+    *,
+    group_id: bytes,
+    msg_seq_number: int,
+    offset: int,
+    data: Buffer,
+    original_length: int,
+    stored_length: int,
+    msg_flags: int,
+    codec: Codec,
+    algorithm: ChecksumAlgorithm,
+    message_checksum: int | None,
+    data_checksum: int | None = None,
+) -> SegmentHeader:
+    """Build a header for ``data`` (computing its checksum unless given)."""
+    return SegmentHeader(
+        group_id=group_id,
+        msg_seq_number=msg_seq_number,
+        offset=offset,
+        data_length=len(data),
+        original_length=original_length,
+        stored_length=stored_length,
+        msg_flags=MsgFlags(msg_flags),
+        codec=codec,
+        algorithm=algorithm,
+        data_checksum=checksum(algorithm, data) if data_checksum is None else data_checksum,
+        message_checksum=message_checksum,
+    )
+
+
+class SegmentStreamDecoder:
+    """Incremental decoder for a byte stream of concatenated segments.
+
+    Feed bytes in chunks of any size; complete segments come out in order. A
+    declared data length above ``max_segment_size`` is refused before any
+    buffering, so a hostile header cannot make the decoder allocate.
+    After an error the decoder stays failed: a corrupt stream has no
+    trustworthy frame boundary to resume from.
+    """
+
+    def __init__(
+        self, *, max_segment_size: int = DEFAULT_MAX_SEGMENT_SIZE, max_message_size: int = MAX_LENGTH
+    ) -> None:
+        self._buf = bytearray()
+        self._max_segment_size = max_segment_size
+        self._max_message_size = max_message_size
+        self._failed: Exception | None = None
+
+    def feed(self, data: Buffer) -> list[Segment]:
+        """Add bytes; return every segment they complete."""
+        if self._failed is not None:
+            raise HeaderError("stream decoder failed earlier", reason=Reason.STATE_ERROR) from self._failed
+        self._buf += data
+        out: list[Segment] = []
+        try:
+            while True:
+                seg = self._next()
+                if seg is None:
+                    return out
+                out.append(seg)
+        except Exception as exc:
+            self._failed = exc
+            raise
+
+    def _next(self) -> Segment | None:
+        buf = self._buf
+        if len(buf) < _PREFIX.size:
+            if len(buf) >= len(MAGIC) and bytes(buf[:4]) != MAGIC:
+                raise HeaderError(f"bad magic {bytes(buf[:4])!r}", reason=Reason.BAD_MAGIC)
+            return None
+        header_length = check_prefix(buf)
+        if len(buf) < header_length:
+            return None
+        header = decode_header(buf, max_message_size=self._max_message_size)
+        total = header.header_length + header.data_length
+        if total > self._max_segment_size:
+            raise MessageTooBigError(
+                f"segment of {total} bytes exceeds the limit {self._max_segment_size}",
+                reason=Reason.MSG_TOO_BIG_FOR_CHANNEL,
+                length=total,
+                limit=self._max_segment_size,
+            )
+        if len(buf) < total:
+            return None
+        raw = bytes(buf[:total])
+        del buf[:total]
+        return decode_segment(raw, max_segment_size=self._max_segment_size, max_message_size=self._max_message_size)
+
+    @property
+    def pending(self) -> int:
+        """Bytes received that do not yet form a whole segment."""
+        return len(self._buf)
+
+    def close(self) -> None:
+        """Raise if the stream ended inside a segment."""
+        if self._buf:
+            raise HeaderError(
+                f"stream ended with {len(self._buf)} bytes of an unfinished segment",
+                reason=Reason.TRUNCATED,
+                pending=len(self._buf),
+            )

@@ -1,0 +1,28 @@
+"""Shared fixtures: one Spark session per test run, hypothesis profiles."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+settings.register_profile("dev", max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local Spark session shared by every test that asks for it."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from reassembly.session import get_session
+
+    session = get_session("local[2]", app_name="segmenter-tests")
+    yield session
+    session.stop()
