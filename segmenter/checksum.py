@@ -130,7 +130,7 @@ def _shift_table(poly: int, length: int) -> tuple[tuple[int, ...], ...]:
 class Combiner:
     """Builds CRC(A + B + ...) from piece CRCs; fast for a repeated piece length."""
 
-    __slots__ = ("_poly", "_hot_length", "_tables", "value", "length")
+    __slots__ = ("_hot_length", "_poly", "_tables", "length", "value")
 
     def __init__(self, algorithm: ChecksumAlgorithm, hot_length: int = 0) -> None:
         self._poly = _POLY[algorithm]

@@ -71,9 +71,7 @@ class SegmentationError(Exception):
         return (_rebuild, (type(self), self.args[0] if self.args else "", self.reason, self.details))
 
 
-def _rebuild(
-    cls: type[SegmentationError], message: str, reason: Reason, details: dict[str, Any]
-) -> SegmentationError:
+def _rebuild(cls: type[SegmentationError], message: str, reason: Reason, details: dict[str, Any]) -> SegmentationError:
     return cls(message, reason=reason, **details)
 
 

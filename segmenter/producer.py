@@ -123,11 +123,11 @@ class Segmenter:
         crcs = [crc(p, 0) for p in pieces]
         if message_crc is None:
             combiner = Combiner(self.algorithm, size if count > 2 else 0)
-            for p, c in zip(pieces, crcs):
+            for p, c in zip(pieces, crcs, strict=False):
                 combiner.add(c, len(p))
             message_crc = combiner.value
         base = self._base_flags(group_flags)
-        for i, (p, c) in enumerate(zip(pieces, crcs)):
+        for i, (p, c) in enumerate(zip(pieces, crcs, strict=False)):
             header = SegmentHeader(
                 group_id=gid,
                 msg_seq_number=seq,
@@ -144,8 +144,9 @@ class Segmenter:
             yield Segment(header, p)
 
     def _segment_file(self, f: BinaryIO, gid: bytes, seq: int, group_flags: int) -> Iterator[Segment]:
-        writer = MessageWriter(self, group_id=gid, msg_seq_number=seq, group_flags=group_flags,
-                               original_length=_file_size(f))
+        writer = MessageWriter(
+            self, group_id=gid, msg_seq_number=seq, group_flags=group_flags, original_length=_file_size(f)
+        )
         read_size = max(self.data_size, 1 << 16)
         while chunk := f.read(read_size):
             yield from writer.write(chunk)
@@ -166,8 +167,9 @@ class Segmenter:
 
     def message_writer(self, *, group_id: bytes | None = None, original_length: int = UNKNOWN_LENGTH) -> MessageWriter:
         """A streaming writer for one message whose bytes arrive over time."""
-        return MessageWriter(self, group_id=new_group_id() if group_id is None else group_id,
-                             original_length=original_length)
+        return MessageWriter(
+            self, group_id=new_group_id() if group_id is None else group_id, original_length=original_length
+        )
 
     def group_writer(self, *, group_id: bytes | None = None) -> GroupWriter:
         """A writer that adds messages to one group as they are produced."""
@@ -216,10 +218,7 @@ class MessageWriter:
 
     def _emit(self, data: bytes, last: bool) -> Segment:
         single = last and self._offset == 0
-        if single:
-            flags = self._base
-        else:
-            flags = self._base | (MsgFlags.LAST_SEGMENT if last else MsgFlags.SEGMENT)
+        flags = self._base if single else self._base | (MsgFlags.LAST_SEGMENT if last else MsgFlags.SEGMENT)
         header = SegmentHeader(
             group_id=self._gid,
             msg_seq_number=self._seq,

@@ -319,9 +319,7 @@ class SegmentStreamDecoder:
     trustworthy frame boundary to resume from.
     """
 
-    def __init__(
-        self, *, max_segment_size: int = DEFAULT_MAX_SEGMENT_SIZE, max_message_size: int = MAX_LENGTH
-    ) -> None:
+    def __init__(self, *, max_segment_size: int = DEFAULT_MAX_SEGMENT_SIZE, max_message_size: int = MAX_LENGTH) -> None:
         self._buf = bytearray()
         self._max_segment_size = max_segment_size
         self._max_message_size = max_message_size

@@ -1,0 +1,129 @@
+"""What the assembler reports: typed, immutable events.
+
+Every input segment ends up in exactly one place: used in a completed
+message, counted as a :class:`Duplicate`, or handed back (original bytes
+included) in a :class:`Rejected`, :class:`MessageFailed` or
+:class:`Unfinished` event. Nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from segmenter.errors import Reason, SegmentationError
+from segmenter.wire import SegmentHeader
+
+
+class Cause(str, Enum):
+    """Why an unfinished group left the assembler."""
+
+    EXPIRED = "expired"  # older than the configured expiry
+    EVICTED = "evicted"  # pushed out by a memory or open-group limit
+    CLOSED = "closed"  # still open when the input ended
+
+
+@dataclass(frozen=True)
+class MessageComplete:
+    """A logical message, reassembled and verified (segment and message checksums)."""
+
+    group_id: bytes
+    msg_seq_number: int
+    payload: bytes | memoryview
+    msg_flags: int
+    segments: int  # segments used
+    duplicates: int  # identical copies counted and ignored
+    stored_length: int
+    original_length: int
+
+
+@dataclass(frozen=True)
+class GroupComplete:
+    """Every message of a group, in MsgSeqNumber order, gap free (Unit-of-Work delivery)."""
+
+    group_id: bytes
+    messages: tuple[MessageComplete, ...]
+
+
+@dataclass(frozen=True)
+class Duplicate:
+    """An identical copy of a segment already held: counted, ignored."""
+
+    group_id: bytes
+    msg_seq_number: int
+    offset: int
+    length: int
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A segment that was refused; ``raw`` holds its original bytes for quarantine."""
+
+    reason: Reason
+    error: SegmentationError
+    raw: bytes
+    header: SegmentHeader | None = None
+
+
+@dataclass(frozen=True)
+class ChecksumMismatch(Rejected):
+    """A segment whose header or data does not match its checksum."""
+
+
+@dataclass(frozen=True)
+class ConflictingDuplicate(Rejected):
+    """Same position as a held segment, different bytes: the first copy is kept."""
+
+
+@dataclass(frozen=True)
+class Late(Rejected):
+    """A segment for a group that already completed, failed or expired."""
+
+
+@dataclass(frozen=True)
+class GapReport:
+    """What one logical message is missing."""
+
+    msg_seq_number: int
+    missing_ranges: tuple[tuple[int, int | None], ...]  # [start, end) of the stored body; end None = unknown
+    stored_length: int | None
+    received_bytes: int
+    last_segment_seen: bool
+
+
+@dataclass(frozen=True)
+class MessageFailed:
+    """All segments arrived but the message is wrong (message checksum, decompression, size)."""
+
+    group_id: bytes
+    msg_seq_number: int
+    reason: Reason
+    error: SegmentationError
+    segments: tuple[bytes, ...]  # original bytes of every segment used
+
+
+@dataclass(frozen=True)
+class Unfinished:
+    """A group that left the assembler without completing; its segments come back."""
+
+    group_id: bytes
+    cause: Cause
+    reason: Reason  # 2242 if a message is incomplete, else 2241 (MQ's preference)
+    gaps: tuple[GapReport, ...]  # messages that are incomplete
+    missing_seq_numbers: tuple[int, ...]  # messages of which nothing arrived (known range only)
+    last_seq_number: int | None  # the group's last MsgSeqNumber, if its LAST message was seen
+    segments: tuple[bytes, ...] = field(default=())  # original bytes of every segment held
+    failed: tuple[MessageFailed, ...] = field(default=())  # messages that failed inside the group
+
+
+@dataclass(frozen=True)
+class GroupFailed:
+    """A Unit-of-Work group with a failed message: nothing of it is delivered."""
+
+    group_id: bytes
+    reason: Reason
+    failed: tuple[MessageFailed, ...]
+    segments: tuple[bytes, ...]  # original bytes of the group's other segments
+
+
+Event = MessageComplete | GroupComplete | Duplicate | Rejected | MessageFailed | Unfinished | GroupFailed

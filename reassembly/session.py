@@ -1,0 +1,45 @@
+"""Create a SparkSession configured for reassembly (local, standalone cluster or Connect)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from .java import ensure_java
+
+# Arrow batches bounded by bytes, not only rows: segments are large.
+DEFAULT_CONF: dict[str, str] = {
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.execution.arrow.maxBytesPerBatch": str(64 * 1024 * 1024),
+    "spark.sql.execution.arrow.maxRecordsPerBatch": "10000",
+    "spark.sql.shuffle.partitions": "8",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.driver.memory": "4g",
+    "spark.sql.session.timeZone": "UTC",
+}
+
+
+def get_session(master: str = "local[2]", *, app_name: str = "reassembly", conf: dict[str, str] | None = None) -> Any:
+    """A SparkSession for ``master`` (``local[N]``, ``spark://host:port``, ``sc://host:port`` for Connect).
+
+    Python workers must use this interpreter (else executors miss pyarrow),
+    so PYSPARK_PYTHON is pinned to ``sys.executable`` unless already set.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    ensure_java()
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    if master.startswith("sc://"):
+        builder = builder.remote(master)
+    else:
+        builder = builder.master(master)
+        for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
+            builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    if not master.startswith("sc://"):
+        session.sparkContext.setLogLevel("ERROR")
+    return session
