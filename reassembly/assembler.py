@@ -416,12 +416,12 @@ class Assembler:
     def _finish(self, group: _Group, messages: list[_Message], events: list[Event]) -> None:
         results = [self._build(group.group_id, m) for m in messages]
         failed = tuple(r for r in results if isinstance(r, MessageFailed))
+        bad = {f.msg_seq_number for f in failed}
+        others = tuple(raw for m in messages if m.seq not in bad for raw in m.raws()) if failed else ()
         self._release(group, messages)
         if failed and not group.grouped:
             events.append(failed[0])
         elif failed:
-            used = {f.msg_seq_number for f in failed}
-            others = tuple(raw for m in messages if m.seq not in used for raw in m.raws())
             events.append(GroupFailed(group.group_id, failed[0].reason, failed, others))
         elif group.grouped:
             events.append(GroupComplete(group.group_id, tuple(r for r in results if isinstance(r, MessageComplete))))
@@ -452,6 +452,7 @@ class Assembler:
             group.buffered -= freed
             self.buffered_bytes -= freed
             m.pieces.clear()
+            m.offsets.clear()
 
     def _group_raws(self, group: _Group) -> tuple[bytes, ...]:
         return tuple(raw for m in group.messages.values() for raw in m.raws())

@@ -17,33 +17,42 @@ class MsgFlags(IntFlag):
 
 
 KNOWN_FLAGS = 0x1F
+# Plain-int copies for the per-segment hot path (IntFlag arithmetic costs microseconds).
+_SEGMENT = MsgFlags.SEGMENT.value
+_LAST_SEGMENT = MsgFlags.LAST_SEGMENT.value
+_ANY_SEGMENT = _SEGMENT | _LAST_SEGMENT
+_IN_GROUP = MsgFlags.MSG_IN_GROUP.value
+_LAST_IN_GROUP = MsgFlags.LAST_MSG_IN_GROUP.value
+_ANY_GROUP = _IN_GROUP | _LAST_IN_GROUP
 
 
 def is_segment(flags: int) -> bool:
     """True when the physical message is one segment of a larger logical message."""
-    return bool(flags & (MsgFlags.SEGMENT | MsgFlags.LAST_SEGMENT))
+    return bool(int(flags) & _ANY_SEGMENT)
 
 
 def is_last_segment(flags: int) -> bool:
     """True for the last segment, and for a message that is not segmented at all."""
-    return bool(flags & MsgFlags.LAST_SEGMENT) or not flags & MsgFlags.SEGMENT
+    f = int(flags)
+    return bool(f & _LAST_SEGMENT) or not f & _SEGMENT
 
 
 def in_group(flags: int) -> bool:
     """True when the logical message belongs to a group of several messages."""
-    return bool(flags & (MsgFlags.MSG_IN_GROUP | MsgFlags.LAST_MSG_IN_GROUP))
+    return bool(int(flags) & _ANY_GROUP)
 
 
 def is_last_in_group(flags: int) -> bool:
     """True for the last logical message of its group."""
-    return bool(flags & MsgFlags.LAST_MSG_IN_GROUP)
+    return bool(int(flags) & _LAST_IN_GROUP)
 
 
 def group_bits(flags: int) -> int:
     """The group part of the flags, normalised (same for every segment of a message)."""
-    if flags & MsgFlags.LAST_MSG_IN_GROUP:
-        return MsgFlags.MSG_IN_GROUP | MsgFlags.LAST_MSG_IN_GROUP
-    return flags & MsgFlags.MSG_IN_GROUP
+    f = int(flags)
+    if f & _LAST_IN_GROUP:
+        return _ANY_GROUP
+    return f & _IN_GROUP
 
 
 class Codec(IntEnum):

@@ -41,12 +41,6 @@ def _group_flags(in_group: bool, last_in_group: bool) -> int:
     return MsgFlags.LAST_MSG_IN_GROUP if last_in_group else MsgFlags.MSG_IN_GROUP
 
 
-def _segment_flags(base: int, index: int, count: int) -> int:
-    if count == 1:
-        return base  # fits in one piece: not segmented (IBM's message 3)
-    return base | (MsgFlags.LAST_SEGMENT if index == count - 1 else MsgFlags.SEGMENT)
-
-
 def _file_size(f: BinaryIO) -> int:
     """Bytes left in a seekable file, or UNKNOWN_LENGTH."""
     try:
@@ -123,23 +117,27 @@ class Segmenter:
         crcs = [crc(p, 0) for p in pieces]
         if message_crc is None:
             combiner = Combiner(self.algorithm, size if count > 2 else 0)
-            for p, c in zip(pieces, crcs, strict=False):
+            for p, c in zip(pieces, crcs, strict=True):
                 combiner.add(c, len(p))
             message_crc = combiner.value
-        base = self._base_flags(group_flags)
-        for i, (p, c) in enumerate(zip(pieces, crcs, strict=False)):
+        base = int(self._base_flags(group_flags))
+        # Plain ints, not IntFlag arithmetic: this loop runs once per segment.
+        mid = base | MsgFlags.SEGMENT.value if count > 1 else base
+        last = base | MsgFlags.LAST_SEGMENT.value if count > 1 else base
+        codec, algorithm, original, final = self.codec, self.algorithm, len(view), count - 1
+        for i, (p, c) in enumerate(zip(pieces, crcs, strict=True)):
             header = SegmentHeader(
-                group_id=gid,
-                msg_seq_number=seq,
-                offset=i * size,
-                data_length=len(p),
-                original_length=len(view),
-                stored_length=stored,
-                msg_flags=_segment_flags(base, i, count),
-                codec=self.codec,
-                algorithm=self.algorithm,
-                data_checksum=c,
-                message_checksum=message_crc,
+                gid,
+                seq,
+                i * size,
+                len(p),
+                original,
+                stored,
+                last if i == final else mid,
+                codec,
+                algorithm,
+                c,
+                message_crc,
             )
             yield Segment(header, p)
 

@@ -27,7 +27,7 @@ from .errors import (
     SegmentLengthZeroError,
     SequenceError,
 )
-from .flags import KNOWN_FLAGS, Codec, MsgFlags, is_last_segment, is_segment
+from .flags import KNOWN_FLAGS, Codec, is_last_segment, is_segment
 
 Buffer = bytes | bytearray | memoryview
 
@@ -301,7 +301,7 @@ def make_header(
         data_length=len(data),
         original_length=original_length,
         stored_length=stored_length,
-        msg_flags=MsgFlags(msg_flags),
+        msg_flags=int(msg_flags),
         codec=codec,
         algorithm=algorithm,
         data_checksum=checksum(algorithm, data) if data_checksum is None else data_checksum,

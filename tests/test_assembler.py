@@ -1,0 +1,384 @@
+"""The assembler's rules, one named case each: what comes out for each kind of input."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+import zstandard
+
+from reassembly import (
+    Assembler,
+    Cause,
+    ChecksumMismatch,
+    ConflictingDuplicate,
+    Duplicate,
+    GroupComplete,
+    GroupFailed,
+    Late,
+    Limits,
+    MessageComplete,
+    MessageFailed,
+    Rejected,
+    Unfinished,
+    reassemble,
+    reassemble_all,
+)
+from segmenter import (
+    ChecksumAlgorithm,
+    Codec,
+    IncompleteError,
+    MsgFlags,
+    Reason,
+    Segment,
+    Segmenter,
+    SegmentationError,
+    segment,
+    segment_group,
+)
+from segmenter.wire import UNKNOWN_LENGTH, make_header
+
+
+class FakeClock:
+    """An injected clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def encoded(payload: bytes, size: int = 200, **kw: object) -> list[bytes]:
+    return [s.encode() for s in segment(payload, size, **kw)]  # type: ignore[arg-type]
+
+
+def kinds(events: list[object]) -> list[str]:
+    return [type(e).__name__ for e in events]
+
+
+def rebuild(seg: Segment, **changes: object) -> Segment:
+    """A segment whose header fields were changed by a (buggy or hostile) producer."""
+    h = seg.header._replace(**changes)  # type: ignore[arg-type]
+    return Segment(h, seg.data)
+
+
+def test_in_order_and_reverse_and_shuffled_give_the_payload() -> None:
+    payload = os.urandom(5000)
+    segs = encoded(payload)
+    for order in (segs, segs[::-1], random.Random(3).sample(segs, len(segs))):
+        events = Assembler().receive_many(order)
+        assert kinds(events) == ["MessageComplete"]
+        assert events[0].payload == payload
+        assert events[0].segments == len(segs)
+
+
+def test_identical_duplicate_is_counted_and_ignored() -> None:
+    segs = encoded(os.urandom(1000))
+    asm = Assembler()
+    events = asm.receive_many([segs[0], segs[0], *segs[1:]])
+    assert kinds(events) == ["Duplicate", "MessageComplete"]
+    assert isinstance(events[0], Duplicate) and events[0].offset == 0
+    assert events[1].duplicates == 1
+
+
+def test_conflicting_duplicate_keeps_the_first_copy() -> None:
+    payload = os.urandom(1000)
+    segs = segment(payload, 200)
+    evil = Segment(make_header(**_fields(segs[1], data=b"x" * len(segs[1].data))), b"x" * len(segs[1].data))
+    events = Assembler().receive_many([segs[1], evil, *[s for i, s in enumerate(segs) if i != 1]])
+    assert isinstance(events[0], ConflictingDuplicate)
+    assert events[0].reason == Reason.CONFLICTING_DUPLICATE
+    assert events[0].raw == evil.encode()
+    assert isinstance(events[-1], MessageComplete) and events[-1].payload == payload
+
+
+def _fields(seg: Segment, **over: object) -> dict[str, object]:
+    h = seg.header
+    base: dict[str, object] = dict(
+        group_id=h.group_id,
+        msg_seq_number=h.msg_seq_number,
+        offset=h.offset,
+        data=seg.data,
+        original_length=h.original_length,
+        stored_length=h.stored_length,
+        msg_flags=h.msg_flags,
+        codec=h.codec,
+        algorithm=h.algorithm,
+        message_checksum=h.message_checksum,
+    )
+    base.update(over)
+    return base
+
+
+def test_gap_reports_exact_missing_byte_range() -> None:
+    payload = os.urandom(1000)
+    segs = segment(payload, 200)  # 116 data bytes per segment
+    asm = Assembler()
+    asm.receive_many([s for i, s in enumerate(segs) if i not in (2, 3)])
+    (event,) = asm.close()
+    assert isinstance(event, Unfinished) and event.cause == Cause.CLOSED
+    assert event.reason == Reason.INCOMPLETE_MSG
+    assert event.gaps[0].missing_ranges == ((232, 464),)
+    assert len(event.segments) == len(segs) - 2
+
+
+def test_missing_last_segment_with_unknown_length_reports_open_tail() -> None:
+    w = Segmenter(200).message_writer()
+    segs = w.write(os.urandom(1000)) + w.close()
+    asm = Assembler()
+    asm.receive_many(segs[:-1])
+    (event,) = asm.close()
+    ranges = event.gaps[0].missing_ranges
+    assert ranges == ((segs[-1].header.offset, None),)
+    assert event.gaps[0].last_segment_seen is False
+
+
+def test_overlap_is_rejected_with_offset_error() -> None:
+    segs = segment(os.urandom(1000), 200)
+    shifted = Segment(make_header(**_fields(segs[1], offset=segs[1].header.offset - 10)), segs[1].data)
+    events = Assembler().receive_many([segs[0], shifted])
+    assert isinstance(events[0], Rejected) and events[0].reason == Reason.OFFSET_ERROR
+
+
+def test_repeated_last_segment_flag_is_rejected() -> None:
+    segs = segment(os.urandom(1000), 200)
+    fake_last = Segment(
+        make_header(**_fields(segs[1], msg_flags=MsgFlags.LAST_SEGMENT, stored_length=segs[1].header.end)),
+        segs[1].data,
+    )
+    asm = Assembler()
+    events = asm.receive_many([segs[-1], fake_last])
+    assert events[-1].reason in (Reason.MSG_FLAGS_ERROR, Reason.ORIGINAL_LENGTH_ERROR)
+
+
+def test_wrong_original_length_between_segments() -> None:
+    segs = segment(os.urandom(1000), 200)
+    liar = Segment(make_header(**_fields(segs[1], original_length=999, stored_length=999)), segs[1].data)
+    events = Assembler().receive_many([segs[0], liar])
+    assert events[0].reason == Reason.ORIGINAL_LENGTH_ERROR
+
+
+def test_data_bit_flip_is_a_checksum_mismatch_naming_the_segment() -> None:
+    segs = encoded(os.urandom(1000))
+    bad = bytearray(segs[3])
+    bad[-5] ^= 0x10
+    events = Assembler().receive(bytes(bad))
+    assert isinstance(events[0], ChecksumMismatch)
+    assert events[0].reason == Reason.DATA_CHECKSUM_ERROR
+    assert events[0].error.details["offset"] == 3 * 116
+    assert events[0].raw == bytes(bad)
+
+
+def test_message_checksum_mismatch_fails_the_message() -> None:
+    payload = os.urandom(1000)
+    segs = segment(payload, 200)
+    lied = [Segment(make_header(**_fields(s, message_checksum=(s.header.message_checksum or 0) ^ 1)), s.data) for s in segs]
+    events = Assembler().receive_many(lied)
+    assert isinstance(events[-1], MessageFailed)
+    assert events[-1].reason == Reason.MESSAGE_CHECKSUM_ERROR
+    assert len(events[-1].segments) == len(segs)
+
+
+def test_zero_length_middle_segment_is_2253() -> None:
+    segs = segment(os.urandom(1000), 200)
+    empty = Segment(make_header(**_fields(segs[1], data=b"")), b"")
+    events = Assembler().receive(empty)
+    assert events[0].reason == Reason.SEGMENT_LENGTH_ZERO
+
+
+def test_declared_size_above_limit_is_2030_without_allocation() -> None:
+    seg = segment(b"abc", 200)[0]
+    huge = Segment(make_header(**_fields(seg, original_length=2**62, stored_length=2**62, msg_flags=MsgFlags.SEGMENT)), seg.data)
+    events = Assembler(Limits(max_message_size=1 << 20)).receive(huge)
+    assert events[0].reason == Reason.MSG_TOO_BIG
+
+
+def test_zstd_bomb_is_bounded_by_original_length() -> None:
+    bomb = zstandard.ZstdCompressor().compress(bytes(50_000_000))
+    h = make_header(
+        group_id=b"b" * 24,
+        msg_seq_number=1,
+        offset=0,
+        data=bomb,
+        original_length=4096,
+        stored_length=len(bomb),
+        msg_flags=0,
+        codec=Codec.ZSTD,
+        algorithm=ChecksumAlgorithm.CRC32,
+        message_checksum=0,
+    )
+    (event,) = Assembler().receive(Segment(h, bomb))
+    assert isinstance(event, MessageFailed) and event.reason == Reason.DECOMPRESSION_ERROR
+    assert event.error.details["declared"] == 4096
+
+
+def test_garbage_is_rejected_not_raised() -> None:
+    for raw in (b"", b"SGMT", os.urandom(300), b"SGMT\x01" + bytes(200)):
+        (event,) = Assembler().receive(raw)
+        assert isinstance(event, Rejected) and event.raw == raw
+
+
+# ------------------------------------------------------------------ groups
+def ibm_group() -> tuple[list[bytes], list[Segment]]:
+    payloads = [os.urandom(300), os.urandom(200), os.urandom(50), os.urandom(300)]
+    return payloads, segment_group(payloads, 200)
+
+
+def test_unit_of_work_delivers_the_whole_group_in_order_only_at_the_end() -> None:
+    payloads, segs = ibm_group()
+    shuffled = random.Random(7).sample(segs, len(segs))
+    asm = Assembler()
+    events = asm.receive_many(shuffled)
+    assert kinds(events) == ["GroupComplete"]
+    group = events[0]
+    assert isinstance(group, GroupComplete)
+    assert [m.msg_seq_number for m in group.messages] == [1, 2, 3, 4]
+    assert [bytes(m.payload) for m in group.messages] == payloads
+
+
+def test_message_mode_delivers_each_message_as_it_completes() -> None:
+    payloads, segs = ibm_group()
+    asm = Assembler(unit_of_work=False)
+    events = asm.receive_many(segs)
+    assert kinds(events) == ["MessageComplete"] * 4
+    assert asm.open_groups == 0
+    again = asm.receive(segs[0].encode())
+    assert isinstance(again[0], Late)
+
+
+def test_missing_message_in_group_is_2241_with_its_number() -> None:
+    _, segs = ibm_group()
+    asm = Assembler()
+    asm.receive_many([s for s in segs if s.header.msg_seq_number != 2])
+    (event,) = asm.close()
+    assert event.reason == Reason.INCOMPLETE_GROUP
+    assert event.missing_seq_numbers == (2,)
+    assert event.last_seq_number == 4
+
+
+def test_incomplete_message_in_group_prefers_2242() -> None:
+    _, segs = ibm_group()
+    asm = Assembler()
+    asm.receive_many(segs[1:])
+    (event,) = asm.close()
+    assert event.reason == Reason.INCOMPLETE_MSG
+    assert event.gaps[0].msg_seq_number == 1 and event.gaps[0].missing_ranges == ((0, 116),)
+
+
+def test_sequence_number_beyond_last_is_2250() -> None:
+    _, segs = ibm_group()
+    beyond = Segment(make_header(**_fields(segs[5], msg_seq_number=9)), segs[5].data)
+    asm = Assembler()
+    asm.receive_many(segs[6:])  # message 4 carries LAST_MSG_IN_GROUP
+    (event,) = asm.receive(beyond)
+    assert event.reason == Reason.MSG_SEQ_NUMBER_ERROR
+
+
+def test_repeated_last_message_flag_is_2249() -> None:
+    _, segs = ibm_group()
+    other_last = Segment(make_header(**_fields(segs[5], msg_flags=MsgFlags.LAST_MSG_IN_GROUP)), segs[5].data)
+    asm = Assembler()
+    asm.receive_many(segs[6:])
+    (event,) = asm.receive(other_last)
+    assert event.reason in (Reason.MSG_FLAGS_ERROR, Reason.MSG_SEQ_NUMBER_ERROR)
+
+
+def test_group_flags_disagreeing_is_rejected() -> None:
+    _, segs = ibm_group()
+    ungrouped = Segment(make_header(**_fields(segs[5], msg_flags=MsgFlags.NONE)), segs[5].data)
+    asm = Assembler()
+    asm.receive(segs[0])
+    (event,) = asm.receive(ungrouped)
+    assert event.reason == Reason.MSG_FLAGS_ERROR
+
+
+def test_failed_message_fails_the_whole_group() -> None:
+    _, segs = ibm_group()
+    lied = [
+        Segment(make_header(**_fields(s, message_checksum=1)), s.data) if s.header.msg_seq_number == 3 else s
+        for s in segs
+    ]
+    events = Assembler().receive_many(lied)
+    assert kinds(events) == ["GroupFailed"]
+    failed = events[0]
+    assert isinstance(failed, GroupFailed) and failed.failed[0].msg_seq_number == 3
+    assert len(failed.segments) + sum(len(f.segments) for f in failed.failed) == len(segs)
+
+
+# ------------------------------------------------------------------ limits
+def test_expiry_uses_the_injected_clock() -> None:
+    clock = FakeClock()
+    asm = Assembler(Limits(expiry_seconds=30), clock=clock)
+    segs = encoded(os.urandom(1000))
+    asm.receive_many(segs[:2])
+    clock.now += 29
+    assert asm.expire() == []
+    clock.now += 2
+    (event,) = asm.expire()
+    assert isinstance(event, Unfinished) and event.cause == Cause.EXPIRED and len(event.segments) == 2
+    late = asm.receive(segs[3])
+    assert isinstance(late[0], Late)
+
+
+def test_expiry_needs_a_clock() -> None:
+    with pytest.raises(SegmentationError):
+        Assembler(Limits(expiry_seconds=1))
+
+
+def test_buffer_limit_evicts_oldest_group_and_returns_its_bytes() -> None:
+    a, b = encoded(os.urandom(1000)), encoded(os.urandom(1000))
+    asm = Assembler(Limits(max_buffered_bytes=700))
+    asm.receive_many(a[:5])  # 580 bytes held
+    events = asm.receive_many(b[:2])
+    evicted = [e for e in events if isinstance(e, Unfinished)]
+    assert len(evicted) == 1 and evicted[0].cause == Cause.EVICTED
+    assert evicted[0].segments == tuple(a[:5])
+    assert asm.buffered_bytes <= 700
+
+
+def test_open_group_limit_evicts_oldest() -> None:
+    msgs = [encoded(os.urandom(500)) for _ in range(3)]
+    asm = Assembler(Limits(max_open_groups=2))
+    events = asm.receive_many([m[0] for m in msgs])
+    assert kinds(events) == ["Unfinished"] and events[0].cause == Cause.EVICTED
+    assert asm.open_groups == 2
+
+
+def test_snapshot_restore_continues_where_it_stopped() -> None:
+    clock = FakeClock()
+    payload = os.urandom(3000)
+    segs = encoded(payload)
+    asm = Assembler(clock=clock)
+    asm.receive_many([segs[0], segs[0], *segs[1:10]])
+    restored = Assembler.restore(asm.snapshot(), clock=clock)
+    events = restored.receive_many(segs[10:])
+    assert isinstance(events[-1], MessageComplete)
+    assert events[-1].payload == payload and events[-1].duplicates == 1
+
+
+def test_corrupt_snapshot_is_a_library_error() -> None:
+    with pytest.raises(SegmentationError):
+        Assembler.restore(b"SGAS\x01" + bytes(20))
+
+
+# --------------------------------------------------------------- one-shot
+def test_one_shot_reassemble_and_errors() -> None:
+    payload = os.urandom(2000)
+    segs = encoded(payload, codec=Codec.ZSTD)
+    assert reassemble(segs) == payload
+    with pytest.raises(IncompleteError) as info:
+        reassemble(segs[:-1])
+    assert info.value.reason == Reason.INCOMPLETE_MSG
+    payloads, group = ibm_group()
+    assert reassemble_all(group) == payloads
+
+
+def test_streamed_message_with_unknown_lengths_reassembles() -> None:
+    for codec in (Codec.NONE, Codec.ZSTD):
+        w = Segmenter(300, codec=codec).message_writer()
+        payload = os.urandom(20_000)
+        segs = [s for i in range(0, len(payload), 999) for s in w.write(payload[i : i + 999])] + w.close()
+        assert segs[0].header.stored_length == UNKNOWN_LENGTH
+        assert reassemble(random.Random(1).sample(segs, len(segs))) == payload
