@@ -16,6 +16,7 @@ from .events import (
     Rejected,
     Unfinished,
 )
+from .reader import read_events
 
 __all__ = [
     "Assembler",
@@ -33,6 +34,7 @@ __all__ = [
     "MessageFailed",
     "Rejected",
     "Unfinished",
+    "read_events",
     "reassemble",
     "reassemble_all",
 ]

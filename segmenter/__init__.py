@@ -29,6 +29,7 @@ from .producer import (
     new_group_id,
     segment,
     segment_group,
+    write_segments,
 )
 from .wire import (
     HEADER_LENGTH,
@@ -75,4 +76,5 @@ __all__ = [
     "new_group_id",
     "segment",
     "segment_group",
+    "write_segments",
 ]

@@ -320,3 +320,11 @@ def segment_group(
     """One-shot: the segments of a logical group of messages."""
     s = Segmenter(max_segment_size=max_segment_size, codec=codec, algorithm=algorithm)
     return list(s.segment_group(payloads, group_id=group_id))
+
+
+def write_segments(sink: BinaryIO, segments: Iterable[Segment]) -> int:
+    """Write segments back to back (header, then data: no concatenation copy); return bytes written."""
+    total = 0
+    for seg in segments:
+        total += sink.write(seg.header.pack()) + sink.write(seg.data)
+    return total

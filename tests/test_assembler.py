@@ -382,3 +382,38 @@ def test_streamed_message_with_unknown_lengths_reassembles() -> None:
         segs = [s for i in range(0, len(payload), 999) for s in w.write(payload[i : i + 999])] + w.close()
         assert segs[0].header.stored_length == UNKNOWN_LENGTH
         assert reassemble(random.Random(1).sample(segs, len(segs))) == payload
+
+
+# --------------------------------------------------------------- file adapter
+def test_file_round_trip_through_write_segments_and_read_events(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from reassembly import read_events
+    from segmenter import write_segments
+
+    path = Path(str(tmp_path)) / "segments.bin"
+    payloads = [os.urandom(n) for n in (0, 1, 5000, 70_000)]
+    with path.open("wb") as f:
+        for p in payloads:
+            write_segments(f, Segmenter(4096, codec=Codec.ZSTD).segment(p))
+        write_segments(f, segment_group(payloads, 1000))
+    with path.open("rb") as f:
+        events = list(read_events(f, chunk_size=777))
+    singles = [bytes(e.payload) for e in events if isinstance(e, MessageComplete)]
+    groups = [e for e in events if isinstance(e, GroupComplete)]
+    assert singles == payloads
+    assert [bytes(m.payload) for m in groups[0].messages] == payloads
+
+
+def test_truncated_file_raises_library_error(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from reassembly import read_events
+    from segmenter import write_segments
+
+    path = Path(str(tmp_path)) / "cut.bin"
+    with path.open("wb") as f:
+        write_segments(f, segment(os.urandom(3000), 1000))
+    path.write_bytes(path.read_bytes()[:-10])
+    with path.open("rb") as f, pytest.raises(SegmentationError):
+        list(read_events(f))
