@@ -343,25 +343,16 @@ class Assembler:
             events.append(Duplicate(h.group_id, h.msg_seq_number, h.offset, h.data_length))
             return False
         i = bisect.bisect_left(msg.offsets, h.offset)
-        if i > 0:
-            prev = msg.pieces[msg.offsets[i - 1]].header
-            if prev.end > h.offset:
+        neighbours = [msg.pieces[msg.offsets[j]].header for j in (i - 1, i) if 0 <= j < len(msg.offsets)]
+        for other in neighbours:
+            if other.offset < h.end and h.offset < other.end:
                 raise OffsetError(
-                    f"segment [{h.offset}, {h.end}) overlaps [{prev.offset}, {prev.end})",
+                    f"segment [{h.offset}, {h.end}) overlaps [{other.offset}, {other.end})",
                     offset=h.offset,
                     end=h.end,
-                    other_offset=prev.offset,
-                    other_end=prev.end,
+                    other_offset=other.offset,
+                    other_end=other.end,
                 )
-        if i < len(msg.offsets) and msg.offsets[i] < h.end:
-            nxt = msg.pieces[msg.offsets[i]].header
-            raise OffsetError(
-                f"segment [{h.offset}, {h.end}) overlaps [{nxt.offset}, {nxt.end})",
-                offset=h.offset,
-                end=h.end,
-                other_offset=nxt.offset,
-                other_end=nxt.end,
-            )
         if h.is_last_segment:
             if msg.last_end is not None:
                 raise FlagsError(
