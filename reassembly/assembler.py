@@ -138,8 +138,24 @@ class _Group:
     messages: dict[int, _Message] = field(default_factory=dict)
     last_seq: int | None = None
     delivered: set[int] = field(default_factory=set)  # non-UoW: messages already delivered
+    fingerprints: dict[tuple[int, int], Fingerprint] = field(default_factory=dict)  # of delivered pieces
     buffered: int = 0
     state: GroupState = GroupState.OPEN
+
+
+Fingerprint = tuple[int, int, int]  # data_length, data_checksum, msg_flags
+
+
+def _fingerprint(h: SegmentHeader) -> Fingerprint:
+    return (h.data_length, h.data_checksum, h.msg_flags)
+
+
+@dataclass
+class _Closed:
+    """What is remembered of a finished group: its end state and what it delivered."""
+
+    state: GroupState
+    delivered: dict[tuple[int, int], Fingerprint]  # (MsgSeqNumber, Offset) of delivered pieces
 
 
 _SNAPSHOT_MAGIC = b"SGAS\x01"
@@ -168,7 +184,7 @@ class Assembler:
         self._clock = clock
         self.unit_of_work = unit_of_work
         self._groups: OrderedDict[bytes, _Group] = OrderedDict()  # oldest first
-        self._closed: OrderedDict[bytes, GroupState] = OrderedDict()
+        self._closed: OrderedDict[bytes, _Closed] = OrderedDict()
         self.buffered_bytes = 0
 
     # ----------------------------------------------------------------- input
@@ -211,19 +227,39 @@ class Assembler:
     ) -> None:
         events.append(cls(exc.reason, exc, seg.encode(), seg.header))
 
+    def _late(
+        self, events: list[Event], seg: Segment, state: str, delivered: dict[tuple[int, int], Fingerprint]
+    ) -> None:
+        """A segment after its message left: a duplicate if identical to what was delivered."""
+        h = seg.header
+        held = delivered.get((h.msg_seq_number, h.offset))
+        if held == _fingerprint(h):
+            events.append(Duplicate(h.group_id, h.msg_seq_number, h.offset, h.data_length))
+        elif held is not None:
+            err: SegmentationError = ConflictError(
+                f"different bytes for offset {h.offset} of delivered message {h.msg_seq_number}",
+                offset=h.offset,
+                msg_seq_number=h.msg_seq_number,
+                held_checksum=held[1],
+                new_checksum=h.data_checksum,
+            )
+            self._reject(events, seg, err, ConflictingDuplicate)
+        else:
+            err = SegmentationError(
+                f"segment for a message that is already {state}",
+                reason=Reason.LATE_SEGMENT,
+                state=state,
+                msg_seq_number=h.msg_seq_number,
+                offset=h.offset,
+            )
+            self._reject(events, seg, err, Late)
+
     def _accept(self, seg: Segment, events: list[Event]) -> None:
         h = seg.header
         gid = h.group_id
         closed = self._closed.get(gid)
         if closed is not None:
-            err = SegmentationError(
-                f"segment for a group that is already {closed.value}",
-                reason=Reason.LATE_SEGMENT,
-                state=closed.value,
-                msg_seq_number=h.msg_seq_number,
-                offset=h.offset,
-            )
-            self._reject(events, seg, err, Late)
+            self._late(events, seg, closed.state.value, closed.delivered)
             return
         group = self._groups.get(gid)
         if group is None:
@@ -240,13 +276,7 @@ class Assembler:
             group = _Group(gid, in_group(h.msg_flags), self._clock() if self._clock else 0.0)
             self._groups[gid] = group
         if h.msg_seq_number in group.delivered:
-            err = SegmentationError(
-                f"message {h.msg_seq_number} was already delivered",
-                reason=Reason.LATE_SEGMENT,
-                msg_seq_number=h.msg_seq_number,
-                offset=h.offset,
-            )
-            self._reject(events, seg, err, Late)
+            self._late(events, seg, "delivered", group.fingerprints)
             return
         msg = group.messages.get(h.msg_seq_number)
         created = msg is None
@@ -388,7 +418,7 @@ class Assembler:
         elif not self.unit_of_work:
             group.delivered.add(msg.seq)
             result = self._build(group.group_id, msg)
-            self._release(group, [msg])
+            self._release(group, [msg], isinstance(result, MessageComplete))
             del group.messages[msg.seq]
             if isinstance(result, MessageFailed):
                 self._terminate(group, GroupInput.FAIL)
@@ -409,7 +439,7 @@ class Assembler:
         failed = tuple(r for r in results if isinstance(r, MessageFailed))
         bad = {f.msg_seq_number for f in failed}
         others = tuple(raw for m in messages if m.seq not in bad for raw in m.raws()) if failed else ()
-        self._release(group, messages)
+        self._release(group, messages, not failed)
         if failed and not group.grouped:
             events.append(failed[0])
         elif failed:
@@ -437,8 +467,10 @@ class Assembler:
         )
 
     # --------------------------------------------------- leaving the assembler
-    def _release(self, group: _Group, messages: list[_Message]) -> None:
+    def _release(self, group: _Group, messages: list[_Message], delivered: bool) -> None:
         for m in messages:
+            if delivered:
+                group.fingerprints.update(((m.seq, o), _fingerprint(p.header)) for o, p in m.pieces.items())
             freed = sum(p.header.data_length for p in m.pieces.values())
             group.buffered -= freed
             self.buffered_bytes -= freed
@@ -453,7 +485,7 @@ class Assembler:
         self.buffered_bytes -= group.buffered
         group.buffered = 0
         self._groups.pop(group.group_id, None)
-        self._closed[group.group_id] = group.state
+        self._closed[group.group_id] = _Closed(group.state, group.fingerprints)
         while len(self._closed) > self.limits.remember_closed:
             self._closed.popitem(last=False)
 
@@ -522,7 +554,10 @@ class Assembler:
                 }
                 for g in self._groups.values()
             ],
-            "closed": [[k.hex(), v.value] for k, v in self._closed.items()],
+            "closed": [
+                [k.hex(), v.state.value, [[*key, *fp] for key, fp in v.delivered.items()]]
+                for k, v in self._closed.items()
+            ],
         }
         blob = json.dumps(meta).encode()
         parts = [_SNAPSHOT_MAGIC, _LEN.pack(len(blob)), blob]
@@ -560,7 +595,10 @@ class Assembler:
                 group.delivered = set(g["delivered"])
                 for s, d in g["duplicates"].items():
                     group.messages[int(s)].duplicates = d
-            asm._closed = OrderedDict((bytes.fromhex(k), GroupState(v)) for k, v in meta["closed"])
+            asm._closed = OrderedDict(
+                (bytes.fromhex(k), _Closed(GroupState(v), {(f[0], f[1]): (f[2], f[3], f[4]) for f in prints}))
+                for k, v, prints in meta["closed"]
+            )
         except (ValueError, KeyError, TypeError, struct.error) as exc:
             raise SegmentationError(f"corrupt snapshot: {exc}", reason=Reason.STATE_ERROR) from None
         return asm

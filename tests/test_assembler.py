@@ -245,7 +245,19 @@ def test_message_mode_delivers_each_message_as_it_completes() -> None:
     assert kinds(events) == ["MessageComplete"] * 4
     assert asm.open_groups == 0
     again = asm.receive(segs[0].encode())
-    assert isinstance(again[0], Late)
+    assert isinstance(again[0], Duplicate)  # identical to what was delivered: redelivery
+
+
+def test_redelivery_after_completion_is_a_duplicate_and_a_changed_copy_a_conflict() -> None:
+    payload = os.urandom(1000)
+    segs = segment(payload, 200)
+    asm = Assembler()
+    assert isinstance(asm.receive_many(segs)[-1], MessageComplete)
+    assert isinstance(asm.receive(segs[2])[0], Duplicate)
+    changed = Segment(make_header(**_fields(segs[2], data=b"z" * len(segs[2].data))), b"z" * len(segs[2].data))
+    assert isinstance(asm.receive(changed)[0], ConflictingDuplicate)
+    restored = Assembler.restore(asm.snapshot())
+    assert isinstance(restored.receive(segs[2])[0], Duplicate)
 
 
 def test_missing_message_in_group_is_2241_with_its_number() -> None:
