@@ -14,6 +14,7 @@ produces more than the declared original length.
 from __future__ import annotations
 
 import bisect
+import itertools
 import json
 import struct
 from collections import OrderedDict
@@ -103,13 +104,20 @@ class _Message:
     stored_length: int = UNKNOWN_LENGTH
     original_length: int = UNKNOWN_LENGTH
     message_checksum: int | None = None
+    alternates: dict[int, list[_Piece]] = field(default_factory=dict)  # conflicting copies, by offset
 
     @property
     def covered(self) -> bool:
         return self.last_end is not None and self.received == self.last_end
 
     def raws(self) -> tuple[bytes, ...]:
-        return tuple(self.pieces[o].raw for o in self.offsets)
+        held = [self.pieces[o] for o in self.offsets] + [p for alts in self.alternates.values() for p in alts]
+        return tuple(p.raw for p in held)
+
+    def held_bytes(self) -> int:
+        return sum(p.header.data_length for p in self.pieces.values()) + sum(
+            p.header.data_length for alts in self.alternates.values() for p in alts
+        )
 
     def gap_report(self) -> GapReport:
         missing: list[tuple[int, int | None]] = []
@@ -159,6 +167,7 @@ class _Closed:
 
 
 _SNAPSHOT_MAGIC = b"SGAS\x01"
+_MAX_TRIALS = 64  # combinations of conflicting copies tried against the message checksum
 _LEN = struct.Struct(">Q")
 
 
@@ -169,6 +178,11 @@ class Assembler:
     1..last is present, as one :class:`GroupComplete` in MsgSeqNumber order;
     with ``False`` each message of a group is delivered as it completes.
     Messages not in a group are delivered as :class:`MessageComplete`.
+
+    ``batch=True`` is for when every segment is at hand before any message is
+    judged (a Spark group, a file): nothing completes until :meth:`close`, so
+    the result does not depend on arrival order, not even for conflicting
+    copies (the message checksum picks the right one whatever came first).
     """
 
     def __init__(
@@ -177,8 +191,10 @@ class Assembler:
         *,
         clock: Callable[[], float] | None = None,
         unit_of_work: bool = True,
+        batch: bool = False,
     ) -> None:
         self.limits = limits or Limits()
+        self.batch = batch
         if self.limits.expiry_seconds is not None and clock is None:
             raise SegmentationError("expiry_seconds needs a clock", reason=Reason.STATE_ERROR)
         self._clock = clock
@@ -354,24 +370,24 @@ class Assembler:
             mcrc = h.message_checksum
         existing = msg.pieces.get(h.offset)
         if existing is not None:
+            alternates = msg.alternates.setdefault(h.offset, [])
+            for held in (existing, *alternates):
+                if _fingerprint(held.header) == _fingerprint(h) and held.data == seg.data:
+                    msg.duplicates += 1
+                    events.append(Duplicate(h.group_id, h.msg_seq_number, h.offset, h.data_length))
+                    return False
             eh = existing.header
-            same = (
-                eh.data_length == h.data_length
-                and eh.data_checksum == h.data_checksum
-                and eh.msg_flags == h.msg_flags
-                and existing.data == seg.data
-            )
-            if not same:
+            if (eh.data_length, eh.msg_flags) != (h.data_length, h.msg_flags):
                 raise ConflictError(
-                    f"different bytes for offset {h.offset} of message {h.msg_seq_number}; first copy kept",
+                    f"different segment at offset {h.offset} of message {h.msg_seq_number}; first copy kept",
                     offset=h.offset,
                     msg_seq_number=h.msg_seq_number,
-                    held_checksum=eh.data_checksum,
-                    new_checksum=h.data_checksum,
+                    held_length=eh.data_length,
+                    new_length=h.data_length,
                 )
-            msg.duplicates += 1
-            events.append(Duplicate(h.group_id, h.msg_seq_number, h.offset, h.data_length))
-            return False
+            # Same place, same size, other bytes: keep both until the message checksum decides.
+            alternates.append(_Piece(h, _own(seg.data)))
+            return True
         i = bisect.bisect_left(msg.offsets, h.offset)
         neighbours = [msg.pieces[msg.offsets[j]].header for j in (i - 1, i) if 0 <= j < len(msg.offsets)]
         for other in neighbours:
@@ -401,8 +417,7 @@ class Assembler:
         if stored != UNKNOWN_LENGTH and h.end > stored:
             raise OffsetError(f"segment ends at {h.end}, past stored length {stored}", end=h.end, stored_length=stored)
         msg.offsets.insert(i, h.offset)
-        data = seg.data if isinstance(seg.data, bytes) or _is_bytes_view(seg.data) else bytes(seg.data)
-        msg.pieces[h.offset] = _Piece(h, data)
+        msg.pieces[h.offset] = _Piece(h, _own(seg.data))
         msg.received += h.data_length
         msg.stored_length, msg.original_length, msg.message_checksum = stored, original, mcrc
         if h.is_last_segment:
@@ -410,20 +425,21 @@ class Assembler:
         return True
 
     # ------------------------------------------------------------ completion
-    def _progress(self, group: _Group, msg: _Message, events: list[Event]) -> None:
-        if not msg.covered:
+    def _progress(self, group: _Group, msg: _Message, events: list[Event], final: bool = False) -> None:
+        if not msg.covered or group.state != GroupState.OPEN or (self.batch and not final):
             return
         if not group.grouped:
             self._finish(group, [msg], events)
         elif not self.unit_of_work:
             group.delivered.add(msg.seq)
-            result = self._build(group.group_id, msg)
+            result, conflicts = self._build(group.group_id, msg)
             self._release(group, [msg], isinstance(result, MessageComplete))
             del group.messages[msg.seq]
             if isinstance(result, MessageFailed):
                 self._terminate(group, GroupInput.FAIL)
                 events.append(GroupFailed(group.group_id, result.reason, (result,), self._group_raws(group)))
                 return
+            events += conflicts
             events.append(result)
             if group.last_seq is not None and len(group.delivered) == group.last_seq:
                 self._terminate(group, GroupInput.COMPLETE)
@@ -435,11 +451,14 @@ class Assembler:
             self._finish(group, [group.messages[s] for s in range(1, group.last_seq + 1)], events)
 
     def _finish(self, group: _Group, messages: list[_Message], events: list[Event]) -> None:
-        results = [self._build(group.group_id, m) for m in messages]
+        built = [self._build(group.group_id, m) for m in messages]
+        results = [r for r, _ in built]
         failed = tuple(r for r in results if isinstance(r, MessageFailed))
         bad = {f.msg_seq_number for f in failed}
         others = tuple(raw for m in messages if m.seq not in bad for raw in m.raws()) if failed else ()
         self._release(group, messages, not failed)
+        if not failed:
+            events += [c for _, conflicts in built for c in conflicts]
         if failed and not group.grouped:
             events.append(failed[0])
         elif failed:
@@ -450,32 +469,65 @@ class Assembler:
             events.append(results[0])
         self._terminate(group, GroupInput.FAIL if failed else GroupInput.COMPLETE)
 
-    def _build(self, group_id: bytes, msg: _Message) -> MessageComplete | MessageFailed:
-        try:
-            payload = _assemble(msg, self.limits.max_message_size)
-        except SegmentationError as exc:
-            return MessageFailed(group_id, msg.seq, exc.reason, exc, msg.raws())
-        return MessageComplete(
-            group_id=group_id,
-            msg_seq_number=msg.seq,
-            payload=payload,
-            msg_flags=msg.ref.msg_flags,
-            segments=len(msg.pieces),
-            duplicates=msg.duplicates,
-            stored_length=msg.stored_length,
-            original_length=msg.original_length,
-        )
+    def _build(self, group_id: bytes, msg: _Message) -> tuple[MessageComplete | MessageFailed, list[Event]]:
+        """Assemble and verify; with conflicting copies, the combination the message checksum accepts wins.
+
+        The first copies are tried first (MQ's "first copy kept"); alternatives are
+        tried only when that fails, at most ``_MAX_TRIALS`` combinations. Losing
+        copies come back as :class:`ConflictingDuplicate` events.
+        """
+        choices = [[msg.pieces[o], *msg.alternates.get(o, ())] for o in msg.offsets]
+        first_error: SegmentationError | None = None
+        for combo in itertools.islice(itertools.product(*choices), _MAX_TRIALS):
+            try:
+                payload = _assemble(msg, combo, self.limits.max_message_size)
+            except SegmentationError as exc:
+                first_error = first_error or exc
+                continue
+            losers = [p for options in choices for p in options if not any(p is w for w in combo)]
+            msg.pieces = {w.header.offset: w for w in combo}
+            msg.alternates = {}
+            for p in losers:
+                msg.alternates.setdefault(p.header.offset, []).append(p)
+            conflicts: list[Event] = [
+                ConflictingDuplicate(
+                    Reason.CONFLICTING_DUPLICATE,
+                    ConflictError(
+                        f"copy at offset {p.header.offset} of message {msg.seq} lost to the one that matches the"
+                        " message checksum",
+                        offset=p.header.offset,
+                        msg_seq_number=msg.seq,
+                    ),
+                    p.raw,
+                    p.header,
+                )
+                for p in losers
+            ]
+            complete = MessageComplete(
+                group_id=group_id,
+                msg_seq_number=msg.seq,
+                payload=payload,
+                msg_flags=msg.ref.msg_flags,
+                segments=len(combo),
+                duplicates=msg.duplicates,
+                stored_length=msg.stored_length,
+                original_length=msg.original_length,
+            )
+            return complete, conflicts
+        assert first_error is not None
+        return MessageFailed(group_id, msg.seq, first_error.reason, first_error, msg.raws()), []
 
     # --------------------------------------------------- leaving the assembler
     def _release(self, group: _Group, messages: list[_Message], delivered: bool) -> None:
         for m in messages:
             if delivered:
                 group.fingerprints.update(((m.seq, o), _fingerprint(p.header)) for o, p in m.pieces.items())
-            freed = sum(p.header.data_length for p in m.pieces.values())
+            freed = m.held_bytes()
             group.buffered -= freed
             self.buffered_bytes -= freed
             m.pieces.clear()
             m.offsets.clear()
+            m.alternates.clear()
 
     def _group_raws(self, group: _Group) -> tuple[bytes, ...]:
         return tuple(raw for m in group.messages.values() for raw in m.raws())
@@ -529,8 +581,16 @@ class Assembler:
         return events
 
     def close(self) -> list[Event]:
-        """End of input: every open group comes back as :class:`Unfinished` (cause closed)."""
-        return [self._unfinished(g, Cause.CLOSED, GroupInput.CLOSE) for g in list(self._groups.values())]
+        """End of input: in batch mode, judge every group now; what is still open comes back as
+        :class:`Unfinished` (cause closed)."""
+        events: list[Event] = []
+        if self.batch:
+            for group in list(self._groups.values()):
+                for seq in sorted(group.messages):
+                    if seq in group.messages:
+                        self._progress(group, group.messages[seq], events, final=True)
+        events += [self._unfinished(g, Cause.CLOSED, GroupInput.CLOSE) for g in list(self._groups.values())]
+        return events
 
     def pending(self) -> list[Unfinished]:
         """What open groups are missing right now, without closing them (segments left out)."""
@@ -604,8 +664,11 @@ class Assembler:
         return asm
 
 
-def _is_bytes_view(data: Buffer) -> bool:
-    return isinstance(data, memoryview) and isinstance(data.obj, bytes)
+def _own(data: Buffer) -> Buffer:
+    """Keep views of immutable ``bytes`` as they are; copy anything the caller could still change."""
+    if isinstance(data, bytes) or (isinstance(data, memoryview) and isinstance(data.obj, bytes)):
+        return data
+    return bytes(data)
 
 
 def _merge(known: int, new: int, name: str, h: SegmentHeader) -> int:
@@ -629,13 +692,12 @@ def _header_or_none(raw: bytes) -> SegmentHeader | None:
         return None
 
 
-def _assemble(msg: _Message, max_message_size: int) -> memoryview:
+def _assemble(msg: _Message, pieces: tuple[_Piece, ...], max_message_size: int) -> memoryview:
     """Copy the pieces into one preallocated buffer, decode, verify the message checksum."""
     ref = msg.ref
     stored = msg.stored_length
     if msg.message_checksum is None or msg.original_length == UNKNOWN_LENGTH:
         raise OriginalLengthError("message has no original length or checksum", msg_seq_number=msg.seq)
-    pieces = [msg.pieces[o] for o in msg.offsets]
     if len(pieces) == 1:
         body = memoryview(pieces[0].data).toreadonly()
     else:

@@ -32,8 +32,8 @@ from segmenter import (
     MsgFlags,
     Reason,
     Segment,
-    Segmenter,
     SegmentationError,
+    Segmenter,
     segment,
     segment_group,
 )
@@ -174,7 +174,9 @@ def test_data_bit_flip_is_a_checksum_mismatch_naming_the_segment() -> None:
 def test_message_checksum_mismatch_fails_the_message() -> None:
     payload = os.urandom(1000)
     segs = segment(payload, 200)
-    lied = [Segment(make_header(**_fields(s, message_checksum=(s.header.message_checksum or 0) ^ 1)), s.data) for s in segs]
+    lied = [
+        Segment(make_header(**_fields(s, message_checksum=(s.header.message_checksum or 0) ^ 1)), s.data) for s in segs
+    ]
     events = Assembler().receive_many(lied)
     assert isinstance(events[-1], MessageFailed)
     assert events[-1].reason == Reason.MESSAGE_CHECKSUM_ERROR
@@ -190,7 +192,9 @@ def test_zero_length_middle_segment_is_2253() -> None:
 
 def test_declared_size_above_limit_is_2030_without_allocation() -> None:
     seg = segment(b"abc", 200)[0]
-    huge = Segment(make_header(**_fields(seg, original_length=2**62, stored_length=2**62, msg_flags=MsgFlags.SEGMENT)), seg.data)
+    huge = Segment(
+        make_header(**_fields(seg, original_length=2**62, stored_length=2**62, msg_flags=MsgFlags.SEGMENT)), seg.data
+    )
     events = Assembler(Limits(max_message_size=1 << 20)).receive(huge)
     assert events[0].reason == Reason.MSG_TOO_BIG
 
@@ -239,7 +243,7 @@ def test_unit_of_work_delivers_the_whole_group_in_order_only_at_the_end() -> Non
 
 
 def test_message_mode_delivers_each_message_as_it_completes() -> None:
-    payloads, segs = ibm_group()
+    _payloads, segs = ibm_group()
     asm = Assembler(unit_of_work=False)
     events = asm.receive_many(segs)
     assert kinds(events) == ["MessageComplete"] * 4
@@ -429,3 +433,27 @@ def test_truncated_file_raises_library_error(tmp_path: object) -> None:
     path.write_bytes(path.read_bytes()[:-10])
     with path.open("rb") as f, pytest.raises(SegmentationError):
         list(read_events(f))
+
+
+def test_conflict_arriving_first_loses_to_the_copy_the_message_checksum_accepts() -> None:
+    payload = os.urandom(1000)
+    segs = segment(payload, 200)
+    evil = Segment(make_header(**_fields(segs[1], data=b"x" * len(segs[1].data))), b"x" * len(segs[1].data))
+    orders = [[evil, *segs], [*segs[:1], evil, *segs[1:]], random.Random(5).sample([evil, *segs], len(segs) + 1)]
+    for order in orders:
+        asm = Assembler(batch=True)  # order-independent: judged at close()
+        assert asm.receive_many(order) == []
+        events = asm.close()
+        assert kinds(events) == ["ConflictingDuplicate", "MessageComplete"]
+        assert events[0].raw == evil.encode() and events[1].payload == payload
+    streaming = Assembler().receive_many([*segs[:1], evil, *segs[1:]])  # good copy arrives before completion
+    assert kinds(streaming) == ["ConflictingDuplicate", "MessageComplete"]
+
+
+def test_conflict_with_no_good_copy_fails_with_every_copy_returned() -> None:
+    payload = os.urandom(1000)
+    segs = segment(payload, 200)
+    evil = Segment(make_header(**_fields(segs[1], data=b"x" * len(segs[1].data))), b"x" * len(segs[1].data))
+    events = Assembler().receive_many([evil, *segs[:1], *segs[2:]])
+    assert isinstance(events[-1], MessageFailed) and events[-1].reason == Reason.MESSAGE_CHECKSUM_ERROR
+    assert len(events[-1].segments) == len(segs)

@@ -1,0 +1,226 @@
+"""From the assembler's events to output rows: pure Python, no Spark, shared by every Spark path.
+
+One group's segments go into an :class:`~reassembly.assembler.Assembler`; its
+events become rows of one combined schema (``kind`` = ``message`` or
+``quarantine``). The accounting identity holds by construction: every input
+segment is used (``segments_used``), counted as a duplicate (``duplicates``)
+or appears as exactly one quarantine row with its original bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from segmenter.errors import Reason, SegmentationError
+from segmenter.wire import UNKNOWN_LENGTH, Buffer, Segment, SegmentHeader, decode_header
+
+from ..assembler import Assembler, Limits
+from ..events import (
+    ConflictingDuplicate,
+    Duplicate,
+    Event,
+    GroupComplete,
+    GroupFailed,
+    MessageComplete,
+    MessageFailed,
+    Rejected,
+    Unfinished,
+)
+
+Row = dict[str, Any]
+
+
+class Status:
+    """Values of the ``status`` column (strings, so they read well in SQL)."""
+
+    COMPLETE = "complete"
+    INCOMPLETE = "incomplete"  # gaps or missing messages (2242 / 2241)
+    CORRUPT = "corrupt"  # all pieces, but message checksum or decompression failed
+    CONFLICT = "conflict"  # incomplete, and conflicting copies were seen
+    INVALID = "invalid"  # every segment of it was rejected
+    GROUP_FAILED = "group_failed"  # intact, but another message of its Unit-of-Work group failed
+    TOO_BIG = "too_big"  # declared size above the limit (2030)
+
+
+@dataclass
+class _Acc:
+    """Per-message accounting while events are read."""
+
+    seq: int
+    status: str | None = None
+    reason: int | None = None
+    payload: bytes | None = None
+    stored_length: int | None = None
+    original_length: int | None = None
+    missing_ranges: list[dict[str, int | None]] = field(default_factory=list)
+    segments_used: int = 0
+    duplicates: int = 0
+    rejected: int = 0
+    conflicts: int = 0
+    first_reject: int | None = None
+
+
+def _length(value: int) -> int | None:
+    return None if value == UNKNOWN_LENGTH else value
+
+
+def _quarantine(raw: bytes, reason: int, detail: str, header: SegmentHeader | None) -> Row:
+    return {
+        "kind": "quarantine",
+        "group_id": header.group_id if header else None,
+        "msg_seq_number": header.msg_seq_number if header else None,
+        "offset": header.offset if header else None,
+        "reason": int(reason),
+        "reason_name": Reason(reason).name,
+        "detail": detail,
+        "raw": raw,
+    }
+
+
+def _raw_rows(raws: Iterable[bytes], reason: int, detail: str) -> list[Row]:
+    rows = []
+    for raw in raws:
+        try:
+            header: SegmentHeader | None = decode_header(raw)
+        except SegmentationError:
+            header = None
+        rows.append(_quarantine(raw, reason, detail, header))
+    return rows
+
+
+class GroupRows:
+    """Collects one group's events into message rows and quarantine rows."""
+
+    def __init__(self, group_id: bytes | None) -> None:
+        self.group_id = group_id
+        self.messages: dict[int, _Acc] = {}
+        self.quarantine: list[Row] = []
+        self.missing_seq_numbers: list[int] = []
+
+    def _acc(self, seq: int) -> _Acc:
+        acc = self.messages.get(seq)
+        if acc is None:
+            acc = self.messages[seq] = _Acc(seq)
+        return acc
+
+    def _complete(self, ev: MessageComplete) -> None:
+        acc = self._acc(ev.msg_seq_number)
+        acc.status, acc.reason = Status.COMPLETE, 0
+        acc.payload = bytes(ev.payload)
+        acc.stored_length, acc.original_length = ev.stored_length, ev.original_length
+        acc.segments_used = ev.segments
+
+    def _failed(self, ev: MessageFailed, status: str = Status.CORRUPT) -> None:
+        acc = self._acc(ev.msg_seq_number)
+        acc.status, acc.reason = status, int(ev.reason)
+        self.quarantine += _raw_rows(ev.segments, ev.reason, str(ev.error))
+
+    def add(self, ev: Event) -> None:
+        """Account for one event."""
+        if isinstance(ev, MessageComplete):
+            self._complete(ev)
+        elif isinstance(ev, GroupComplete):
+            for m in ev.messages:
+                self._complete(m)
+        elif isinstance(ev, Duplicate):
+            self._acc(ev.msg_seq_number).duplicates += 1
+        elif isinstance(ev, Rejected):
+            self.quarantine.append(_quarantine(ev.raw, ev.reason, str(ev.error), ev.header))
+            if ev.header is not None:
+                acc = self._acc(ev.header.msg_seq_number)
+                acc.rejected += 1
+                acc.conflicts += isinstance(ev, ConflictingDuplicate)
+                if acc.first_reject is None:
+                    acc.first_reject = int(ev.reason)
+        elif isinstance(ev, MessageFailed):
+            self._failed(ev)
+        elif isinstance(ev, GroupFailed):
+            for f in ev.failed:
+                self._failed(f)
+            rows = _raw_rows(ev.segments, ev.reason, "another message of the group failed")
+            self.quarantine += rows
+            for row in rows:
+                acc = self._acc(row["msg_seq_number"])
+                if acc.status is None:
+                    acc.status, acc.reason = Status.GROUP_FAILED, int(ev.reason)
+        elif isinstance(ev, Unfinished):
+            self._unfinished(ev)
+
+    def _unfinished(self, ev: Unfinished) -> None:
+        rows = _raw_rows(ev.segments, ev.reason, f"group {ev.cause.value}: incomplete")
+        self.quarantine += rows
+        gaps = {g.msg_seq_number: g for g in ev.gaps}
+        held = {row["msg_seq_number"] for row in rows if row["msg_seq_number"] is not None}
+        for seq in sorted(held | set(gaps) | set(ev.missing_seq_numbers)):
+            acc = self._acc(seq)
+            gap = gaps.get(seq)
+            if gap is not None:
+                acc.status = Status.CONFLICT if acc.conflicts else Status.INCOMPLETE
+                acc.reason = int(Reason.INCOMPLETE_MSG)
+                acc.stored_length = gap.stored_length
+                acc.missing_ranges = [{"start": s, "end": e} for s, e in gap.missing_ranges]
+            elif seq in ev.missing_seq_numbers:
+                acc.status, acc.reason = Status.INCOMPLETE, int(Reason.INCOMPLETE_GROUP)
+                acc.missing_ranges = [{"start": 0, "end": None}]
+            else:  # whole, but its Unit-of-Work group is not
+                acc.status, acc.reason = Status.INCOMPLETE, int(ev.reason)
+        self.missing_seq_numbers = list(ev.missing_seq_numbers)
+
+    def rows(self) -> list[Row]:
+        """Message rows (by MsgSeqNumber) followed by quarantine rows."""
+        out: list[Row] = []
+        for seq in sorted(self.messages):
+            acc = self.messages[seq]
+            status, reason = acc.status, acc.reason
+            if status is None:  # only rejected segments were seen for it
+                status = Status.TOO_BIG if acc.first_reject == Reason.MSG_TOO_BIG else Status.INVALID
+                reason = acc.first_reject
+            out.append(
+                {
+                    "kind": "message",
+                    "group_id": self.group_id,
+                    "msg_seq_number": seq,
+                    "status": status,
+                    "reason": reason,
+                    "reason_name": Reason(reason).name if reason else "NONE",
+                    "payload": acc.payload,
+                    "stored_length": acc.stored_length,
+                    "original_length": acc.original_length,
+                    "missing_ranges": acc.missing_ranges,
+                    "missing_seq_numbers": self.missing_seq_numbers,
+                    "segments_used": acc.segments_used,
+                    "duplicates": acc.duplicates,
+                    "rejected": acc.rejected,
+                }
+            )
+        return out + self.quarantine
+
+
+def reassemble_group(
+    segments: Iterable[Buffer | Segment], group_id: bytes | None = None, limits: Limits | None = None
+) -> list[Row]:
+    """All output rows for the segments of one group (any order, duplicates, faults)."""
+    asm = Assembler(limits, batch=True)
+    acc = GroupRows(group_id)
+    for item in segments:
+        for ev in asm.receive(item):
+            acc.add(ev)
+    for ev in asm.close():
+        acc.add(ev)
+    return acc.rows()
+
+
+def reject_rows(raws: Iterable[Buffer], limits: Limits | None = None) -> list[Row]:
+    """Quarantine rows for segments whose header Spark could not decode (exact reason from the decoder)."""
+    asm = Assembler(limits)
+    rows: list[Row] = []
+    for raw in raws:
+        acc = GroupRows(None)
+        for ev in asm.receive(raw):
+            acc.add(ev)
+        rows += acc.quarantine
+        if not acc.quarantine:  # decodes after all: cannot happen for rows Spark rejected
+            raise SegmentationError("row passed the decoder but not the Spark header check", reason=Reason.STATE_ERROR)
+    return rows
