@@ -152,10 +152,10 @@ def _session(args: argparse.Namespace) -> Any:
     return spark
 
 
-def _write(result: Any, tmp: Path) -> None:
-    """Compute messages and quarantine in one pass (partitioned by kind), then name the folders."""
-    result.combined.write.partitionBy("kind").parquet(str(tmp / "_combined"))
-    for kind, name in (("message", "messages"), ("quarantine", "quarantine")):
+def write_split(combined: Any, tmp: Path, folders: dict[str, str]) -> None:
+    """Compute every kind of row in one pass (partitioned by ``kind``), then name each folder."""
+    combined.write.partitionBy("kind").parquet(str(tmp / "_combined"))
+    for kind, name in folders.items():
         src = tmp / "_combined" / f"kind={kind}"
         if src.exists():
             src.rename(tmp / name)
@@ -225,7 +225,8 @@ def run_job(args: argparse.Namespace) -> Path:
     start = time.monotonic()
     with _atomic_dir(out) as tmp, Progress(spark, _progress_on(args)):
         try:
-            _write(reassemble(df, encoded=encoded, raw_column=args.raw_column, options=options), tmp)
+            result = reassemble(df, encoded=encoded, raw_column=args.raw_column, options=options)
+            write_split(result.combined, tmp, {"message": "messages", "quarantine": "quarantine"})
         except Exception as exc:
             raise JobError(f"job failed: {_first_line(exc)}") from None
     print(summarize(spark, out, _input_bytes(paths), time.monotonic() - start))
@@ -289,7 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_demo(args)
         from .refmsg_job import run_refmsg
 
-        return run_refmsg(args)
+        return int(run_refmsg(args))
     except (JobError, SegmentationError) as exc:
         print(f"reassemble: error: {exc}", file=sys.stderr)
         return 1
