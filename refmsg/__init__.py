@@ -1,0 +1,73 @@
+"""IBM MQ reference messages (MQRMH), chunked object transfer, a crash-safe receiver, claim check.
+
+See docs/refmsg.md for the byte layouts, the integrity block, the journal and
+the receiver's guarantees.
+"""
+
+from .chunker import DEFAULT_MAX_LENGTH, Chunker, chunk, new_instance_id
+from .claimcheck import (
+    CLAIM_CHECK_TYPE,
+    DEFAULT_THRESHOLD,
+    DirectoryStore,
+    Message,
+    ObjectStore,
+    is_claim_check,
+    offload,
+    resolve,
+)
+from .errors import JournalError, PathError, RmhError, StoreError
+from .header import (
+    ENCODING_BIG_ENDIAN,
+    ENCODING_NATIVE,
+    FORMAT_REF_MSG_HEADER,
+    LENGTH_1,
+    RMH,
+    DecodedRMH,
+    RmhFlags,
+    decode_rmh,
+)
+from .integrity import Integrity
+from .message import DecodedMessage, ReferenceMessage, decode_message
+from .receiver import DirectorySource, IncompleteObject, Outcome, RangeSource, Receipt, Receiver
+from .state import ChunkRow, ObjectState, RangeSet, assemble_chunks
+
+__all__ = [
+    "CLAIM_CHECK_TYPE",
+    "DEFAULT_MAX_LENGTH",
+    "DEFAULT_THRESHOLD",
+    "ENCODING_BIG_ENDIAN",
+    "ENCODING_NATIVE",
+    "FORMAT_REF_MSG_HEADER",
+    "LENGTH_1",
+    "RMH",
+    "ChunkRow",
+    "Chunker",
+    "DecodedMessage",
+    "DecodedRMH",
+    "DirectorySource",
+    "DirectoryStore",
+    "IncompleteObject",
+    "Integrity",
+    "JournalError",
+    "Message",
+    "ObjectState",
+    "ObjectStore",
+    "Outcome",
+    "PathError",
+    "RangeSet",
+    "RangeSource",
+    "Receipt",
+    "Receiver",
+    "ReferenceMessage",
+    "RmhError",
+    "RmhFlags",
+    "StoreError",
+    "assemble_chunks",
+    "chunk",
+    "decode_message",
+    "decode_rmh",
+    "is_claim_check",
+    "new_instance_id",
+    "offload",
+    "resolve",
+]

@@ -1,0 +1,120 @@
+"""The integrity block: checksums carried inside an MQRMH without breaking it.
+
+MQ readers find the four strings through their offsets and skip everything
+else inside ``StrucLength``. This library puts a 32-byte block in that
+unreferenced space, ending exactly at ``StrucLength`` (layout in
+docs/refmsg.md), all big-endian whatever the header's Encoding:
+
+====== ==== ===========================================================
+offset size field
+====== ==== ===========================================================
+0      4    magic ``b"SGRI"``
+4      1    version (1)
+5      1    checksum algorithm of the chunk/object checksums (1 CRC-32, 2 CRC-32C)
+6      1    flags: bit 0 object length and checksum present
+7      1    reserved, 0
+8      4    block length (32)
+12     4    chunk checksum: of the DataLogicalLength bytes this message describes
+16     8    object length (meaningful with flag bit 0)
+24     4    object checksum: of the whole object (with flag bit 0)
+28     4    header checksum: CRC-32/IEEE of MQRMH bytes [0, StrucLength - 4)
+====== ==== ===========================================================
+
+The header checksum covers the whole MQRMH as sent (fixed part, strings, gaps
+and this block), so any bit flipped anywhere in the header is detected.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+from segmenter.checksum import ChecksumAlgorithm, checksum
+from segmenter.errors import ChecksumError, Reason
+
+from .errors import RmhError
+
+Buffer = bytes | bytearray | memoryview
+
+MAGIC = b"SGRI"
+VERSION = 1
+BLOCK = struct.Struct(">4sBBBBIIQI")  # everything but the header checksum
+BLOCK_LENGTH = BLOCK.size + 4  # 32
+HAS_OBJECT = 0x01
+
+
+class Integrity(NamedTuple):
+    """Checksums one reference message carries."""
+
+    algorithm: ChecksumAlgorithm
+    chunk_checksum: int
+    object_length: int | None = None  # both set, or both None
+    object_checksum: int | None = None
+
+    @property
+    def has_object(self) -> bool:
+        return self.object_length is not None and self.object_checksum is not None
+
+    def block(self) -> bytes:
+        """The block with a zero header checksum (filled in by :func:`seal`)."""
+        flags = HAS_OBJECT if self.has_object else 0
+        return (
+            BLOCK.pack(
+                MAGIC,
+                VERSION,
+                self.algorithm,
+                flags,
+                0,
+                BLOCK_LENGTH,
+                self.chunk_checksum,
+                self.object_length or 0,
+                self.object_checksum or 0,
+            )
+            + b"\0\0\0\0"
+        )
+
+
+def seal(header: bytes) -> bytes:
+    """Write the header checksum into the last four bytes of a packed MQRMH."""
+    crc = checksum(ChecksumAlgorithm.CRC32, memoryview(header)[:-4])
+    return header[:-4] + crc.to_bytes(4, "big")
+
+
+def find_block(header: Buffer, struc_length: int, spans: tuple[tuple[str, int, int], ...]) -> int | None:
+    """Start of the integrity block inside ``header[:struc_length]``, or None when there is none.
+
+    The block is present when its magic sits at ``struc_length - 32``, past the
+    fixed part, and no string overlaps it.
+    """
+    start = struc_length - BLOCK_LENGTH
+    if start < 108 or bytes(header[start : start + 4]) != MAGIC:
+        return None
+    for _, offset, length in spans:
+        if offset < struc_length and offset + length > start:
+            return None
+    return start
+
+
+def read_block(header: Buffer, struc_length: int, start: int) -> Integrity:
+    """Verify the header checksum and parse the block at ``start``."""
+    view = memoryview(header)
+    stored = int.from_bytes(view[struc_length - 4 : struc_length], "big")
+    actual = checksum(ChecksumAlgorithm.CRC32, view[: struc_length - 4])
+    if stored != actual:
+        raise ChecksumError(
+            f"MQRMH header checksum 0x{stored:08x}, computed 0x{actual:08x}",
+            reason=Reason.HEADER_CHECKSUM_ERROR,
+            stored=stored,
+            computed=actual,
+        )
+    _, version, algo, flags, reserved, length, chunk_crc, obj_len, obj_crc = BLOCK.unpack_from(view, start)
+    if version != VERSION:
+        raise RmhError(f"integrity block version {version}", reason=Reason.UNSUPPORTED_VERSION, version=version)
+    if length != BLOCK_LENGTH:
+        raise RmhError(f"integrity block length {length}", reason=Reason.HEADER_LENGTH_ERROR, length=length)
+    if reserved or flags & ~HAS_OBJECT:
+        raise RmhError("integrity block reserved bits set", reason=Reason.RESERVED_FIELD_ERROR, flags=flags)
+    algorithm = ChecksumAlgorithm.parse(algo)
+    if flags & HAS_OBJECT:
+        return Integrity(algorithm, chunk_crc, obj_len, obj_crc)
+    return Integrity(algorithm, chunk_crc)

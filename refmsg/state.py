@@ -1,0 +1,346 @@
+"""Sans-I/O receiver core: which byte ranges of an object are applied, and what a chunk may do.
+
+No files, no clock: the receiver's file adapter and the pure
+:func:`assemble_chunks` (for Spark) both drive :class:`ObjectState`. A chunk is
+first *planned* (validated against what is known: the LAST chunk fixes the
+object length, the integrity block may declare length and checksum), which
+says which of its bytes overlap applied ranges (to compare) and which are new
+(to write); the adapter then compares and writes and *commits*.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from segmenter.checksum import DEFAULT_ALGORITHM, ChecksumAlgorithm, checksum
+from segmenter.errors import (
+    ChecksumError,
+    ConflictError,
+    FlagsError,
+    IncompleteError,
+    MessageTooBigError,
+    OffsetError,
+    OriginalLengthError,
+    Reason,
+    SegmentationError,
+)
+
+DEFAULT_MAX_OBJECT_SIZE = 1 << 40  # 1 TiB
+
+
+class Span(NamedTuple):
+    """Half-open byte range [start, end)."""
+
+    start: int
+    end: int
+
+    @property
+    def length(self) -> int:
+        return self.end - self.start
+
+
+class RangeSet:
+    """Disjoint, merged half-open ranges, kept sorted."""
+
+    __slots__ = ("_ends", "_starts")
+
+    def __init__(self, spans: Iterable[tuple[int, int]] = ()) -> None:
+        self._starts: list[int] = []
+        self._ends: list[int] = []
+        for start, end in spans:
+            self.add(start, end)
+
+    def add(self, start: int, end: int) -> None:
+        if end <= start:
+            return
+        i = bisect.bisect_left(self._ends, start)  # first range that ends at or after start
+        j = bisect.bisect_right(self._starts, end)  # ranges [i, j) touch or overlap [start, end)
+        if i < j:
+            start = min(start, self._starts[i])
+            end = max(end, self._ends[j - 1])
+        self._starts[i:j] = [start]
+        self._ends[i:j] = [end]
+
+    def covered(self, start: int, end: int) -> list[Span]:
+        """The parts of [start, end) already present."""
+        out: list[Span] = []
+        i = bisect.bisect_right(self._ends, start)
+        while i < len(self._starts) and self._starts[i] < end:
+            out.append(Span(max(start, self._starts[i]), min(end, self._ends[i])))
+            i += 1
+        return out
+
+    def missing(self, start: int, end: int) -> list[Span]:
+        """The parts of [start, end) not yet present."""
+        out: list[Span] = []
+        cursor = start
+        for span in self.covered(start, end):
+            if span.start > cursor:
+                out.append(Span(cursor, span.start))
+            cursor = span.end
+        if cursor < end:
+            out.append(Span(cursor, end))
+        return out
+
+    def covers(self, start: int, end: int) -> bool:
+        return not self.missing(start, end)
+
+    def spans(self) -> tuple[Span, ...]:
+        return tuple(Span(s, e) for s, e in zip(self._starts, self._ends, strict=True))
+
+    @property
+    def total(self) -> int:
+        return sum(e - s for s, e in zip(self._starts, self._ends, strict=True))
+
+    @property
+    def max_end(self) -> int:
+        return self._ends[-1] if self._ends else 0
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+
+class Plan(NamedTuple):
+    """What one chunk does: bytes to compare with applied data, bytes to write."""
+
+    offset: int
+    length: int
+    compare: tuple[Span, ...]
+    write: tuple[Span, ...]
+    last: bool
+    object_length: int | None
+    object_checksum: int | None
+
+    @property
+    def is_duplicate(self) -> bool:
+        """True when every byte is already applied (the adapter still compares)."""
+        return not self.write
+
+
+@dataclass
+class ObjectState:
+    """What is known about one object under transfer."""
+
+    name: str
+    algorithm: ChecksumAlgorithm = DEFAULT_ALGORITHM
+    max_object_size: int = DEFAULT_MAX_OBJECT_SIZE
+    applied: RangeSet = field(default_factory=RangeSet)
+    object_length: int | None = None
+    object_checksum: int | None = None
+    last_arrived: bool = False
+
+    @property
+    def complete(self) -> bool:
+        """LAST has arrived and every byte of [0, object length) is applied."""
+        return self.last_arrived and self.object_length is not None and self.applied.covers(0, self.object_length)
+
+    def gaps(self) -> list[Span]:
+        """Missing ranges up to the known (or largest seen) end."""
+        end = self.object_length if self.object_length is not None else self.applied.max_end
+        return self.applied.missing(0, end)
+
+    def plan(
+        self,
+        offset: int,
+        length: int,
+        *,
+        last: bool,
+        object_length: int | None = None,
+        object_checksum: int | None = None,
+    ) -> Plan:
+        """Validate a chunk against the state (nothing changes); raise on any contradiction."""
+        if offset < 0 or length < 0:
+            raise OffsetError(f"chunk [{offset}, +{length}) out of range", offset=offset, length=length)
+        end = offset + length
+        if end > self.max_object_size or (object_length or 0) > self.max_object_size:
+            raise MessageTooBigError(
+                f"object {self.name!r} would exceed {self.max_object_size} bytes",
+                end=end,
+                object_length=object_length,
+                limit=self.max_object_size,
+            )
+        if last and object_length is not None and object_length != end:
+            raise OriginalLengthError(
+                f"LAST chunk ends at {end}, object length {object_length}", end=end, object_length=object_length
+            )
+        if last:
+            object_length = end
+        known = self.object_length
+        if object_length is not None and known is not None and object_length != known:
+            raise (FlagsError if last and self.last_arrived else OriginalLengthError)(
+                f"object {self.name!r}: length {object_length} contradicts {known}",
+                object_length=object_length,
+                known=known,
+            )
+        limit = known if known is not None else object_length
+        if limit is not None and end > limit:
+            raise OffsetError(
+                f"chunk [{offset}, {end}) runs past the object length {limit}", offset=offset, end=end, limit=limit
+            )
+        if last and self.applied.max_end > end:
+            raise OffsetError(
+                f"LAST chunk ends at {end}, bytes up to {self.applied.max_end} already applied",
+                end=end,
+                applied_end=self.applied.max_end,
+            )
+        if object_checksum is not None and self.object_checksum is not None and object_checksum != self.object_checksum:
+            raise ConflictError(
+                f"object {self.name!r}: checksum 0x{object_checksum:08x} contradicts 0x{self.object_checksum:08x}",
+                object_checksum=object_checksum,
+                known=self.object_checksum,
+            )
+        return Plan(
+            offset,
+            length,
+            tuple(self.applied.covered(offset, end)),
+            tuple(self.applied.missing(offset, end)),
+            last,
+            object_length,
+            object_checksum,
+        )
+
+    def commit(self, plan: Plan) -> None:
+        """Record a planned chunk as applied (its new bytes written and durable)."""
+        for span in plan.write:
+            self.applied.add(span.start, span.end)
+        self.note(plan.last, plan.object_length, plan.object_checksum)
+
+    def note(self, last: bool, object_length: int | None, object_checksum: int | None) -> None:
+        """Record what a chunk declared about the whole object."""
+        if object_length is not None:
+            self.object_length = object_length
+        if object_checksum is not None:
+            self.object_checksum = object_checksum
+        self.last_arrived = self.last_arrived or last
+
+
+def verify_chunk(algorithm: ChecksumAlgorithm, data: Any, expected: int | None, offset: int) -> None:
+    """Raise :class:`ChecksumError` when ``data`` does not match its chunk checksum."""
+    if expected is None:
+        return
+    actual = checksum(algorithm, data)
+    if actual != expected:
+        raise ChecksumError(
+            f"chunk at {offset}: checksum 0x{actual:08x}, expected 0x{expected:08x}",
+            reason=Reason.DATA_CHECKSUM_ERROR,
+            offset=offset,
+            stored=expected,
+            computed=actual,
+        )
+
+
+def incomplete_error(state: ObjectState) -> IncompleteError:
+    """The error for an object that cannot be finished yet."""
+    gaps = state.gaps()
+    what = "LAST chunk missing" if not state.last_arrived else f"{len(gaps)} gap(s)"
+    return IncompleteError(
+        f"object {state.name!r} incomplete: {what}",
+        reason=Reason.INCOMPLETE_MSG,
+        gaps=[tuple(g) for g in gaps[:16]],
+        last_arrived=state.last_arrived,
+        applied=state.applied.total,
+    )
+
+
+class ChunkRow(NamedTuple):
+    """One chunk of an object as a table row (the Spark helper's input)."""
+
+    offset: int
+    length: int
+    data: bytes | None
+    last: bool
+    chunk_checksum: int | None = None
+    object_checksum: int | None = None
+
+
+def _as_row(row: Any) -> ChunkRow:
+    if isinstance(row, ChunkRow):
+        return row
+    if hasattr(row, "asDict"):  # pyspark.sql.Row
+        row = row.asDict()
+    if isinstance(row, Mapping):
+        fields: dict[str, Any] = {k: row[k] for k in ChunkRow._fields if k in row}
+        return ChunkRow(**fields)
+    return ChunkRow(*row)
+
+
+def assemble_chunks(
+    rows: Iterable[ChunkRow | Mapping[str, Any] | tuple[Any, ...]],
+    *,
+    algorithm: ChecksumAlgorithm = DEFAULT_ALGORITHM,
+    require_checksums: bool = True,
+    max_object_size: int = 1 << 31,
+    name: str = "",
+) -> bytes:
+    """Validate the chunks of one object (any order, duplicates allowed) and return its bytes.
+
+    Every chunk's data must match its checksum; overlapping chunks must agree
+    byte for byte; exactly one object length (from the LAST chunk) and one
+    object checksum; no gaps. With ``require_checksums`` every chunk must
+    carry a chunk checksum and some chunk the object checksum. Raises the
+    first :class:`SegmentationError` found.
+    """
+    algorithm = ChecksumAlgorithm.parse(algorithm)
+    state = ObjectState(name, algorithm, max_object_size)
+    starts: list[int] = []  # applied pieces, disjoint, sorted by start: views into the rows, never copied
+    pieces: list[memoryview] = []
+    for row in sorted((_as_row(r) for r in rows), key=lambda r: (r.offset, -r.length)):
+        if row.data is None:
+            raise SegmentationError(
+                f"chunk at {row.offset} carries no data (header-only)", reason=Reason.STATE_ERROR, offset=row.offset
+            )
+        data = memoryview(row.data).cast("B")
+        if len(data) != row.length:
+            raise OffsetError(
+                f"chunk at {row.offset}: {len(data)} bytes, length {row.length}", offset=row.offset, length=row.length
+            )
+        if require_checksums and row.chunk_checksum is None:
+            raise ChecksumError(f"chunk at {row.offset} has no checksum", offset=row.offset)
+        verify_chunk(algorithm, data, row.chunk_checksum, row.offset)
+        plan = state.plan(row.offset, row.length, last=bool(row.last), object_checksum=row.object_checksum)
+        for span in plan.compare:
+            if _gather(starts, pieces, span.start, span.end) != data[span.start - row.offset : span.end - row.offset]:
+                raise ConflictError(
+                    f"chunk at {row.offset}: bytes [{span.start}, {span.end}) differ from an earlier copy",
+                    offset=row.offset,
+                    start=span.start,
+                    end=span.end,
+                )
+        for span in plan.write:
+            at = bisect.bisect_left(starts, span.start)
+            starts.insert(at, span.start)
+            pieces.insert(at, data[span.start - row.offset : span.end - row.offset])
+        state.commit(plan)
+    if not state.complete:
+        raise incomplete_error(state)
+    out = b"".join(pieces)
+    assert len(out) == state.object_length
+    if state.object_checksum is None:
+        if require_checksums:
+            raise ChecksumError("no chunk carries the object checksum", reason=Reason.MESSAGE_CHECKSUM_ERROR)
+    else:
+        actual = checksum(algorithm, out)
+        if actual != state.object_checksum:
+            raise ChecksumError(
+                f"object checksum 0x{actual:08x}, expected 0x{state.object_checksum:08x}",
+                reason=Reason.MESSAGE_CHECKSUM_ERROR,
+                stored=state.object_checksum,
+                computed=actual,
+            )
+    return out
+
+
+def _gather(starts: list[int], pieces: list[memoryview], start: int, end: int) -> bytes:
+    """Bytes [start, end) of the applied pieces (the range is known to be covered)."""
+    out: list[memoryview] = []
+    i = bisect.bisect_right(starts, start) - 1
+    while start < end:
+        piece_start, piece = starts[i], pieces[i]
+        take = min(end, piece_start + len(piece))
+        out.append(piece[start - piece_start : take - piece_start])
+        start = take
+        i += 1
+    return b"".join(out)

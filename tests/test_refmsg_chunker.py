@@ -1,0 +1,162 @@
+"""Sender side: IBM's worked example, streaming, header-only messages, the integrity block."""
+
+from __future__ import annotations
+
+import io
+import os
+import struct
+from pathlib import Path
+
+import pytest
+
+from refmsg import RMH, Chunker, ReferenceMessage, RmhFlags, chunk, decode_message, decode_rmh
+from refmsg.header import ENCODING_BIG_ENDIAN, LENGTH_1
+from refmsg.integrity import BLOCK_LENGTH, MAGIC, Integrity
+from segmenter.checksum import ChecksumAlgorithm, checksum, reference_function
+from segmenter.errors import ChecksumError, Reason, SegmentationError
+
+
+def test_ibm_worked_example_70000_over_40000(tmp_path: Path) -> None:
+    payload = os.urandom(70_000)
+    source = tmp_path / "object.bin"
+    source.write_bytes(payload)
+    messages = list(Chunker(max_length=40_000).messages(source, "object.bin"))
+    assert [(m.offset, m.length, m.header.flags) for m in messages] == [
+        (0, 40_000, RmhFlags.NOT_LAST),
+        (40_000, 30_000, RmhFlags.LAST),
+    ]
+    assert [len(m.data) for m in messages] == [40_000, 30_000]
+    for m in messages:
+        assert m.header.src_name == str(source)
+        decoded = decode_message(m.encode(), require_integrity=True).message
+        assert decoded.header == m.header
+        assert bytes(decoded.data) == payload[m.offset : m.offset + m.length]
+    last = messages[-1].integrity
+    assert last is not None and last.object_length == 70_000
+    assert last.object_checksum == reference_function(ChecksumAlgorithm.CRC32)(payload)
+
+
+def test_limit_can_include_the_header() -> None:
+    payload = os.urandom(70_000)
+    encoded = list(Chunker(max_length=40_000, limit_includes_header=True).encode(io.BytesIO(payload), "o"))
+    assert all(len(e) <= 40_000 for e in encoded)
+    assert len(encoded[0]) == 40_000
+    assert len(encoded) == 2
+
+
+def test_exact_multiple_and_empty_object() -> None:
+    msgs = list(Chunker(max_length=100).messages(io.BytesIO(bytes(300)), "o"))
+    assert [(m.offset, m.length, m.is_last) for m in msgs] == [(0, 100, False), (100, 100, False), (200, 100, True)]
+    empty = list(Chunker(max_length=100).messages(io.BytesIO(b""), "o"))
+    assert [(m.offset, m.length, m.is_last) for m in empty] == [(0, 0, True)]
+    assert empty[0].integrity == Integrity(ChecksumAlgorithm.CRC32, 0, 0, 0)
+
+
+class CountingReader(io.RawIOBase):
+    """A non-seekable stream that records its read sizes (files are never read whole)."""
+
+    def __init__(self, size: int) -> None:
+        self.left = size
+        self.reads: list[int] = []
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        assert n > 0, "the chunker must never read without a size"
+        self.reads.append(n)
+        take = min(n, self.left)
+        self.left -= take
+        return b"z" * take
+
+
+def test_streams_in_chunk_sized_reads() -> None:
+    reader = CountingReader(10_000)
+    msgs = Chunker(max_length=1000).messages(reader, "o")  # type: ignore[arg-type]
+    first = next(msgs)
+    assert first.length == 1000 and len(reader.reads) == 2  # one chunk held back to find the last
+    assert sum(1 for _ in msgs) == 9
+    assert set(reader.reads) == {1000}
+
+
+def test_header_only_messages_carry_checksums_not_data() -> None:
+    payload = os.urandom(2500)
+    msgs = list(Chunker(max_length=1000).messages(io.BytesIO(payload), "o", header_only=True, src_name="shared/o"))
+    assert all(m.header_only and not m.data for m in msgs)
+    for m in msgs:
+        encoded = m.encode()
+        decoded = decode_message(encoded, require_integrity=True)
+        assert len(encoded) == decoded.layout.struc_length
+        assert decoded.message.header_only
+        assert m.integrity is not None
+        assert m.integrity.chunk_checksum == checksum(ChecksumAlgorithm.CRC32, payload[m.offset : m.offset + m.length])
+
+
+def test_crc32c_selectable() -> None:
+    payload = os.urandom(3000)
+    msgs = list(Chunker(max_length=1000, algorithm=ChecksumAlgorithm.CRC32C).messages(io.BytesIO(payload), "o"))
+    last = msgs[-1].integrity
+    assert last is not None and last.algorithm == ChecksumAlgorithm.CRC32C
+    assert last.object_checksum == reference_function(ChecksumAlgorithm.CRC32C)(payload)
+
+
+def test_integrity_block_location_and_layout() -> None:
+    payload = b"0123456789"
+    (msg,) = Chunker(max_length=100).messages(io.BytesIO(payload), "dir/name", src_name="src", src_env="E")
+    encoded = msg.encode()
+    layout = decode_rmh(encoded)
+    sl = layout.struc_length
+    assert sl % 4 == 0
+    block = encoded[sl - BLOCK_LENGTH : sl]
+    magic, version, algo, flags, reserved, length, chunk_crc, obj_len, obj_crc, head_crc = struct.unpack(
+        ">4sBBBBIIQII", block
+    )
+    assert (magic, version, algo, flags, reserved, length) == (MAGIC, 1, 1, 1, 0, 32)
+    assert chunk_crc == obj_crc == checksum(ChecksumAlgorithm.CRC32, payload) and obj_len == 10
+    assert head_crc == checksum(ChecksumAlgorithm.CRC32, encoded[: sl - 4])
+    # No string offset references the block: an MQ reader sees an ordinary MQRMH.
+    assert all(span.end <= sl - BLOCK_LENGTH for span in layout.spans)
+    assert encoded[sl:] == payload
+    assert sl >= LENGTH_1 + BLOCK_LENGTH
+
+
+def test_plain_mq_layout_without_integrity() -> None:
+    (msg,) = Chunker(max_length=100, integrity=False).messages(io.BytesIO(b"abc"), "o")
+    assert msg.integrity is None
+    encoded = msg.encode()
+    assert decode_message(encoded).message.integrity is None
+    with pytest.raises(ChecksumError):
+        decode_message(encoded, require_integrity=True)
+
+
+def test_big_endian_sender() -> None:
+    encoded = chunk(io.BytesIO(b"x" * 250), "o", max_length=100)
+    assert len(encoded) == 3
+    msgs = list(Chunker(max_length=100, header_encoding=ENCODING_BIG_ENDIAN).encode(io.BytesIO(b"y" * 250), "o"))
+    assert msgs[0][4:8] == b"\0\0\0\x01"
+    assert decode_message(msgs[2], require_integrity=True).message.is_last
+
+
+def test_corrupted_chunk_data_detected() -> None:
+    (msg,) = Chunker(max_length=100).messages(io.BytesIO(b"abcdef"), "o")
+    encoded = bytearray(msg.encode())
+    encoded[-1] ^= 0x40
+    with pytest.raises(ChecksumError) as err:
+        decode_message(bytes(encoded))
+    assert err.value.reason == Reason.DATA_CHECKSUM_ERROR
+
+
+def test_bad_configuration() -> None:
+    with pytest.raises(SegmentationError):
+        Chunker(max_length=0)
+    with pytest.raises(SegmentationError):
+        list(Chunker(max_length=144, limit_includes_header=True).messages(io.BytesIO(b"abc"), "o"))
+
+
+def test_chunk_past_declared_object_length_rejected() -> None:
+    header = RMH(data_logical_offset=10, data_logical_length=5, flags=RmhFlags.LAST)
+    crc = checksum(ChecksumAlgorithm.CRC32, b"abcde")
+    encoded = ReferenceMessage(header, b"abcde", Integrity(ChecksumAlgorithm.CRC32, crc, 12, crc)).encode()
+    with pytest.raises(SegmentationError) as err:
+        decode_message(encoded)
+    assert err.value.reason == Reason.OFFSET_ERROR
