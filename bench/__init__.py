@@ -1,0 +1,1 @@
+"""Throughput benchmarks: run with ``python -m bench``."""

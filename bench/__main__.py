@@ -1,0 +1,92 @@
+"""Run the benchmark suite: ``python -m bench [--quick] [--out DIR]``.
+
+Writes ``results.json``, PNG plots and ``table.md`` into ``--out`` (default
+``bench/results``); with the default it also rewrites the results section of
+``bench/README.md``. Timings live here, never in tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from . import inprocess, report, sparkbench
+
+HERE = Path(__file__).parent
+
+
+def machine() -> dict[str, Any]:
+    import psutil
+    import pyarrow
+    import pyspark
+    import zstandard
+
+    cpu = (
+        next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")
+            ),
+            platform.processor(),
+        )
+        if Path("/proc/cpuinfo").exists()
+        else platform.processor()
+    )
+    from reassembly.java import ensure_java
+
+    return {
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu": cpu,
+        "cores": psutil.cpu_count(),
+        "ram_gib": round(psutil.virtual_memory().total / (1 << 30), 1),
+        "python": sys.version.split()[0],
+        "pyspark": pyspark.__version__,
+        "pyarrow": pyarrow.__version__,
+        "zstandard": zstandard.__version__,
+        "java_home": ensure_java(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    p.add_argument("--quick", action="store_true", help="small sizes: a smoke run under two minutes")
+    p.add_argument("--out", default=str(HERE / "results"), help="where results.json, plots and table.md go")
+    p.add_argument("--work", default=None, help="scratch directory for generated data (default: a temp dir)")
+    p.add_argument("--skip-spark", action="store_true")
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="bench-"))
+    started = time.monotonic()
+    results: dict[str, Any] = {"machine": machine(), "quick": args.quick}
+    print("segmenter ...", flush=True)
+    results["segmenter"] = inprocess.segmenter_cases(args.quick)
+    print("assembler ...", flush=True)
+    results["assembler"] = inprocess.assembler_cases(args.quick)
+    results["spark"] = []
+    if not args.skip_spark:
+        for case in sparkbench.spark_cases(work, args.quick):
+            print(f"spark {case['kind']} {case['bytes'] >> 20} MiB {case['approach']}: {case['seconds']}", flush=True)
+            results["spark"].append(case)
+    results["seconds_total"] = time.monotonic() - started
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    table = report.markdown(results)
+    (out / "table.md").write_text(table)
+    report.plots(results, out)
+    if out.resolve() == (HERE / "results").resolve():
+        report.update_readme(HERE / "README.md", table)
+    print(table)
+    print(f"done in {results['seconds_total']:.0f} s; results in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
