@@ -27,6 +27,17 @@ def timed(fn: Callable[[], Any], repeat: int) -> float:
     return statistics.median(times)
 
 
+def _result(payload: int, segment: int, seconds: float, floor: float) -> dict[str, Any]:
+    return {
+        "payload": payload,
+        "segment": segment,
+        "seconds": seconds,
+        "gbps": payload / seconds / 1e9,
+        "floor_gbps": payload / floor / 1e9,
+        "ratio_to_floor": floor / seconds,
+    }
+
+
 def _payload(size: int, codec: Codec) -> bytes:
     # Half random, half text-like: zstd has something to do, as with real documents.
     if codec == Codec.NONE:
@@ -54,18 +65,7 @@ def segmenter_cases(quick: bool) -> list[dict[str, Any]]:
                     for s in seg.segment(payload):
                         s.header.pack()
 
-                t = timed(run, repeat)
-                out.append(
-                    {
-                        "codec": codec.name.lower(),
-                        "payload": psize,
-                        "segment": ssize,
-                        "seconds": t,
-                        "gbps": psize / t / 1e9,
-                        "floor_gbps": psize / floor / 1e9,
-                        "ratio_to_floor": floor / t,
-                    }
-                )
+                out.append({"codec": codec.name.lower(), **_result(psize, ssize, timed(run, repeat), floor)})
         del payload
     return out
 
@@ -102,16 +102,5 @@ def assembler_cases(quick: bool) -> list[dict[str, Any]]:
             def run(order: list[bytes] = order, limits: Limits = limits) -> None:
                 Assembler(limits).receive_many(order)
 
-            t = timed(run, 3)
-            out.append(
-                {
-                    "order": name,
-                    "payload": psize,
-                    "segment": ssize,
-                    "seconds": t,
-                    "gbps": psize / t / 1e9,
-                    "floor_gbps": psize / floor / 1e9,
-                    "ratio_to_floor": floor / t,
-                }
-            )
+            out.append({"order": name, **_result(psize, ssize, timed(run, 3), floor)})
     return out

@@ -208,9 +208,8 @@ def _input_bytes(paths: Sequence[str]) -> int:
     return total
 
 
-def run_job(args: argparse.Namespace) -> Path:
-    from .spark import ReassemblyOptions, reassemble
-
+def open_job(args: argparse.Namespace, column: str | None) -> tuple[list[str], Path, Any, Any]:
+    """Check input and output, start Spark, read the input: (paths, output, session, DataFrame)."""
     paths = _inputs(args.input)
     out = _claim_output(args.output, args.overwrite)
     spark = _session(args)
@@ -218,9 +217,16 @@ def run_job(args: argparse.Namespace) -> Path:
         df = spark.read.parquet(*paths)
     except Exception as exc:
         raise JobError(f"cannot read {args.input}: {_first_line(exc)}") from None
+    if column is not None and column not in df.columns:
+        raise JobError(f"column {column!r} not in input (columns: {', '.join(df.columns)})")
+    return paths, out, spark, df
+
+
+def run_job(args: argparse.Namespace) -> Path:
+    from .spark import ReassemblyOptions, reassemble
+
     encoded = args.input_format == "encoded"
-    if encoded and args.raw_column not in df.columns:
-        raise JobError(f"column {args.raw_column!r} not in input (columns: {', '.join(df.columns)})")
+    paths, out, spark, df = open_job(args, args.raw_column if encoded else None)
     options = ReassemblyOptions(max_message_size=args.max_message_size, partitions=args.partitions)
     start = time.monotonic()
     with _atomic_dir(out) as tmp, Progress(spark, _progress_on(args)):

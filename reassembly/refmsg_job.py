@@ -172,27 +172,9 @@ def reassemble_objects(df: Any, message_column: str = "message") -> Any:
 
 def run_refmsg(args: argparse.Namespace) -> int:
     """The ``refmsg`` subcommand: same atomic output and summary conventions as ``run``."""
-    from .cli import (
-        JobError,
-        Progress,
-        _atomic_dir,
-        _claim_output,
-        _first_line,
-        _inputs,
-        _progress_on,
-        _session,
-        write_split,
-    )
+    from .cli import JobError, Progress, _atomic_dir, _first_line, _progress_on, open_job, write_split
 
-    paths = _inputs(args.input)
-    out = _claim_output(args.output, args.overwrite)
-    spark = _session(args)
-    try:
-        df = spark.read.parquet(*paths)
-    except Exception as exc:
-        raise JobError(f"cannot read {args.input}: {_first_line(exc)}") from None
-    if args.message_column not in df.columns:
-        raise JobError(f"column {args.message_column!r} not in input (columns: {', '.join(df.columns)})")
+    _, out, spark, df = open_job(args, args.message_column)
     start = time.monotonic()
     with _atomic_dir(out) as tmp, Progress(spark, _progress_on(args)):
         try:
