@@ -665,8 +665,12 @@ class Assembler:
 
 
 def _own(data: Buffer) -> Buffer:
-    """Keep views of immutable ``bytes`` as they are; copy anything the caller could still change."""
-    if isinstance(data, bytes) or (isinstance(data, memoryview) and isinstance(data.obj, bytes)):
+    """Keep ``bytes`` and read-only views as they are (no copy); copy anything the caller could change.
+
+    A read-only view is trusted not to change underneath (Arrow buffers, ``bytes``):
+    callers that pass ``memoryview(x).toreadonly()`` promise not to modify ``x``.
+    """
+    if isinstance(data, bytes) or (isinstance(data, memoryview) and data.readonly):
         return data
     return bytes(data)
 

@@ -2,10 +2,11 @@
 
 Data path:
 
-1. Headers are decoded in the JVM (``decode.py``): rows that are not valid
-   segments go to the Python decoder, which gives their exact reason.
-2. One shuffle, by GroupId, so a whole MQ group (or a single message) meets
-   in one place.
+1. Headers are decoded in the JVM (``decode.py``); rows that are not valid
+   segments get a NULL key and go, as one group, to the Python decoder, which
+   gives their exact reason.
+2. One scan and one shuffle, by GroupId, so a whole MQ group (or a single
+   message) meets in one place.
 3. Each group goes through ``applyInArrow`` (iterator form) to the same
    :class:`~reassembly.assembler.Assembler` the in-process consumer uses:
    the rules live in one place, and the Spark output is, by construction,
@@ -77,25 +78,28 @@ class ReassemblyResult:
         )
 
 
+def _views(arr: pa.Array) -> list[memoryview]:
+    """Zero-copy, read-only views of a binary column's values (Arrow buffers never change once built)."""
+    _, offsets, data = arr.buffers()
+    pos = memoryview(offsets).cast("q" if pa.types.is_large_binary(arr.type) else "i")[arr.offset :]
+    values = memoryview(data if data is not None else b"").toreadonly()
+    return [values[pos[i] : pos[i + 1]] for i in range(len(arr))]
+
+
 def _group_fn(limits: Limits) -> Any:
     def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        raws: list[bytes] = []
-        group_id = None
+        raws: list[memoryview] = []
+        group_id: bytes | None = None
         for batch in batches:
-            if group_id is None and batch.num_rows:
-                group_id = batch.column(0)[0].as_py()
-            raws += batch.column(1).to_pylist()
-        rows = reassemble_group(raws, group_id, limits)
-        yield pa.RecordBatch.from_pylist(rows, schema=OUTPUT_ARROW)
-
-    return fn
-
-
-def _reject_fn(limits: Limits) -> Any:
-    def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            rows = reject_rows(batch.column(0).to_pylist(), limits)
-            yield pa.RecordBatch.from_pylist(rows, schema=OUTPUT_ARROW)
+            if not batch.num_rows:
+                continue
+            group_id = batch.column(0)[0].as_py()
+            if group_id is None:  # rows Spark could not decode: the Python decoder names the reason
+                yield pa.RecordBatch.from_pylist(reject_rows(_views(batch.column(1)), limits), schema=OUTPUT_ARROW)
+                continue
+            raws += _views(batch.column(1))
+        if raws:
+            yield pa.RecordBatch.from_pylist(reassemble_group(raws, group_id, limits), schema=OUTPUT_ARROW)
 
     return fn
 
@@ -109,6 +113,8 @@ def reassemble(
     options: ReassemblyOptions | None = None,
 ) -> ReassemblyResult:
     """Reassemble a DataFrame of segments (encoded, or as columns: see :class:`ColumnNames`)."""
+    from pyspark.sql import functions as F
+
 
     opts = options or ReassemblyOptions()
     limits = opts.limits()
@@ -121,7 +127,7 @@ def reassemble(
     spark = df.sparkSession
     n = opts.partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
 
-    bad = d.where("NOT header_ok").select("raw").mapInArrow(_reject_fn(limits), OUTPUT_DDL)
-    good = d.where("header_ok").select("group_id", "raw").repartition(n, "group_id")
-    groups = good.groupBy("group_id").applyInArrow(_group_fn(limits), OUTPUT_DDL)
-    return ReassemblyResult(groups.unionByName(bad))
+    # One scan, one shuffle: invalid rows travel with group_id NULL and form their own group.
+    keyed = d.select(F.when(F.col("header_ok"), F.col("group_id")).alias("group_id"), "raw")
+    out = keyed.repartition(n, "group_id").groupBy("group_id").applyInArrow(_group_fn(limits), OUTPUT_DDL)
+    return ReassemblyResult(out)

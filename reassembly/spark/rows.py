@@ -51,7 +51,7 @@ class _Acc:
     seq: int
     status: str | None = None
     reason: int | None = None
-    payload: bytes | None = None
+    payload: bytes | memoryview | None = None
     stored_length: int | None = None
     original_length: int | None = None
     missing_ranges: list[dict[str, int | None]] = field(default_factory=list)
@@ -108,7 +108,7 @@ class GroupRows:
     def _complete(self, ev: MessageComplete) -> None:
         acc = self._acc(ev.msg_seq_number)
         acc.status, acc.reason = Status.COMPLETE, 0
-        acc.payload = bytes(ev.payload)
+        acc.payload = ev.payload  # a view: Arrow copies it once, into the output batch
         acc.stored_length, acc.original_length = ev.stored_length, ev.original_length
         acc.segments_used = ev.segments
 
