@@ -217,8 +217,12 @@ def open_job(args: argparse.Namespace, column: str | None) -> tuple[list[str], P
         df = spark.read.parquet(*paths)
     except Exception as exc:
         raise JobError(f"cannot read {args.input}: {_first_line(exc)}") from None
-    if column is not None and column not in df.columns:
-        raise JobError(f"column {column!r} not in input (columns: {', '.join(df.columns)})")
+    if column is not None:
+        types = dict(df.dtypes)
+        if column not in types:
+            raise JobError(f"column {column!r} not in input (columns: {', '.join(df.columns)})")
+        if types[column] != "binary":
+            raise JobError(f"column {column!r} is {types[column]}, expected binary (encoded segments)")
     return paths, out, spark, df
 
 
@@ -245,8 +249,16 @@ def _progress_on(args: argparse.Namespace) -> bool:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:300] if text else type(exc).__name__
+    """One informative line: for a Java error, its message and root cause, not py4j's call site."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip() and not line.startswith("\t")]
+    if not lines:
+        return type(exc).__name__
+    java = [line[2:] for line in lines if line.startswith(": ")]
+    causes = [line.removeprefix("Caused by: ") for line in lines if line.startswith("Caused by: ")]
+    head = java[0] if java else lines[0]
+    if causes and causes[-1] not in head:
+        head = f"{head} (cause: {causes[-1]})"
+    return head[:400]
 
 
 def run_demo(args: argparse.Namespace) -> int:

@@ -65,14 +65,37 @@ def test_unreadable_input_is_one_line_not_a_java_stack_trace(tmp_path: Path) -> 
     assert "\tat org.apache" not in done.stderr and "Traceback" not in done.stderr
 
 
+def _corrupt_parquet(path: Path) -> None:
+    """A Parquet file whose footer and schema are fine but whose data page is garbage:
+    Spark plans the job, starts writing, and fails while reading rows."""
+    rows = pa.array([os.urandom(5000) for _ in range(50)], pa.binary())
+    pq.write_table(pa.table({"segment": rows}), path, compression="snappy", use_dictionary=False)
+    start = pq.ParquetFile(path).metadata.row_group(0).column(0).data_page_offset + 100
+    with open(path, "r+b") as f:
+        f.seek(start)
+        f.write(b"\xff" * 20_000)
+
+
 def test_failed_run_leaves_no_output(tmp_path: Path) -> None:
-    table = tmp_path / "strings.parquet"  # a string column: the job fails inside the Python workers
-    pq.write_table(pa.table({"segment": pa.array(["not", "binary"], pa.string())}), table)
+    table = tmp_path / "corrupt.parquet"
+    _corrupt_parquet(table)
     out = tmp_path / "out"
     done = reassemble("run", str(table), str(out))
-    assert done.returncode == 1 and "job failed" in done.stderr
+    assert done.returncode == 1, done.stdout[-1000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("reassemble: error:")]
+    assert len(errors) == 1 and "job failed" in errors[0] and "corrupt.parquet" in errors[0], done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and "\tat org.apache" not in done.stderr
     assert not out.exists()
-    assert [p.name for p in tmp_path.iterdir()] == ["strings.parquet"]
+    assert [p.name for p in tmp_path.iterdir()] == ["corrupt.parquet"]  # no hidden temporary left either
+
+
+def test_a_column_that_is_not_binary_is_a_one_line_error(tmp_path: Path) -> None:
+    table = tmp_path / "strings.parquet"
+    pq.write_table(pa.table({"segment": pa.array(["not", "binary"], pa.string())}), table)
+    done = reassemble("run", str(table), str(tmp_path / "out"))
+    assert done.returncode == 1
+    assert "reassemble: error: column 'segment' is string, expected binary" in done.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_existing_output_needs_overwrite(landing: Path, tmp_path: Path) -> None:
