@@ -349,9 +349,14 @@ class Assembler:
     def _store(self, msg: _Message, seg: Segment, events: list[Event]) -> bool:
         """Validate against what the message already holds; keep the piece. False for a duplicate."""
         h, ref = seg.header, msg.ref
-        if (h.codec, h.algorithm, group_bits(h.msg_flags)) != (ref.codec, ref.algorithm, group_bits(ref.msg_flags)):
+        if (h.codec, h.algorithm, group_bits(h.msg_flags), h.length_deferred) != (
+            ref.codec,
+            ref.algorithm,
+            group_bits(ref.msg_flags),
+            ref.length_deferred,
+        ):
             raise HeaderError(
-                "codec, checksum algorithm or group flags differ from earlier segments of the message",
+                "codec, checksum algorithm, group flags or LENGTH_DEFERRED differ from earlier segments of the message",
                 reason=Reason.HEADER_MISMATCH,
                 msg_seq_number=h.msg_seq_number,
                 offset=h.offset,
@@ -484,7 +489,8 @@ class Assembler:
             except SegmentationError as exc:
                 first_error = first_error or exc
                 continue
-            losers = [p for options in choices for p in options if not any(p is w for w in combo)]
+            winners = {id(w) for w in combo}
+            losers = [p for options in choices for p in options if id(p) not in winners]
             msg.pieces = {w.header.offset: w for w in combo}
             msg.alternates = {}
             for p in losers:

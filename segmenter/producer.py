@@ -197,6 +197,7 @@ class MessageWriter:
         self._seq = msg_seq_number
         self._base = segmenter._base_flags(group_flags)
         self._original_length = original_length
+        self._deferred = original_length == UNKNOWN_LENGTH
         self._crc = checksum_function(segmenter.algorithm)
         self._message_crc = 0
         self._written = 0
@@ -229,6 +230,7 @@ class MessageWriter:
             algorithm=self._s.algorithm,
             data_checksum=self._crc(data, 0),
             message_checksum=self._message_crc if last else None,
+            length_deferred=self._deferred,
         )
         self._offset += len(data)
         return Segment(header, data)

@@ -41,6 +41,8 @@ MAX_LENGTH = (1 << 63) - 1  # lengths above this are refused (signed 64-bit in S
 MAX_SEQ_NUMBER = 999_999_999  # MQ's range for MsgSeqNumber
 GROUP_ID_LENGTH = 24
 HAS_MESSAGE_CHECKSUM = 0x01  # header_flags bit: message_checksum is meaningful
+LENGTH_DEFERRED = 0x02  # header_flags bit: the producer did not know the length up front (streaming)
+KNOWN_HEADER_FLAGS = HAS_MESSAGE_CHECKSUM | LENGTH_DEFERRED
 DEFAULT_MAX_SEGMENT_SIZE = 100 * 1024 * 1024  # MQ's largest MAXMSGL
 _HEADER_CRC = checksum_function(ChecksumAlgorithm.CRC32)
 _PREFIX = struct.Struct(">4sBBBBH")  # magic .. header_length: enough to frame a header
@@ -61,6 +63,9 @@ class SegmentHeader(NamedTuple):
     data_checksum: int
     message_checksum: int | None  # None when this segment does not carry it
     header_length: int = HEADER_LENGTH
+    # Set in every segment of a message whose OriginalLength was not known when it was cut;
+    # without it every segment declares OriginalLength, so a consumer can route by size per row.
+    length_deferred: bool = False
 
     @property
     def end(self) -> int:
@@ -79,7 +84,7 @@ class SegmentHeader(NamedTuple):
             VERSION,
             self.algorithm,
             self.codec,
-            HAS_MESSAGE_CHECKSUM if has_crc else 0,
+            (HAS_MESSAGE_CHECKSUM if has_crc else 0) | (LENGTH_DEFERRED if self.length_deferred else 0),
             HEADER_LENGTH,
             0,
             self.msg_flags,
@@ -153,6 +158,12 @@ def _check_header_fields(h: SegmentHeader, max_message_size: int) -> None:
             )
     elif last:
         raise OriginalLengthError("the last segment must carry the stored length", offset=h.offset)
+    if h.original_length == UNKNOWN_LENGTH and not h.length_deferred:
+        raise OriginalLengthError(
+            "OriginalLength must be declared in every segment unless the LENGTH_DEFERRED header flag is set",
+            offset=h.offset,
+            msg_seq_number=h.msg_seq_number,
+        )
     if last and (h.original_length == UNKNOWN_LENGTH or h.message_checksum is None):
         raise OriginalLengthError(
             "the last segment must carry the original length and the message checksum", offset=h.offset
@@ -204,7 +215,7 @@ def decode_header(
             "header checksum mismatch", reason=Reason.HEADER_CHECKSUM_ERROR, expected=expected, actual=actual
         )
     fields = HEADER.unpack_from(view)
-    if fields[6] != 0 or hflags & ~HAS_MESSAGE_CHECKSUM:
+    if fields[6] != 0 or hflags & ~KNOWN_HEADER_FLAGS:
         raise HeaderError("reserved header bits are set", reason=Reason.RESERVED_FIELD_ERROR)
     try:
         algorithm = ChecksumAlgorithm(algo)
@@ -227,6 +238,7 @@ def decode_header(
         data_checksum=fields[14],
         message_checksum=fields[15] if hflags & HAS_MESSAGE_CHECKSUM else None,
         header_length=header_length,
+        length_deferred=bool(hflags & LENGTH_DEFERRED),
     )
     _check_header_fields(header, max_message_size)
     return header

@@ -44,6 +44,7 @@ def _encode() -> Any:
                     algorithm=cols["algorithm"][i] if "algorithm" in cols else DEFAULT_ALGORITHM,
                     data_checksum=cols["data_checksum"][i],
                     message_checksum=mcrc,
+                    length_deferred=original is None,
                 )
                 try:
                     out.append(header.pack() + data)

@@ -55,6 +55,7 @@ def decode_segments(df: Any, raw_column: str = "segment", max_message_size: int 
         d = d.withColumn(name, F.expr(expr))
     d = d.withColumn("data", F.expr(f"substring({r}, {_HL} + 1, length({r}) - {_HL})"))
     d = d.withColumn("message_checksum", F.expr("CASE WHEN header_flags & 1 = 1 THEN message_checksum_field END"))
+    d = d.withColumn("length_deferred", F.expr("header_flags & 2 = 2"))
     last = "(msg_flags & 4 = 4 OR msg_flags & 2 = 0)"
     ok = " AND ".join(
         [
@@ -65,7 +66,8 @@ def decode_segments(df: Any, raw_column: str = "segment", max_message_size: int 
             f"length({r}) >= {_HL}",
             "header_checksum = header_checksum_actual",
             "reserved = 0",
-            "header_flags & 254 = 0",
+            "header_flags & 252 = 0",
+            "(length_deferred OR original_length IS NOT NULL)",
             "algorithm IN (1, 2)",
             "codec IN (0, 1)",
             f"msg_seq_number BETWEEN 1 AND {MAX_SEQ_NUMBER}",
