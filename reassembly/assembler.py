@@ -20,10 +20,11 @@ import struct
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import zstandard
 
-from segmenter.checksum import Combiner, checksum
+from segmenter.checksum import ChecksumAlgorithm, Combiner, checksum
 from segmenter.errors import (
     ChecksumError,
     ConflictError,
@@ -53,6 +54,7 @@ from segmenter.wire import (
 )
 
 from ._state import GroupInput, GroupState, transition
+from .bodies import BodyStore, MessageKey, StoredBody
 from .events import (
     Cause,
     ChecksumMismatch,
@@ -85,7 +87,7 @@ class Limits:
 @dataclass
 class _Piece:
     header: SegmentHeader
-    data: Buffer
+    data: Buffer  # or, for a message kept in a BodyStore, the store's handle (compares, converts to bytes)
 
     @property
     def raw(self) -> bytes:
@@ -105,6 +107,12 @@ class _Message:
     original_length: int = UNKNOWN_LENGTH
     message_checksum: int | None = None
     alternates: dict[int, list[_Piece]] = field(default_factory=dict)  # conflicting copies, by offset
+    stored: bool = False  # body kept in the BodyStore, not in memory
+    decoded: bool = False  # stored and decompressed into the store's output
+
+    @property
+    def key(self) -> MessageKey:
+        return (self.ref.group_id, self.seq)
 
     @property
     def covered(self) -> bool:
@@ -115,6 +123,9 @@ class _Message:
         return tuple(p.raw for p in held)
 
     def held_bytes(self) -> int:
+        """Bytes held in memory (none for a stored body)."""
+        if self.stored:
+            return 0
         return sum(p.header.data_length for p in self.pieces.values()) + sum(
             p.header.data_length for alts in self.alternates.values() for p in alts
         )
@@ -192,9 +203,11 @@ class Assembler:
         clock: Callable[[], float] | None = None,
         unit_of_work: bool = True,
         batch: bool = False,
+        bodies: BodyStore | None = None,
     ) -> None:
         self.limits = limits or Limits()
         self.batch = batch
+        self.bodies = bodies
         if self.limits.expiry_seconds is not None and clock is None:
             raise SegmentationError("expiry_seconds needs a clock", reason=Reason.STATE_ERROR)
         self._clock = clock
@@ -297,10 +310,10 @@ class Assembler:
         msg = group.messages.get(h.msg_seq_number)
         created = msg is None
         if msg is None:
-            msg = _Message(h.msg_seq_number, h)
+            msg = _Message(h.msg_seq_number, h, stored=self.bodies is not None and self.bodies.wants(h))
         try:
             self._check_group(group, h)
-            if self._store(msg, seg, events):
+            if self._store(msg, seg, events) and not msg.stored:
                 group.buffered += h.data_length
                 self.buffered_bytes += h.data_length
                 if is_last_in_group(h.msg_flags):
@@ -391,7 +404,7 @@ class Assembler:
                     new_length=h.data_length,
                 )
             # Same place, same size, other bytes: keep both until the message checksum decides.
-            alternates.append(_Piece(h, _own(seg.data)))
+            alternates.append(_Piece(h, self._keep(msg, None, seg.data)))
             return True
         i = bisect.bisect_left(msg.offsets, h.offset)
         neighbours = [msg.pieces[msg.offsets[j]].header for j in (i - 1, i) if 0 <= j < len(msg.offsets)]
@@ -422,12 +435,20 @@ class Assembler:
         if stored != UNKNOWN_LENGTH and h.end > stored:
             raise OffsetError(f"segment ends at {h.end}, past stored length {stored}", end=h.end, stored_length=stored)
         msg.offsets.insert(i, h.offset)
-        msg.pieces[h.offset] = _Piece(h, _own(seg.data))
+        msg.pieces[h.offset] = _Piece(h, self._keep(msg, h.offset, seg.data))
         msg.received += h.data_length
         msg.stored_length, msg.original_length, msg.message_checksum = stored, original, mcrc
         if h.is_last_segment:
             msg.last_end = h.end
         return True
+
+    def _keep(self, msg: _Message, offset: int | None, data: Buffer) -> Buffer:
+        """What to hold for a piece: the bytes (no copy where safe), or the store's handle."""
+        if msg.stored:
+            assert self.bodies is not None
+            held: Buffer = self.bodies.put(msg.key, offset, data)
+            return held
+        return _own(data)
 
     # ------------------------------------------------------------ completion
     def _progress(self, group: _Group, msg: _Message, events: list[Event], final: bool = False) -> None:
@@ -485,7 +506,7 @@ class Assembler:
         first_error: SegmentationError | None = None
         for combo in itertools.islice(itertools.product(*choices), _MAX_TRIALS):
             try:
-                payload = _assemble(msg, combo, self.limits.max_message_size)
+                payload = self._assemble(msg, combo)
             except SegmentationError as exc:
                 first_error = first_error or exc
                 continue
@@ -518,10 +539,19 @@ class Assembler:
                 duplicates=msg.duplicates,
                 stored_length=msg.stored_length,
                 original_length=msg.original_length,
+                checksum=msg.message_checksum,
             )
             return complete, conflicts
         assert first_error is not None
         return MessageFailed(group_id, msg.seq, first_error.reason, first_error, msg.raws()), []
+
+    def _assemble(self, msg: _Message, pieces: tuple[_Piece, ...]) -> memoryview | StoredBody:
+        if msg.message_checksum is None or msg.original_length == UNKNOWN_LENGTH:
+            raise OriginalLengthError("message has no original length or checksum", msg_seq_number=msg.seq)
+        if msg.stored:
+            assert self.bodies is not None
+            return _assemble_stored(msg, pieces, self.bodies, self.limits.max_message_size)
+        return _assemble(msg, pieces, self.limits.max_message_size)
 
     # --------------------------------------------------- leaving the assembler
     def _release(self, group: _Group, messages: list[_Message], delivered: bool) -> None:
@@ -531,6 +561,11 @@ class Assembler:
             freed = m.held_bytes()
             group.buffered -= freed
             self.buffered_bytes -= freed
+            if m.stored and self.bodies is not None:
+                if delivered:
+                    self.bodies.finish(m.key, m.decoded)
+                else:
+                    self.bodies.discard(m.key)
             m.pieces.clear()
             m.offsets.clear()
             m.alternates.clear()
@@ -540,6 +575,10 @@ class Assembler:
 
     def _terminate(self, group: _Group, how: GroupInput) -> None:
         group.state = transition(group.state, how)
+        if self.bodies is not None:
+            for m in group.messages.values():
+                if m.stored:
+                    self.bodies.discard(m.key)  # not delivered: whatever the store kept goes
         self.buffered_bytes -= group.buffered
         group.buffered = 0
         self._groups.pop(group.group_id, None)
@@ -702,30 +741,16 @@ def _header_or_none(raw: bytes) -> SegmentHeader | None:
         return None
 
 
-def _assemble(msg: _Message, pieces: tuple[_Piece, ...], max_message_size: int) -> memoryview:
-    """Copy the pieces into one preallocated buffer, decode, verify the message checksum."""
-    ref = msg.ref
-    stored = msg.stored_length
-    if msg.message_checksum is None or msg.original_length == UNKNOWN_LENGTH:
-        raise OriginalLengthError("message has no original length or checksum", msg_seq_number=msg.seq)
-    if len(pieces) == 1:
-        body = memoryview(pieces[0].data).toreadonly()
-    else:
-        buf = bytearray(stored)
-        for p in pieces:
-            buf[p.header.offset : p.header.end] = p.data
-        body = memoryview(buf).toreadonly()
-    if ref.codec == Codec.NONE:
-        # Pieces were verified on arrival; combine their checksums instead of a second pass.
-        hot = pieces[0].header.data_length if len(pieces) > 2 else 0
-        combiner = Combiner(ref.algorithm, hot)
-        for p in pieces:
-            combiner.add(p.header.data_checksum, p.header.data_length)
-        actual = combiner.value
-        payload = body
-    else:
-        payload = _decompress(body, msg.original_length, max_message_size)
-        actual = checksum(ref.algorithm, payload)
+def _combined_checksum(msg: _Message, pieces: tuple[_Piece, ...]) -> int:
+    """The message checksum from the pieces' verified checksums: no second pass over the bytes."""
+    hot = pieces[0].header.data_length if len(pieces) > 2 else 0
+    combiner = Combiner(msg.ref.algorithm, hot)
+    for p in pieces:
+        combiner.add(p.header.data_checksum, p.header.data_length)
+    return combiner.value
+
+
+def _check_message(msg: _Message, actual: int) -> None:
     if actual != msg.message_checksum:
         raise ChecksumError(
             f"message {msg.seq} checksum mismatch",
@@ -734,26 +759,96 @@ def _assemble(msg: _Message, pieces: tuple[_Piece, ...], max_message_size: int) 
             actual=actual,
             msg_seq_number=msg.seq,
         )
+
+
+def _assemble(msg: _Message, pieces: tuple[_Piece, ...], max_message_size: int) -> memoryview:
+    """Copy the pieces into one preallocated buffer, decode, verify the message checksum."""
+    if len(pieces) == 1:
+        body = memoryview(pieces[0].data).toreadonly()
+    else:
+        buf = bytearray(msg.stored_length)
+        for p in pieces:
+            buf[p.header.offset : p.header.end] = p.data
+        body = memoryview(buf).toreadonly()
+    if msg.ref.codec == Codec.NONE:
+        # Pieces were verified on arrival; combine their checksums instead of a second pass.
+        _check_message(msg, _combined_checksum(msg, pieces))
+        return body
+    out = bytearray(msg.original_length)
+    _inflate(body, msg.original_length, max_message_size, _BufferSink(out))
+    payload = memoryview(out).toreadonly()
+    _check_message(msg, checksum(msg.ref.algorithm, payload))
     return payload
 
 
-def _decompress(body: memoryview, original_length: int, max_message_size: int) -> memoryview:
-    """zstd, bounded: never more output than the declared original length."""
+def _assemble_stored(msg: _Message, pieces: tuple[_Piece, ...], bodies: BodyStore, max_message_size: int) -> StoredBody:
+    """As :func:`_assemble`, for a body in a store: the pieces are already in place, nothing is copied
+    into memory; a compressed body is decompressed from the store into the store."""
+    if msg.ref.codec == Codec.NONE:
+        actual = _combined_checksum(msg, pieces)
+        _check_message(msg, actual)  # before any I/O: a failing combination costs nothing
+        bodies.body(msg.key, [(p.header.offset, p.data) for p in pieces], msg.stored_length)
+        msg.decoded = False
+        return StoredBody(bodies.location(msg.key), msg.stored_length, actual)
+    body = bodies.body(msg.key, [(p.header.offset, p.data) for p in pieces], msg.stored_length)
+    out = bodies.output(msg.key)
+    out.seek(0)
+    out.truncate()
+    sink = _FileSink(out, msg.ref.algorithm)
+    _inflate(body, msg.original_length, max_message_size, sink)
+    _check_message(msg, sink.crc)
+    msg.decoded = True
+    return StoredBody(bodies.location(msg.key), msg.original_length, sink.crc)
+
+
+class _BufferSink:
+    """Decompressed bytes go straight into a preallocated buffer (no intermediate copy)."""
+
+    def __init__(self, buf: bytearray) -> None:
+        self._view = memoryview(buf)
+        self._filled = 0
+
+    def space(self, n: int) -> memoryview:
+        return self._view[self._filled : self._filled + n]
+
+    def commit(self, chunk: memoryview) -> None:
+        self._filled += len(chunk)
+
+
+class _FileSink:
+    """Decompressed bytes go to a file through a 1 MiB window, checksummed on the way."""
+
+    def __init__(self, out: Any, algorithm: ChecksumAlgorithm) -> None:
+        self._out = out
+        self._window = memoryview(bytearray(1 << 20))
+        self._algorithm = algorithm
+        self.crc = 0
+
+    def space(self, n: int) -> memoryview:
+        return self._window[: min(n, len(self._window))]
+
+    def commit(self, chunk: memoryview) -> None:
+        self._out.write(chunk)
+        self.crc = checksum(self._algorithm, chunk, self.crc)
+
+
+def _inflate(body: Any, original_length: int, max_message_size: int, sink: _BufferSink | _FileSink) -> None:
+    """zstd, bounded: never more output than the declared original length, wherever it goes."""
     if original_length > max_message_size:
         raise MessageTooBigError(
             f"original length {original_length} above the limit {max_message_size}",
             declared=original_length,
             limit=max_message_size,
         )
-    out = bytearray(original_length)
-    view = memoryview(out)
     try:
         reader = zstandard.ZstdDecompressor().stream_reader(body, read_across_frames=True)
         filled = 0
         while filled < original_length:
-            n = reader.readinto(view[filled:])
+            space = sink.space(original_length - filled)
+            n = reader.readinto(space)
             if n == 0:
                 break
+            sink.commit(space[:n])
             filled += n
         extra = reader.read(1)
     except zstandard.ZstdError as exc:
@@ -765,7 +860,6 @@ def _decompress(body: memoryview, original_length: int, max_message_size: int) -
             declared=original_length,
             produced=filled + len(extra),
         )
-    return view.toreadonly()
 
 
 def reassemble(segments: Iterable[Buffer | Segment], limits: Limits | None = None) -> bytes:
@@ -782,10 +876,10 @@ def reassemble_all(segments: Iterable[Buffer | Segment], limits: Limits | None =
     out: list[bytes] = []
     events = asm.receive_many(segments) + asm.close()
     for ev in events:
-        if isinstance(ev, MessageComplete):
-            out.append(bytes(ev.payload))
-        elif isinstance(ev, GroupComplete):
-            out += [bytes(m.payload) for m in ev.messages]
+        if isinstance(ev, (MessageComplete, GroupComplete)):
+            for m in ev.messages if isinstance(ev, GroupComplete) else (ev,):
+                assert not isinstance(m.payload, StoredBody)  # no BodyStore here: every payload is in memory
+                out.append(bytes(m.payload))
         elif isinstance(ev, (Rejected, MessageFailed)):
             raise ev.error
         elif isinstance(ev, GroupFailed):

@@ -14,6 +14,8 @@ from enum import Enum
 from segmenter.errors import Reason, SegmentationError
 from segmenter.wire import SegmentHeader
 
+from .bodies import StoredBody
+
 
 class Cause(str, Enum):
     """Why an unfinished group left the assembler."""
@@ -29,12 +31,13 @@ class MessageComplete:
 
     group_id: bytes
     msg_seq_number: int
-    payload: bytes | memoryview
+    payload: bytes | memoryview | StoredBody  # StoredBody: the message lives in the assembler's BodyStore
     msg_flags: int
     segments: int  # segments used
     duplicates: int  # identical copies counted and ignored
     stored_length: int
     original_length: int
+    checksum: int | None = None  # the verified whole-message checksum (algorithm as in the segments)
 
 
 @dataclass(frozen=True)

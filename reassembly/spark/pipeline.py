@@ -1,45 +1,49 @@
 """``reassemble``: segments DataFrame in, messages and quarantine out, every segment accounted for.
 
-Data path:
+Data path (one scan, one shuffle, one aggregate; see ``jvm.py`` and ``judge.py``):
 
-1. Headers are decoded in the JVM (``decode.py``); rows that are not valid
-   segments get a NULL key and go, as one group, to the Python decoder, which
-   gives their exact reason.
-2. One scan and one shuffle, by GroupId, so a whole MQ group (or a single
-   message) meets in one place.
-3. Each group goes through ``applyInArrow`` (iterator form) to the same
-   :class:`~reassembly.assembler.Assembler` the in-process consumer uses:
-   the rules live in one place, and the Spark output is, by construction,
-   what a Python consumer would report for the same segments.
-
-A JVM-only path for clean messages (``listagg`` + ``crc32``) was built and
-measured; see README "Spark reassembly" for why it is not the default.
+1. Headers are decoded in the JVM (``decode.py``) and each row gets its keys.
+2. One shuffle by GroupId; one aggregate concatenates each message's (or MQ
+   group's) data in the JVM and collects its headers.
+3. A message that passes the JVM's narrow clean test (the common case) is
+   written from the JVM: its bytes never cross into Python.
+4. Everything else (gaps, duplicates, conflicts, bad checksums, zstd, MQ groups,
+   rows that are not segments, large messages) goes to the same
+   :class:`~reassembly.assembler.Assembler` the in-process consumer uses, in a
+   scalar Arrow UDF: one implementation of the rules, so the Spark output is what
+   a Python consumer would report, and ``jvm_fast_path=False`` (everything through
+   the assembler) gives identical rows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
-
 from ..assembler import Limits
+from . import jvm
 from .decode import decode_segments
-from .rows import reassemble_group, reject_rows
-from .schema import MESSAGE_COLUMNS, OUTPUT_ARROW, OUTPUT_DDL, QUARANTINE_COLUMNS, ColumnNames
+from .judge import make_judge
+from .schema import MESSAGE_COLUMNS, OUTPUT_FIELDS, QUARANTINE_COLUMNS, ColumnNames
 
 
 @dataclass(frozen=True)
 class ReassemblyOptions:
-    """How to reassemble. Defaults suit a landing table of segments up to a few hundred MiB per message."""
+    """How to reassemble. Defaults suit a landing table of messages up to a few hundred MiB each."""
 
     unit_of_work: bool = True  # MQ groups: deliver all messages of a group or none
     max_message_size: int = 1 << 30  # declared sizes above this are rejected (2030)
     partitions: int | None = None  # shuffle partitions (default: spark.sql.shuffle.partitions)
+    # Messages declaring more than large_message_bytes (or deferring their length) are streamed
+    # into files under payload_dir (a filesystem every executor sees) instead of being built as
+    # one value; their rows carry payload_path (relative to payload_dir). None: every message is
+    # built in memory (Spark caps a value at 2 GiB).
+    payload_dir: str | None = None
+    large_message_bytes: int = 128 << 20
+    jvm_fast_path: bool = True  # False: every group through the Python assembler (same rows, slower)
 
     def limits(self) -> Limits:
-        # One group per assembler: the group itself is the only thing buffered.
+        # One group per assembler call: the group itself is the only thing buffered.
         return Limits(
             max_message_size=self.max_message_size,
             max_segment_size=min(self.max_message_size + 4096, 1 << 62),
@@ -50,7 +54,7 @@ class ReassemblyOptions:
 
 @dataclass(frozen=True)
 class ReassemblyResult:
-    """The outputs of one reassembly. ``combined`` holds both kinds; compute it once with :meth:`write`."""
+    """The outputs of one reassembly. ``combined`` holds both kinds; compute it once with a write."""
 
     combined: Any
 
@@ -78,32 +82,6 @@ class ReassemblyResult:
         )
 
 
-def _views(arr: pa.Array) -> list[memoryview]:
-    """Zero-copy, read-only views of a binary column's values (Arrow buffers never change once built)."""
-    _, offsets, data = arr.buffers()
-    pos = memoryview(offsets).cast("q" if pa.types.is_large_binary(arr.type) else "i")[arr.offset :]
-    values = memoryview(data if data is not None else b"").toreadonly()
-    return [values[pos[i] : pos[i + 1]] for i in range(len(arr))]
-
-
-def _group_fn(limits: Limits) -> Any:
-    def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        raws: list[memoryview] = []
-        group_id: bytes | None = None
-        for batch in batches:
-            if not batch.num_rows:
-                continue
-            group_id = batch.column(0)[0].as_py()
-            if group_id is None:  # rows Spark could not decode: the Python decoder names the reason
-                yield pa.RecordBatch.from_pylist(reject_rows(_views(batch.column(1)), limits), schema=OUTPUT_ARROW)
-                continue
-            raws += _views(batch.column(1))
-        if raws:
-            yield pa.RecordBatch.from_pylist(reassemble_group(raws, group_id, limits), schema=OUTPUT_ARROW)
-
-    return fn
-
-
 def reassemble(
     df: Any,
     *,
@@ -115,19 +93,22 @@ def reassemble(
     """Reassemble a DataFrame of segments (encoded, or as columns: see :class:`ColumnNames`)."""
     from pyspark.sql import functions as F
 
-
     opts = options or ReassemblyOptions()
-    limits = opts.limits()
     if not encoded:
         from .columns import encode_columns
 
         df = encode_columns(df, columns or ColumnNames())
         raw_column = "segment"
-    d = decode_segments(df, raw_column, opts.max_message_size)
-    spark = df.sparkSession
-    n = opts.partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
-
-    # One scan, one shuffle: invalid rows travel with group_id NULL and form their own group.
-    keyed = d.select(F.when(F.col("header_ok"), F.col("group_id")).alias("group_id"), "raw")
-    out = keyed.repartition(n, "group_id").groupBy("group_id").applyInArrow(_group_fn(limits), OUTPUT_DDL)
-    return ReassemblyResult(out)
+    threshold = opts.large_message_bytes if opts.payload_dir is not None else None
+    routed = jvm.route(decode_segments(df, raw_column, opts.max_message_size), threshold)
+    n = opts.partitions or int(df.sparkSession.conf.get("spark.sql.shuffle.partitions"))
+    agg = jvm.aggregate(routed, n)
+    clean = F.expr(jvm.CLEAN) if opts.jvm_fast_path else F.lit(False)
+    judge = make_judge(opts.limits(), opts.unit_of_work, opts.payload_dir, threshold)
+    job = F.when(~clean, F.struct("header_ok", "pk", F.col("bk").isNotNull().alias("large"), "blob", "meta"))
+    rows = agg.select("*", judge(job).alias("r"))
+    # NULL element: the row's clean message, written from the JVM columns.
+    out = rows.select("*", F.explode(F.coalesce("r", F.array(F.lit(None)))).alias("q"))
+    sql = jvm.clean_row()
+    pick = [F.expr(f"CASE WHEN q IS NULL THEN {sql[c]} ELSE q.`{c}` END").alias(c) for c, _, _ in OUTPUT_FIELDS]
+    return ReassemblyResult(out.select(*pick))

@@ -17,6 +17,7 @@ from segmenter.errors import Reason, SegmentationError
 from segmenter.wire import UNKNOWN_LENGTH, Buffer, Segment, SegmentHeader, decode_header
 
 from ..assembler import Assembler, Limits
+from ..bodies import StoredBody
 from ..events import (
     ConflictingDuplicate,
     Duplicate,
@@ -52,6 +53,8 @@ class _Acc:
     status: str | None = None
     reason: int | None = None
     payload: bytes | memoryview | None = None
+    payload_path: str | None = None  # set instead of payload for a message kept in a BodyStore
+    message_checksum: int | None = None
     stored_length: int | None = None
     original_length: int | None = None
     missing_ranges: list[dict[str, int | None]] = field(default_factory=list)
@@ -108,7 +111,11 @@ class GroupRows:
     def _complete(self, ev: MessageComplete) -> None:
         acc = self._acc(ev.msg_seq_number)
         acc.status, acc.reason = Status.COMPLETE, 0
-        acc.payload = ev.payload  # a view: Arrow copies it once, into the output batch
+        if isinstance(ev.payload, StoredBody):
+            acc.payload_path = ev.payload.location
+        else:
+            acc.payload = ev.payload  # a view: Arrow copies it once, into the output batch
+        acc.message_checksum = ev.checksum
         acc.stored_length, acc.original_length = ev.stored_length, ev.original_length
         acc.segments_used = ev.segments
 
@@ -186,8 +193,10 @@ class GroupRows:
                     "reason": reason,
                     "reason_name": Reason(reason).name if reason else "NONE",
                     "payload": acc.payload,
+                    "payload_path": acc.payload_path,
                     "stored_length": acc.stored_length,
                     "original_length": acc.original_length,
+                    "message_checksum": acc.message_checksum,
                     "missing_ranges": acc.missing_ranges,
                     "missing_seq_numbers": self.missing_seq_numbers,
                     "segments_used": acc.segments_used,
@@ -198,18 +207,31 @@ class GroupRows:
         return out + self.quarantine
 
 
+def _group_of(ev: Event) -> bytes | None:
+    if isinstance(ev, Rejected):
+        return ev.header.group_id if ev.header is not None else None
+    return ev.group_id
+
+
+def event_rows(events: Iterable[Event]) -> list[Row]:
+    """Output rows for events of any number of groups (rows of one group together)."""
+    groups: dict[bytes | None, GroupRows] = {}
+    for ev in events:
+        gid = _group_of(ev)
+        acc = groups.get(gid)
+        if acc is None:
+            acc = groups[gid] = GroupRows(gid)
+        acc.add(ev)
+    return [row for acc in groups.values() for row in acc.rows()]
+
+
 def reassemble_group(
-    segments: Iterable[Buffer | Segment], group_id: bytes | None = None, limits: Limits | None = None
+    segments: Iterable[Buffer | Segment], limits: Limits | None = None, *, unit_of_work: bool = True
 ) -> list[Row]:
     """All output rows for the segments of one group (any order, duplicates, faults)."""
-    asm = Assembler(limits, batch=True)
-    acc = GroupRows(group_id)
-    for item in segments:
-        for ev in asm.receive(item):
-            acc.add(ev)
-    for ev in asm.close():
-        acc.add(ev)
-    return acc.rows()
+    asm = Assembler(limits, batch=True, unit_of_work=unit_of_work)
+    events = asm.receive_many(segments)
+    return event_rows(events + asm.close())
 
 
 def reject_rows(raws: Iterable[Buffer], limits: Limits | None = None) -> list[Row]:
@@ -221,6 +243,6 @@ def reject_rows(raws: Iterable[Buffer], limits: Limits | None = None) -> list[Ro
         for ev in asm.receive(raw):
             acc.add(ev)
         rows += acc.quarantine
-        if not acc.quarantine:  # decodes after all: cannot happen for rows Spark rejected
+        if not acc.quarantine:  # decodes after all: the JVM and Python header rules disagree (a bug)
             raise SegmentationError("row passed the decoder but not the Spark header check", reason=Reason.STATE_ERROR)
     return rows

@@ -1,0 +1,185 @@
+"""Where the assembler keeps a message body too big for memory: a protocol, plus a file store.
+
+The assembler stays sans-I/O: it decides *what* goes where (which piece is at
+which offset, which copy wins, when a body is complete and verified) and a
+:class:`BodyStore` does the I/O. Without a store every body is built in memory;
+with one, each message the store ``wants`` is written piece by piece as
+segments arrive, so memory holds only headers, whatever the message size.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, Protocol
+
+from segmenter.wire import Buffer, SegmentHeader
+
+MessageKey = tuple[bytes, int]  # GroupId, MsgSeqNumber
+
+
+@dataclass(frozen=True)
+class StoredBody:
+    """A verified message that lives in a store: where, how long, and its checksum."""
+
+    location: str
+    length: int
+    checksum: int
+
+
+class BodyStore(Protocol):
+    """The I/O side of large-message assembly (see :class:`FileBodyStore`)."""
+
+    def wants(self, header: SegmentHeader) -> bool:
+        """Keep the body of this header's message here instead of in memory."""
+        ...
+
+    def put(self, key: MessageKey, offset: int | None, data: Buffer) -> Any:
+        """Keep a verified piece: at ``offset`` in the body, or aside (``None``: a conflicting copy).
+
+        Returns what the assembler holds instead of the bytes: it must compare equal to
+        a buffer with the same bytes and give them back with ``bytes()``.
+        """
+        ...
+
+    def body(self, key: MessageKey, pieces: Sequence[tuple[int, Any]], length: int) -> BinaryIO:
+        """The stored body (readable, at position 0) with exactly these pieces at these offsets."""
+        ...
+
+    def output(self, key: MessageKey) -> BinaryIO:
+        """A writable file for the decoded (decompressed) message."""
+        ...
+
+    def location(self, key: MessageKey) -> str:
+        """Where the message will be once finished (what output rows point at)."""
+        ...
+
+    def finish(self, key: MessageKey, decoded: bool) -> None:
+        """Make the delivered message visible at its location (the body, or the decoded output)."""
+        ...
+
+    def discard(self, key: MessageKey) -> None:
+        """Forget everything kept for a message that failed or was given up."""
+        ...
+
+
+class _Piece:
+    """A piece kept in a file: compared and read back on demand (duplicates, quarantine)."""
+
+    __slots__ = ("fd", "length", "position")
+
+    def __init__(self, fd: int, position: int, length: int) -> None:
+        self.fd, self.position, self.length = fd, position, length
+
+    def __bytes__(self) -> bytes:
+        return os.pread(self.fd, self.length, self.position)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, _Piece):
+            return bytes(self) == bytes(other)
+        try:
+            view = memoryview(other)  # type: ignore[arg-type]
+        except TypeError:
+            return NotImplemented
+        return view.nbytes == self.length and bytes(self) == view
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass
+class _Files:
+    body: BinaryIO
+    aside: BinaryIO | None = None
+    decoded: BinaryIO | None = None
+
+
+class FileBodyStore:
+    """Bodies as files under ``directory``: ``<GroupId hex>-<MsgSeqNumber>.bin`` once verified.
+
+    Work in progress is written to names with ``token`` (unique per writer, e.g. a Spark task
+    attempt) and renamed into place only when the message is verified, so two attempts
+    never corrupt each other and a reader never sees a partial file.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], token: str, threshold: int = 0) -> None:
+        self.directory = Path(directory)
+        self.token = token
+        self.threshold = threshold  # messages declaring more than this (or deferring their length) go to files
+        self._open: dict[MessageKey, _Files] = {}
+
+    @staticmethod
+    def location(key: MessageKey) -> str:
+        """The final file name of a message, relative to the directory."""
+        return f"{key[0].hex()}-{key[1]}.bin"
+
+    def _path(self, key: MessageKey, kind: str) -> Path:
+        return self.directory / f".{self.location(key)}.{kind}-{self.token}"
+
+    def _files(self, key: MessageKey) -> _Files:
+        files = self._open.get(key)
+        if files is None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            files = self._open[key] = _Files(open(self._path(key, "part"), "w+b"))  # noqa: SIM115
+        return files
+
+    def wants(self, header: SegmentHeader) -> bool:
+        return header.length_deferred or header.original_length > self.threshold
+
+    def put(self, key: MessageKey, offset: int | None, data: Buffer) -> Any:
+        files = self._files(key)
+        if offset is None:
+            if files.aside is None:
+                files.aside = open(self._path(key, "aside"), "w+b")  # noqa: SIM115
+            offset = files.aside.seek(0, os.SEEK_END)
+            files.aside.write(data)
+            files.aside.flush()
+            return _Piece(files.aside.fileno(), offset, len(memoryview(data)))
+        os.pwrite(files.body.fileno(), data, offset)
+        return _Piece(files.body.fileno(), offset, len(memoryview(data)))
+
+    def body(self, key: MessageKey, pieces: Sequence[tuple[int, Any]], length: int) -> BinaryIO:
+        files = self._files(key)
+        fd = files.body.fileno()
+        for offset, piece in pieces:
+            if not (isinstance(piece, _Piece) and piece.fd == fd and piece.position == offset):
+                os.pwrite(fd, bytes(piece), offset)  # a conflicting copy won: move it into place
+        files.body.truncate(length)
+        files.body.seek(0)
+        return files.body
+
+    def output(self, key: MessageKey) -> BinaryIO:
+        files = self._files(key)
+        if files.decoded is None:
+            files.decoded = open(self._path(key, "decoded"), "w+b")  # noqa: SIM115
+        return files.decoded
+
+    def finish(self, key: MessageKey, decoded: bool) -> None:
+        files = self._open.pop(key)
+        done = files.decoded if decoded else files.body
+        assert done is not None
+        done.flush()
+        os.fsync(done.fileno())
+        os.replace(done.name, self.directory / self.location(key))
+        self._close(key, files, keep=done)
+
+    def discard(self, key: MessageKey) -> None:
+        files = self._open.pop(key, None)
+        if files is not None:
+            self._close(key, files, keep=None)
+
+    def _close(self, key: MessageKey, files: _Files, keep: BinaryIO | None) -> None:
+        for f in (files.body, files.aside, files.decoded):
+            if f is not None:
+                f.close()
+                if f is not keep:
+                    Path(f.name).unlink(missing_ok=True)
+
+    def close(self) -> None:
+        """Discard every body still open (their messages were reported, not delivered)."""
+        for key in list(self._open):
+            self.discard(key)
