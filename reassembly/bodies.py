@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
@@ -96,6 +96,7 @@ class _Files:
     body: BinaryIO
     aside: BinaryIO | None = None
     decoded: BinaryIO | None = None
+    at: dict[int, _Piece] = field(default_factory=dict)  # the piece whose bytes are at each body offset
 
 
 class FileBodyStore:
@@ -133,21 +134,32 @@ class FileBodyStore:
     def put(self, key: MessageKey, offset: int | None, data: Buffer) -> Any:
         files = self._files(key)
         if offset is None:
-            if files.aside is None:
-                files.aside = open(self._path(key, "aside"), "w+b")  # noqa: SIM115
-            offset = files.aside.seek(0, os.SEEK_END)
-            files.aside.write(data)
-            files.aside.flush()
-            return _Piece(files.aside.fileno(), offset, len(memoryview(data)))
+            return self._aside(key, files, data)
         os.pwrite(files.body.fileno(), data, offset)
-        return _Piece(files.body.fileno(), offset, len(memoryview(data)))
+        piece = files.at[offset] = _Piece(files.body.fileno(), offset, len(memoryview(data)))
+        return piece
+
+    def _aside(self, key: MessageKey, files: _Files, data: Buffer) -> _Piece:
+        if files.aside is None:
+            files.aside = open(self._path(key, "aside"), "w+b")  # noqa: SIM115
+        position = files.aside.seek(0, os.SEEK_END)
+        files.aside.write(data)
+        files.aside.flush()
+        return _Piece(files.aside.fileno(), position, len(memoryview(data)))
 
     def body(self, key: MessageKey, pieces: Sequence[tuple[int, Any]], length: int) -> BinaryIO:
         files = self._files(key)
-        fd = files.body.fileno()
         for offset, piece in pieces:
-            if not (isinstance(piece, _Piece) and piece.fd == fd and piece.position == offset):
-                os.pwrite(fd, bytes(piece), offset)  # a conflicting copy won: move it into place
+            occupant = files.at.get(offset)
+            if occupant is piece:
+                continue
+            # A conflicting copy won: keep the displaced bytes (the caller still holds their
+            # handle, e.g. to quarantine them), then put the winner in place.
+            if occupant is not None:
+                moved = self._aside(key, files, bytes(occupant))
+                occupant.fd, occupant.position = moved.fd, moved.position
+            os.pwrite(files.body.fileno(), bytes(piece), offset)
+            files.at[offset] = piece
         files.body.truncate(length)
         files.body.seek(0)
         return files.body

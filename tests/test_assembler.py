@@ -457,3 +457,29 @@ def test_conflict_with_no_good_copy_fails_with_every_copy_returned() -> None:
     events = Assembler().receive_many([evil, *segs[:1], *segs[2:]])
     assert isinstance(events[-1], MessageFailed) and events[-1].reason == Reason.MESSAGE_CHECKSUM_ERROR
     assert len(events[-1].segments) == len(segs)
+
+
+def test_a_writer_that_does_not_know_the_length_marks_every_segment_length_deferred() -> None:
+    payload = os.urandom(1000)
+    writer = Segmenter(200).message_writer()
+    segs = [s for chunk in (payload[:500], payload[500:]) for s in writer.write(chunk)] + writer.close()
+    assert len(segs) > 2 and all(s.header.length_deferred for s in segs)
+    assert {s.header.original_length for s in segs[:-1]} == {UNKNOWN_LENGTH}
+    assert reassemble([s.encode() for s in segs]) == payload
+    known = Segmenter(200).message_writer(original_length=len(payload))
+    segs = known.write(payload) + known.close()
+    assert not any(s.header.length_deferred for s in segs)  # declared up front: routable by size
+
+
+def test_unknown_original_length_without_the_deferred_flag_is_2252() -> None:
+    seg = segment(os.urandom(500), 200)[0]
+    bad = rebuild(seg, original_length=UNKNOWN_LENGTH)
+    events = Assembler().receive(bad.encode())
+    assert kinds(events) == ["Rejected"] and events[0].reason == Reason.ORIGINAL_LENGTH_ERROR
+
+
+def test_deferred_flag_disagreeing_within_a_message_is_a_header_mismatch() -> None:
+    segs = segment(os.urandom(500), 200)
+    odd = rebuild(segs[1], length_deferred=True)
+    events = Assembler().receive_many([segs[0].encode(), odd.encode()])
+    assert kinds(events) == ["Rejected"] and events[0].reason == Reason.HEADER_MISMATCH

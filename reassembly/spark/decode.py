@@ -74,12 +74,16 @@ def decode_segments(df: Any, raw_column: str = "segment", max_message_size: int 
             "msg_flags & ~31 = 0",
             f"length({r}) - {_HL} = data_length",
             "offset IS NOT NULL",
+            "try_add(offset, data_length) IS NOT NULL",  # the end fits a signed 64-bit integer
+            # NULL lengths mean "not known" only for 2^64-1; any other value above 2^63-1 is too big
+            f"(original_length IS NOT NULL OR substring({r}, 57, 8) = X'FFFFFFFFFFFFFFFF')",
+            f"(stored_length IS NOT NULL OR substring({r}, 65, 8) = X'FFFFFFFFFFFFFFFF')",
             "(msg_flags & 6 != 0 OR offset = 0)",
             f"(data_length > 0 OR {last})",
             f"(original_length IS NULL OR original_length <= {max_message_size})",
             f"(stored_length IS NULL OR stored_length <= {max_message_size})",
-            "(stored_length IS NULL OR offset + data_length <= stored_length)",
-            f"(NOT {last} OR (stored_length = offset + data_length AND original_length IS NOT NULL"
+            "(stored_length IS NULL OR try_add(offset, data_length) <= stored_length)",
+            f"(NOT {last} OR (stored_length = try_add(offset, data_length) AND original_length IS NOT NULL"
             " AND message_checksum IS NOT NULL))",
             "(codec != 0 OR original_length IS NULL OR stored_length IS NULL OR original_length = stored_length)",
         ]

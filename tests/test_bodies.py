@@ -1,0 +1,148 @@
+"""Large messages kept in a BodyStore: same rules and outcomes as in memory, bodies in files, nothing left over."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from reassembly import (
+    Assembler,
+    ConflictingDuplicate,
+    Duplicate,
+    Limits,
+    MessageComplete,
+    MessageFailed,
+    Unfinished,
+)
+from reassembly.bodies import FileBodyStore, StoredBody
+from segmenter import Codec, Reason, Segment, Segmenter, segment
+from segmenter.checksum import checksum
+from segmenter.producer import new_group_id
+from segmenter.wire import decode_segment
+
+
+def stored_assembler(directory: Path, threshold: int = -1) -> tuple[Assembler, FileBodyStore]:
+    store = FileBodyStore(directory, "test", threshold)
+    return Assembler(Limits(max_message_size=1 << 30), batch=True, bodies=store), store
+
+
+def only_complete(events: list[object]) -> MessageComplete:
+    done = [e for e in events if isinstance(e, MessageComplete)]
+    assert len(done) == 1, [type(e).__name__ for e in events]
+    return done[0]
+
+
+def test_a_stored_message_is_a_verified_file_and_holds_no_memory(tmp_path: Path) -> None:
+    payload = os.urandom(300_000)
+    segs = [s.encode() for s in segment(payload, 10_000)]
+    asm, _ = stored_assembler(tmp_path)
+    events = asm.receive_many(random.Random(1).sample(segs, len(segs)) + segs[:3])
+    assert asm.buffered_bytes == 0  # everything went to the file as it arrived
+    assert sum(isinstance(e, Duplicate) for e in events) == 3  # compared against the file
+    done = only_complete(events + asm.close())
+    assert isinstance(done.payload, StoredBody)
+    assert done.payload.length == len(payload) and done.payload.checksum == checksum(1, payload)
+    assert (tmp_path / done.payload.location).read_bytes() == payload
+    assert sorted(p.name for p in tmp_path.iterdir()) == [done.payload.location]  # no work files left
+
+
+def test_below_the_threshold_a_message_stays_in_memory(tmp_path: Path) -> None:
+    payload = os.urandom(5000)
+    asm, _ = stored_assembler(tmp_path, threshold=len(payload))
+    done = only_complete(asm.receive_many([s.encode() for s in segment(payload, 1000)]) + asm.close())
+    assert bytes(done.payload) == payload  # type: ignore[arg-type]
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_conflicting_copy_that_wins_is_moved_into_place(tmp_path: Path) -> None:
+    payload = os.urandom(50_000)
+    segs = segment(payload, 10_000)
+    h = segs[2].header
+    fake = os.urandom(h.data_length)
+    impostor = Segment(h._replace(data_checksum=checksum(h.algorithm, fake)), fake).encode()
+    asm, _ = stored_assembler(tmp_path)
+    events = asm.receive_many([impostor, *(s.encode() for s in segs)]) + asm.close()  # the impostor came first
+    done = only_complete(events)
+    assert isinstance(done.payload, StoredBody)
+    assert (tmp_path / done.payload.location).read_bytes() == payload
+    losers = [e for e in events if isinstance(e, ConflictingDuplicate)]
+    assert [e.raw for e in losers] == [impostor]  # the loser's original bytes, read back from the store
+    assert len(list(tmp_path.iterdir())) == 1
+
+
+def test_zstd_is_decompressed_from_the_store_into_the_store(tmp_path: Path) -> None:
+    payload = b"structured record, " * 20_000 + os.urandom(10_000)
+    segs = [s.encode() for s in Segmenter(4096, codec=Codec.ZSTD).segment(payload)]
+    asm, _ = stored_assembler(tmp_path)
+    done = only_complete(asm.receive_many(segs[::-1]) + asm.close())
+    assert isinstance(done.payload, StoredBody) and done.payload.length == len(payload)
+    assert (tmp_path / done.payload.location).read_bytes() == payload
+    assert len(list(tmp_path.iterdir())) == 1
+
+
+def test_incomplete_and_failed_messages_leave_no_files_and_return_their_bytes(tmp_path: Path) -> None:
+    gap = [s.encode() for s in segment(os.urandom(40_000), 10_000)]
+    del gap[1]
+    lying = [
+        Segment(s.header._replace(message_checksum=(s.header.message_checksum or 0) ^ 1), s.data).encode()
+        for s in segment(os.urandom(40_000), 10_000)
+    ]
+    asm, _ = stored_assembler(tmp_path)
+    events = asm.receive_many(gap + lying) + asm.close()
+    unfinished = [e for e in events if isinstance(e, Unfinished)]
+    failed = [e for e in events if isinstance(e, MessageFailed)]
+    assert len(unfinished) == 1 and sorted(unfinished[0].segments) == sorted(gap)
+    assert unfinished[0].gaps[0].missing_ranges == ((9916, 19832),)
+    assert len(failed) == 1 and failed[0].reason == Reason.MESSAGE_CHECKSUM_ERROR
+    assert sorted(failed[0].segments) == sorted(lying)
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_zstd_bomb_in_the_store_stops_at_the_declared_length(tmp_path: Path) -> None:
+    import zstandard
+
+    from segmenter.flags import MsgFlags
+    from segmenter.wire import make_header
+
+    body = zstandard.ZstdCompressor().compress(bytes(8 << 20))
+    h = make_header(
+        group_id=new_group_id(),
+        msg_seq_number=1,
+        offset=0,
+        data=body,
+        original_length=1000,
+        stored_length=len(body),
+        msg_flags=MsgFlags.NONE,
+        codec=Codec.ZSTD,
+        algorithm=1,  # type: ignore[arg-type]
+        message_checksum=checksum(1, bytes(1000)),
+    )
+    asm, _ = stored_assembler(tmp_path)
+    events = asm.receive_many([Segment(h, body).encode()]) + asm.close()
+    assert [e.reason for e in events if isinstance(e, MessageFailed)] == [Reason.DECOMPRESSION_ERROR]
+    assert not list(tmp_path.iterdir())
+
+
+@given(
+    payload=st.binary(min_size=0, max_size=20_000),
+    size=st.integers(min_value=85, max_value=3000),
+    seed=st.integers(0, 2**32),
+    zstd=st.booleans(),
+)
+def test_any_payload_order_and_duplicates_give_the_same_bytes_as_in_memory(
+    tmp_path_factory: object, payload: bytes, size: int, seed: int, zstd: bool
+) -> None:
+    directory = tmp_path_factory.mktemp("bodies")  # type: ignore[attr-defined]
+    segs = [s.encode() for s in Segmenter(size, codec=Codec.ZSTD if zstd else Codec.NONE).segment(payload)]
+    rng = random.Random(seed)
+    arrivals = rng.sample(segs, len(segs)) + rng.choices(segs, k=rng.randrange(3))
+    asm, _ = stored_assembler(directory)
+    done = only_complete(asm.receive_many(arrivals) + asm.close())
+    assert isinstance(done.payload, StoredBody)
+    assert (directory / done.payload.location).read_bytes() == payload
+    assert done.segments == len(segs)
+    assert all(decode_segment(s).header.group_id == done.group_id for s in segs)

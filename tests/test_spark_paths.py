@@ -1,0 +1,157 @@
+"""The Spark path's two halves agree with the one set of rules: the JVM fast path and the large-message files."""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from reassembly.spark import ReassemblyOptions, decode_segments, reassemble
+from reassembly.spark.testdata import Dataset, generate, write_parquet
+from segmenter import ChecksumAlgorithm, Codec, Segmenter, SegmentationError
+from segmenter.checksum import checksum
+from segmenter.wire import HEADER, HEADER_LENGTH, decode_segment
+
+pytestmark = pytest.mark.spark
+
+MAX = 1 << 20  # the limit these tests reassemble under
+
+
+def edge_rows() -> list[bytes]:
+    """Messages the fault generator does not make: empty, one segment, CRC-32C, deferred length, tiny segments."""
+    rows: list[bytes] = []
+    for payload, seg in (
+        (b"", Segmenter(100)),
+        (b"x", Segmenter(100)),
+        (os.urandom(3000), Segmenter(4096)),
+        (os.urandom(3000), Segmenter(500, algorithm=ChecksumAlgorithm.CRC32C)),
+        (os.urandom(700), Segmenter(85)),
+    ):
+        rows += [s.encode() for s in seg.segment(payload)]
+    w = Segmenter(300).message_writer()
+    rows += [s.encode() for s in w.write(os.urandom(2000)) + w.close()]
+    rows += [s.encode() for s in Segmenter(300).segment(io.BytesIO(os.urandom(1000)))]
+    return rows
+
+
+@pytest.fixture(scope="module")
+def landing(tmp_path_factory: pytest.TempPathFactory) -> tuple[Dataset, Path]:
+    ds = generate(n_messages=30, segments_per_message=3, segment_size=2048, groups=2, seed=11)
+    ds.rows += edge_rows()
+    return ds, write_parquet(ds, tmp_path_factory.mktemp("landing"), files=4)
+
+
+def rows_of(spark: Any, path: Path, **options: Any) -> list[Any]:
+    opts = ReassemblyOptions(max_message_size=MAX, partitions=3, **options)
+    return reassemble(spark.read.parquet(str(path)), options=opts).combined.collect()
+
+
+def canonical(rows: list[Any]) -> list[str]:
+    return sorted(repr(r.asDict(recursive=True)) for r in rows)
+
+
+def test_the_jvm_fast_path_writes_exactly_what_the_assembler_would(spark: Any, landing: tuple[Dataset, Path]) -> None:
+    _, path = landing
+    fast = rows_of(spark, path)
+    slow = rows_of(spark, path, jvm_fast_path=False)
+    assert canonical(fast) == canonical(slow)
+    complete = [r for r in fast if r.kind == "message" and r.status == "complete"]
+    assert len(complete) > 20 and any(r.payload == b"" for r in complete)
+
+
+def test_large_messages_become_files_with_the_same_outcomes(
+    spark: Any, landing: tuple[Dataset, Path], tmp_path: Path
+) -> None:
+    ds, path = landing
+    files = tmp_path / "payloads"
+    rows = rows_of(spark, path, payload_dir=str(files), large_message_bytes=2500)
+    in_memory = {(r.group_id, r.msg_seq_number): r for r in rows_of(spark, path) if r.kind == "message"}
+    messages = [r for r in rows if r.kind == "message"]
+    assert len(messages) == len(in_memory)
+    stored = 0
+    for r in messages:
+        mem = in_memory[(r.group_id, r.msg_seq_number)]
+        assert (r.status, r.reason, r.segments_used, r.duplicates, r.rejected) == (
+            mem.status,
+            mem.reason,
+            mem.segments_used,
+            mem.duplicates,
+            mem.rejected,
+        )
+        assert r.missing_ranges == mem.missing_ranges
+        if r.payload_path is not None:
+            stored += 1
+            assert r.payload is None and (files / r.payload_path).read_bytes() == mem.payload
+            assert r.message_checksum == mem.message_checksum
+        else:
+            assert r.payload == mem.payload
+    assert stored >= 10
+    assert sorted(p.name for p in files.iterdir()) == sorted(r.payload_path for r in messages if r.payload_path)
+    used = sum(r.segments_used for r in messages) + sum(r.duplicates for r in messages)
+    assert used + sum(r.kind == "quarantine" for r in rows) == len(ds.rows)
+
+
+def _mutant(rng: random.Random, good: list[bytes]) -> bytes:
+    """A real segment with one or two header fields set anywhere in (or just outside) their rules,
+    the header checksum recomputed: only the field rules can tell."""
+    big = [0, 1, 83, 100, 5000, MAX, MAX + 1, 2**63 - 1, 2**63, 2**64 - 1]
+    choices: dict[int, list[Any]] = {
+        2: [1, 2, 3],
+        3: [0, 1, 2],
+        4: [0, 1, 2, 3, 4],
+        6: [0, 1],
+        7: [0, 1, 2, 4, 6, 8, 10, 12, 16, 18, 20, 32],
+        9: [0, 1, 2, 999_999_999, 1_000_000_000],
+        10: [0, 1, 100, 5000],
+        11: big,
+        12: big,
+        13: big,
+    }
+    raw = rng.choice(good)
+    fields = list(HEADER.unpack_from(raw))
+    for index in rng.sample(sorted(choices), rng.choice([0, 1, 1, 2])):
+        fields[index] = rng.choice(choices[index])
+    body = HEADER.pack(*fields)
+    data = raw[HEADER_LENGTH:]
+    if rng.random() < 0.1:
+        data = data[:-1]
+    return body + checksum(ChecksumAlgorithm.CRC32, body).to_bytes(4, "big") + data
+
+
+def test_jvm_header_rules_route_exactly_like_the_python_decoder(spark: Any, tmp_path: Path) -> None:
+    rng = random.Random(5)
+    good = [s.encode() for p in (b"", b"x" * 100, os.urandom(5000)) for s in Segmenter(1000).segment(p)]
+    w = Segmenter(1000).message_writer()
+    good += [s.encode() for s in w.write(os.urandom(3000)) + w.close()]
+    good += [s.encode() for s in Segmenter(1000).segment_group([b"a" * 100, b"b" * 2000])]
+    raws = [_mutant(rng, good) for _ in range(3000)]
+    pq.write_table(pa.table({"segment": pa.array(raws, pa.binary())}), tmp_path / "h.parquet")
+    got = [r.header_ok for r in decode_segments(spark.read.parquet(str(tmp_path / "h.parquet")), "segment", MAX).collect()]
+    expected, why = [], []
+    for raw in raws:
+        try:
+            decode_segment(raw, verify=False, max_message_size=MAX, max_segment_size=1 << 62)
+            expected.append(True)
+            why.append("")
+        except SegmentationError as exc:
+            expected.append(False)
+            why.append(f"{exc.reason.name}: {exc}")
+    assert 100 < sum(expected) < len(raws) - 100  # both outcomes well represented
+    differ = [(HEADER.unpack_from(raw), why[i]) for i, raw in enumerate(raws) if got[i] != expected[i]]
+    assert not differ, differ[:3]
+
+
+def test_zstd_and_groups_take_the_assembler_path_and_still_complete(spark: Any, tmp_path: Path) -> None:
+    payload = b"record;" * 5000
+    rows = [s.encode() for s in Segmenter(1000, codec=Codec.ZSTD).segment(payload)]
+    rows += [s.encode() for s in Segmenter(1000).segment_group([b"a" * 1500, b"b" * 10, b"c" * 2500])]
+    pq.write_table(pa.table({"segment": pa.array(rows, pa.binary())}), tmp_path / "z.parquet")
+    out = rows_of(spark, tmp_path / "z.parquet")
+    payloads = sorted(bytes(r.payload) for r in out if r.kind == "message" and r.status == "complete")
+    assert payloads == sorted([payload, b"a" * 1500, b"b" * 10, b"c" * 2500])
