@@ -16,16 +16,20 @@ import io
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import chain, repeat
 from typing import BinaryIO
 
 import zstandard
 
-from .checksum import DEFAULT_ALGORITHM, ChecksumAlgorithm, Combiner, checksum_function
+from .checksum import DEFAULT_ALGORITHM, ChecksumAlgorithm, checksum_function, combine, combine_run
 from .errors import OriginalLengthError, SegmentationError, SequenceError
 from .flags import Codec, MsgFlags
 from .wire import HEADER_LENGTH, MAX_SEQ_NUMBER, UNKNOWN_LENGTH, Buffer, Segment, SegmentHeader
 
 DEFAULT_SEGMENT_SIZE = 4 * 1024 * 1024  # IBM MQ's default MAXMSGL
+# Plain ints: IntFlag arithmetic per segment costs microseconds.
+_SEGMENT = MsgFlags.SEGMENT.value
+_LAST_SEGMENT = MsgFlags.LAST_SEGMENT.value
 Payload = Buffer | BinaryIO
 
 
@@ -113,33 +117,42 @@ class Segmenter:
         size = self.data_size
         stored = len(body)
         count = max(1, -(-stored // size))
-        pieces = [body[i * size : (i + 1) * size] for i in range(count)]
-        crcs = [crc(p, 0) for p in pieces]
-        if message_crc is None:
-            combiner = Combiner(self.algorithm, size if count > 2 else 0)
-            for p, c in zip(pieces, crcs, strict=True):
-                combiner.add(c, len(p))
-            message_crc = combiner.value
-        base = int(self._base_flags(group_flags))
-        # Plain ints, not IntFlag arithmetic: this loop runs once per segment.
-        mid = base | MsgFlags.SEGMENT.value if count > 1 else base
-        last = base | MsgFlags.LAST_SEGMENT.value if count > 1 else base
-        codec, algorithm, original, final = self.codec, self.algorithm, len(view), count - 1
-        for i, (p, c) in enumerate(zip(pieces, crcs, strict=True)):
-            header = SegmentHeader(
-                gid,
-                seq,
-                i * size,
-                len(p),
-                original,
-                stored,
-                last if i == final else mid,
-                codec,
-                algorithm,
-                c,
-                message_crc,
+        final = count - 1
+        # Per-segment work is done by C iterators (map/zip/repeat), not Python bytecode: at 64 KiB
+        # segments the interpreter's per-segment cost, not the CRC, bounds the throughput.
+        pieces = [body[i : i + size] for i in range(0, count * size, size)]  # beats map(slice, ...): no slice() calls
+        crcs = list(map(crc, pieces, repeat(0)))
+        last_length = len(pieces[final])
+        if message_crc is None:  # from the piece CRCs: one pass over the data
+            message_crc = (
+                combine(self.algorithm, combine_run(self.algorithm, crcs[:final], size), crcs[final], last_length)
+                if final
+                else crcs[0]
             )
-            yield Segment(header, p)
+        base = int(self._base_flags(group_flags))
+        mid = base | _SEGMENT if count > 1 else base
+        last = base | _LAST_SEGMENT if count > 1 else base
+        # tuple.__new__(cls, fields) builds the NamedTuples in C; their own __new__ is Python code.
+        headers = map(
+            tuple.__new__,
+            repeat(SegmentHeader),
+            zip(
+                repeat(gid),
+                repeat(seq),
+                range(0, count * size, size),
+                chain(repeat(size, final), (last_length,)),
+                repeat(len(view)),
+                repeat(stored),
+                chain(repeat(mid, final), (last,)),
+                repeat(self.codec),
+                repeat(self.algorithm),
+                crcs,
+                repeat(message_crc),
+                repeat(HEADER_LENGTH),
+                repeat(False),
+            ),
+        )
+        yield from map(tuple.__new__, repeat(Segment), zip(headers, pieces, strict=True))
 
     def _segment_file(self, f: BinaryIO, gid: bytes, seq: int, group_flags: int) -> Iterator[Segment]:
         writer = MessageWriter(
