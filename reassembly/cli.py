@@ -2,6 +2,7 @@
 
 Subcommands:
   run INPUT OUTPUT   reassemble Parquet segments into OUTPUT/messages and OUTPUT/quarantine
+                     (and OUTPUT/payloads/ for messages above --large-message-bytes)
   demo               generate a landing table with every fault, run the job on it, check it
   refmsg INPUT OUTPUT  rebuild objects from reference-message chunks (MQRMH rows)
 
@@ -40,6 +41,12 @@ def _parser() -> argparse.ArgumentParser:
         q.add_argument("--master", default="local[2]", help="Spark master (default local[2]; spark://host:port)")
         q.add_argument("--partitions", type=int, default=None, help="shuffle partitions (default: Spark's)")
         q.add_argument("--max-message-size", type=int, default=1 << 30, help="bytes; larger declared sizes: 2030")
+        q.add_argument(
+            "--large-message-bytes",
+            type=int,
+            default=128 << 20,
+            help="messages above this (or of unknown size) are written to OUTPUT/payloads/ (default 128 MiB)",
+        )
         q.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="live progress bar")
 
     run = sub.add_parser("run", help="reassemble a Parquet landing table")
@@ -175,7 +182,13 @@ def summarize(spark: Any, out: Path, input_bytes: int, seconds: float) -> str:
         m = spark.read.parquet(str(msgs_dir))
         by_status = (
             m.groupBy("status")
-            .agg(F.count("*").alias("n"), F.sum(F.length("payload")).alias("bytes"))
+            .agg(
+                F.count("*").alias("n"),
+                # a message written to payloads/ counts its original length
+                F.sum(
+                    F.coalesce(F.length("payload"), F.when(F.col("payload_path").isNotNull(), F.col("original_length")))
+                ).alias("bytes"),
+            )
             .orderBy(F.desc("n"))
             .collect()
         )
@@ -231,17 +244,34 @@ def run_job(args: argparse.Namespace) -> Path:
 
     encoded = args.input_format == "encoded"
     paths, out, spark, df = open_job(args, args.raw_column if encoded else None)
-    options = ReassemblyOptions(max_message_size=args.max_message_size, partitions=args.partitions)
     start = time.monotonic()
     with _atomic_dir(out) as tmp, Progress(spark, _progress_on(args)):
+        options = ReassemblyOptions(
+            max_message_size=args.max_message_size,
+            partitions=args.partitions,
+            payload_dir=str(tmp / "payloads"),
+            large_message_bytes=args.large_message_bytes,
+        )
         try:
             result = reassemble(df, encoded=encoded, raw_column=args.raw_column, options=options)
             write_split(result.combined, tmp, {"message": "messages", "quarantine": "quarantine"})
         except Exception as exc:
             raise JobError(f"job failed: {_first_line(exc)}") from None
+        _tidy_payloads(tmp / "payloads")
     print(summarize(spark, out, _input_bytes(paths), time.monotonic() - start))
-    print(f"output: {out}/messages  {out}/quarantine")
+    payloads = " " + str(out / "payloads") if (out / "payloads").exists() else ""
+    print(f"output: {out}/messages  {out}/quarantine{payloads}")
     return out
+
+
+def _tidy_payloads(directory: Path) -> None:
+    """Drop work files of failed or speculative task attempts; drop the folder if no message needed it."""
+    if not directory.exists():
+        return
+    for leftover in directory.glob(".*"):
+        leftover.unlink()
+    if not any(directory.iterdir()):
+        directory.rmdir()
 
 
 def _progress_on(args: argparse.Namespace) -> bool:

@@ -14,7 +14,7 @@ import pytest
 
 from reassembly.spark import ReassemblyOptions, decode_segments, reassemble
 from reassembly.spark.testdata import Dataset, generate, write_parquet
-from segmenter import ChecksumAlgorithm, Codec, Segmenter, SegmentationError
+from segmenter import ChecksumAlgorithm, Codec, SegmentationError, Segmenter
 from segmenter.checksum import checksum
 from segmenter.wire import HEADER, HEADER_LENGTH, decode_segment
 
@@ -132,7 +132,9 @@ def test_jvm_header_rules_route_exactly_like_the_python_decoder(spark: Any, tmp_
     good += [s.encode() for s in Segmenter(1000).segment_group([b"a" * 100, b"b" * 2000])]
     raws = [_mutant(rng, good) for _ in range(3000)]
     pq.write_table(pa.table({"segment": pa.array(raws, pa.binary())}), tmp_path / "h.parquet")
-    got = [r.header_ok for r in decode_segments(spark.read.parquet(str(tmp_path / "h.parquet")), "segment", MAX).collect()]
+    got = [
+        r.header_ok for r in decode_segments(spark.read.parquet(str(tmp_path / "h.parquet")), "segment", MAX).collect()
+    ]
     expected, why = [], []
     for raw in raws:
         try:
