@@ -76,8 +76,10 @@ def main(argv: list[str] | None = None) -> int:
         for case in sparkbench.spark_cases(work, args.quick):
             print(f"spark {case['kind']} {case['bytes'] >> 20} MiB {case['approach']}: {case['seconds']}", flush=True)
             results["spark"].append(case)
+            (out / "results.partial.json").write_text(json.dumps(results, indent=1))  # survives a crash
     results["seconds_total"] = time.monotonic() - started
     (out / "results.json").write_text(json.dumps(results, indent=1))
+    (out / "results.partial.json").unlink(missing_ok=True)
     table = report.markdown(results)
     (out / "table.md").write_text(table)
     report.plots(results, out)

@@ -48,10 +48,11 @@ def markdown(r: dict[str, Any]) -> str:
         lines += [
             "",
             "**Spark reassembly**, local[2], Parquet in and out (time: median; ratio to the floor of the same data set;"
-            " peak RSS of the JVM and of all Python workers)",
+            " peak RSS of the driver's Python process, of the JVM (driver and executor in local mode) and of all"
+            " Python workers together, each data set in a fresh process)",
             "",
-            "| case | data | segment | seg/msg | approach | seconds | MiB/s | vs floor | JVM peak | Python peak |",
-            "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|",
+            "| case | data | segment | seg/msg | approach | seconds | MiB/s | vs floor | driver | JVM | Py workers |",
+            "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|",
         ]
         floors = {
             (c["kind"], c["bytes"], c["segment"], c["per_message"]): c["seconds"]
@@ -66,7 +67,9 @@ def markdown(r: dict[str, Any]) -> str:
             rate = f"{c['bytes'] / (1 << 20) / secs:.0f}" if secs else "-"
             lines.append(
                 f"| {c['kind']} | {_size(c['bytes'])} | {_size(c['segment'])} | {c['per_message']} | {c['approach']} | "
-                f"{shown} | {rate} | {ratio} | {_size(c['peak_jvm_rss'])} | {_size(c['peak_python_workers_rss'])} |"
+                f"{shown} | {rate} | {ratio} | "
+                + " | ".join(_size(c.get(k, 0)) for k in ("peak_driver_rss", "peak_jvm_rss", "peak_python_workers_rss"))
+                + " |"
             )
     return "\n".join(lines) + "\n"
 

@@ -2,15 +2,21 @@
 
 Every approach reads the same Parquet landing table and writes Parquet, so
 the scan and the sink cost the same for all; only the reassembly differs.
+
+Each data set runs in a fresh process (``python -m bench.sparkcase``): its own
+JVM and Python workers, so the peak memory of one case is not inflated by
+what an earlier case left behind (Python workers are reused and keep their
+heap). The parent samples the child's process tree between the child's
+BEGIN and END lines.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import statistics
+import subprocess
+import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -40,55 +46,34 @@ def make_dataset(path: Path, total: int, segment_size: int, per_message: int) ->
         __import__("random").Random(1).shuffle(order)
         for i in order:
             payload = i.to_bytes(8, "big") + blob[8:]
-            batch += [s.encode() for s in seg.segment(payload)]
-            if len(batch) * segment_size >= 128 * MiB:
-                pq.write_table(pa.table({"segment": pa.array(batch, pa.binary())}), path / f"part-{part:04d}.parquet")
-                batch, part = [], part + 1
+            for s in seg.segment(payload):  # flushed every 128 MiB, even inside one huge message
+                batch.append(s.encode())
+                if len(batch) * segment_size >= 128 * MiB:
+                    pq.write_table(
+                        pa.table({"segment": pa.array(batch, pa.binary())}), path / f"part-{part:04d}.parquet"
+                    )
+                    batch, part = [], part + 1
+            del payload
         if batch:
             pq.write_table(pa.table({"segment": pa.array(batch, pa.binary())}), path / f"part-{part:04d}.parquet")
         (path / "_DONE").touch()
     return {"messages": n, "bytes": n * msg_size, "segment": segment_size, "per_message": per_message}
 
 
-class PeakMemory:
-    """Samples RSS of the driver JVM (local mode: also the executor) and of the Python workers."""
-
-    def __init__(self) -> None:
-        self.jvm = 0
-        self.python_workers = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def __enter__(self) -> PeakMemory:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _loop(self) -> None:
-        me = psutil.Process()
-        while not self._stop.wait(0.2):
-            jvm = workers = 0
-            for p in me.children(recursive=True):
-                try:
-                    name, rss = p.name(), p.memory_info().rss
-                except psutil.Error:
-                    continue
-                if name == "java":
-                    jvm += rss
-                elif "python" in name:
-                    workers += rss
-            self.jvm = max(self.jvm, jvm)
-            self.python_workers = max(self.python_workers, workers)
+APPROACHES = (
+    "ours (validated)",
+    "(a) SQL listagg, no validation",
+    "(b) collect_list+aggregate concat, no validation",
+    "(c) applyInPandas b''.join, no validation",
+    "(d) floor: shuffle by message + write",
+)
 
 
-def approaches(spark: Any) -> dict[str, Callable[[Any], Any]]:
+def approaches(spark: Any, payload_dir: Path) -> dict[str, Callable[[Any], Any]]:
     """Each maps the landing DataFrame to a DataFrame to write."""
     from pyspark.sql import functions as F
 
-    from reassembly.spark import reassemble
+    from reassembly.spark import ReassemblyOptions, reassemble
 
     def keyed(df: Any) -> Any:
         return df.select(
@@ -97,8 +82,8 @@ def approaches(spark: Any) -> dict[str, Callable[[Any], Any]]:
             F.expr("substring(segment, 85)").alias("data"),
         )
 
-    def ours(df: Any) -> Any:
-        return reassemble(df).combined
+    def ours(df: Any) -> Any:  # as the reassemble command runs it: large messages streamed to files
+        return reassemble(df, options=ReassemblyOptions(payload_dir=str(payload_dir))).combined
 
     def listagg(df: Any) -> Any:
         return keyed(df).groupBy("key").agg(F.expr("listagg(data, X'') WITHIN GROUP (ORDER BY offset)").alias("p"))
@@ -125,83 +110,118 @@ def approaches(spark: Any) -> dict[str, Callable[[Any], Any]]:
             int(spark.conf.get("spark.sql.shuffle.partitions")), "key"
         )
 
-    return {
-        "ours (validated)": ours,
-        "(a) SQL listagg, no validation": listagg,
-        "(b) collect_list+aggregate concat, no validation": collect_concat,
-        "(c) applyInPandas b''.join, no validation": pandas_udf,
-        "(d) floor: shuffle by message + write": floor,
-    }
+    return dict(zip(APPROACHES, (ours, listagg, collect_concat, pandas_udf, floor), strict=True))
 
 
-def run_case(spark: Any, name: str, build: Callable[[Any], Any], src: Path, out: Path, repeat: int) -> dict[str, Any]:
-    times = []
-    mem = PeakMemory()
-    error = None
-    with mem:
-        for _ in range(repeat):
-            shutil.rmtree(out, ignore_errors=True)
-            start = time.perf_counter()
-            try:
-                build(spark.read.parquet(str(src))).write.parquet(str(out))
-            except Exception as exc:  # recorded, not hidden: a baseline that cannot do a case says so
-                error = str(exc).splitlines()[0][:200]
-                break
-            times.append(time.perf_counter() - start)
-    shutil.rmtree(out, ignore_errors=True)
-    return {
-        "approach": name,
-        "seconds": statistics.median(times) if times else None,
-        "runs": times,
-        "error": error,
-        "peak_jvm_rss": mem.jvm,
-        "peak_python_workers_rss": mem.python_workers,
-    }
+class _Window:
+    """Peak RSS, by kind of process, of one case."""
+
+    def __init__(self) -> None:
+        self.driver = self.jvm = self.python_workers = 0
+
+
+def _sample(root: psutil.Process, window: _Window) -> None:
+    jvm = workers = 0
+    try:
+        driver = root.memory_info().rss
+        children = root.children(recursive=True)
+    except psutil.Error:
+        return
+    for p in children:
+        try:
+            name, rss = p.name(), p.memory_info().rss
+        except psutil.Error:
+            continue
+        if name == "java":
+            jvm += rss
+        elif "python" in name:
+            workers += rss
+    window.driver = max(window.driver, driver)
+    window.jvm = max(window.jvm, jvm)
+    window.python_workers = max(window.python_workers, workers)
+
+
+def run_cases(data: Path, names: list[str], warmup: Path, out: Path) -> list[dict[str, Any]]:
+    """Time ``names`` on ``data`` in one fresh Spark process; peak memory per case."""
+    cmd = [sys.executable, "-m", "bench.sparkcase", "--data", str(data), "--warmup", str(warmup), "--out", str(out)]
+    with open(out.parent / "sparkcase.log", "a") as log:  # Spark's start-up chatter, kept for a post-mortem
+        proc = psutil.Popen(
+            [*cmd, *names], stdout=subprocess.PIPE, stderr=log, text=True, cwd=Path(__file__).parent.parent
+        )
+    window = _Window()
+    stop = threading.Event()
+
+    def sampler() -> None:
+        while not stop.wait(0.2):
+            _sample(proc, window)
+
+    thread = threading.Thread(target=sampler, daemon=True)
+    thread.start()
+    results: list[dict[str, Any]] = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        word, _, rest = line.strip().partition(" ")
+        if word == "BEGIN":
+            window = _Window()
+        elif word in ("END", "FAIL"):
+            name, _, value = rest.partition("\t")
+            results.append(
+                {
+                    "approach": name,
+                    "seconds": float(value) if word == "END" else None,
+                    "error": value if word == "FAIL" else None,
+                    "peak_driver_rss": window.driver,
+                    "peak_jvm_rss": window.jvm,
+                    "peak_python_workers_rss": window.python_workers,
+                }
+            )
+    proc.wait()
+    stop.set()
+    thread.join()
+    for name in names[len(results) :]:  # the process died: say so, do not drop the case
+        results.append({"approach": name, "seconds": None, "error": f"bench process exited {proc.returncode}"})
+    return results
+
+
+MATRIX = (
+    (1024 * MiB, 64 * 1024, 8),
+    (1024 * MiB, 64 * 1024, 64),
+    (1024 * MiB, 16 * 1024, 8),
+    (1024 * MiB, 1024 * 1024, 8),
+    (4096 * MiB, 64 * 1024, 8),
+)
 
 
 def spark_cases(work: Path, quick: bool) -> Iterator[dict[str, Any]]:
-    from reassembly.session import get_session
-
-    spark = get_session("local[2]", app_name="bench", conf={"spark.driver.memory": "8g"})
-    spark.sparkContext.setLogLevel("OFF")
-    table = approaches(spark)
     warm = work / "warmup"
     make_dataset(warm, 4 * MiB, 64 * 1024, 4)
-    for build in table.values():  # JIT, Python worker start-up: paid here, not by the first approach timed
-        run_case(spark, "warm-up", build, warm, work / "out", 1)
-    if quick:
-        matrix = [(64 * MiB, 64 * 1024, 8)]
-    else:
-        matrix = [
-            (1024 * MiB, 64 * 1024, 8),
-            (1024 * MiB, 64 * 1024, 64),
-            (1024 * MiB, 16 * 1024, 8),
-            (1024 * MiB, 1024 * 1024, 8),
-        ]
-    repeat = 1 if quick else 2
+    out = work / "out"
+    everything = list(APPROACHES)
+    matrix = [(64 * MiB, 64 * 1024, 8)] if quick else list(MATRIX)
     for total, ssize, per in matrix:
         src = work / f"data-{total // MiB}M-{ssize // 1024}K-{per}"
         info = make_dataset(src, total, ssize, per)
-        for name, build in table.items():
-            yield {"kind": "matrix", **info, **run_case(spark, name, build, src, work / "out", repeat)}
+        for name in everything:  # one process per case: its memory peaks are its own
+            for case in run_cases(src, [name], warm, out):
+                yield {"kind": "matrix", **info, **case}
     if quick:
-        spark.stop()
         return
-    # Scaling: data size, and segments per message at fixed size.
-    for gib in (0.25, 0.5, 1.0, 2.0):
+    ours, listagg, floor = everything[0], everything[1], everything[4]
+    # One single 1 GiB message (1 MiB segments): ours streams it into a file.
+    src = work / "data-1024M-1024K-1024"
+    info = make_dataset(src, 1024 * MiB, 1024 * 1024, 1024)
+    for name in (ours, listagg, floor):
+        for case in run_cases(src, [name], warm, out):
+            yield {"kind": "single_1g", **info, **case}
+    # Scaling: data size (1 and 4 GiB come from the matrix), and segments per message at fixed size.
+    for gib in (0.25, 0.5, 2.0):
         total = int(gib * 1024) * MiB
         src = work / f"data-{total // MiB}M-64K-8"
         info = make_dataset(src, total, 64 * 1024, 8)
-        for name in ("ours (validated)", "(d) floor: shuffle by message + write"):
-            yield {"kind": "scale_size", **info, **run_case(spark, name, table[name], src, work / "out", 1)}
+        for case in run_cases(src, [ours, floor], warm, out):
+            yield {"kind": "scale_size", **info, **case}
     for per in (2, 8, 32, 128):
         src = work / f"data-512M-64K-{per}"
         info = make_dataset(src, 512 * MiB, 64 * 1024, per)
-        for name in ("ours (validated)", "(a) SQL listagg, no validation"):
-            yield {"kind": "scale_per_message", **info, **run_case(spark, name, table[name], src, work / "out", 1)}
-    # One single 1 GiB message (1 MiB segments).
-    src = work / "data-1024M-1024K-1024"
-    info = make_dataset(src, 1024 * MiB, 1024 * 1024, 1024)
-    for name in ("ours (validated)", "(a) SQL listagg, no validation", "(d) floor: shuffle by message + write"):
-        yield {"kind": "single_1g", **info, **run_case(spark, name, table[name], src, work / "out", 1)}
-    spark.stop()
+        for case in run_cases(src, [ours, listagg, floor], warm, out):
+            yield {"kind": "scale_per_message", **info, **case}

@@ -1,0 +1,55 @@
+"""One data set's Spark cases in a fresh process: ``python -m bench.sparkcase --data D --warmup W --out O NAME...``.
+
+Prints ``BEGIN name``, then ``END name<TAB>seconds`` (or ``FAIL name<TAB>error``)
+for each approach, so the parent (``sparkbench.run_cases``) can attribute the
+memory it samples to the case that was running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from reassembly.session import get_session
+
+from .sparkbench import approaches
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.sparkcase")
+    p.add_argument("--data", required=True)
+    p.add_argument("--warmup", required=True, help="a tiny data set: JIT and Python worker start-up paid there")
+    p.add_argument("--out", required=True)
+    p.add_argument("names", nargs="+")
+    args = p.parse_args(argv)
+    spark = get_session("local[2]", app_name="bench", conf={"spark.driver.memory": "8g"})
+    spark.sparkContext.setLogLevel("OFF")
+    out = Path(args.out)
+    table = approaches(spark, out.parent / "payloads")
+
+    def run(name: str, data: str) -> float:
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.rmtree(out.parent / "payloads", ignore_errors=True)
+        start = time.perf_counter()
+        table[name](spark.read.parquet(data)).write.parquet(str(out))
+        return time.perf_counter() - start
+
+    for name in args.names:
+        run(name, args.warmup)
+        print(f"BEGIN {name}", flush=True)
+        try:
+            seconds = run(name, args.data)
+        except Exception as exc:  # recorded, not hidden: a baseline that cannot do a case says so
+            print(f"FAIL {name}\t{str(exc).strip().splitlines()[0][:200]}", flush=True)
+            continue
+        print(f"END {name}\t{seconds}", flush=True)
+    shutil.rmtree(out, ignore_errors=True)
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
