@@ -309,10 +309,14 @@ def run_demo(args: argparse.Namespace) -> int:
     spark = _session(args)
     rows = spark.read.parquet(str(out / "messages")).collect()
     got = {(bytes(r.group_id), r.msg_seq_number): r for r in rows}
+
+    def payload(row: Any) -> bytes:
+        return (out / "payloads" / row.payload_path).read_bytes() if row.payload_path else bytes(row.payload)
+
     wrong = [
         k
         for k, e in ds.expected.items()
-        if k not in got or got[k].status != e.status or (e.payload is not None and bytes(got[k].payload) != e.payload)
+        if k not in got or got[k].status != e.status or (e.payload is not None and payload(got[k]) != e.payload)
     ]
     q = spark.read.parquet(str(out / "quarantine")).count()
     used = sum(r.segments_used for r in rows)

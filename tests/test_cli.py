@@ -130,3 +130,15 @@ def test_demo_checks_itself() -> None:
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert re.search(r"check: (\d+)/\1 messages as expected", done.stdout), done.stdout[-1500:]
     assert "duplicates: holds" in done.stdout
+
+
+def test_demo_with_large_messages_streams_them_to_payload_files(tmp_path: Path) -> None:
+    done = reassemble(
+        "demo", "--messages", "20", "--segments-per-message", "3", "--segment-size", "2048",
+        "--large-message-bytes", "3000", "--keep", str(tmp_path),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert re.search(r"check: (\d+)/\1 messages as expected", done.stdout), done.stdout[-1500:]
+    messages = pq.read_table(tmp_path / "out" / "messages").to_pylist()
+    files = {m["payload_path"] for m in messages if m["payload_path"]}
+    assert files and files == {p.name for p in (tmp_path / "out" / "payloads").iterdir()}

@@ -157,3 +157,17 @@ def test_zstd_and_groups_take_the_assembler_path_and_still_complete(spark: Any, 
     out = rows_of(spark, tmp_path / "z.parquet")
     payloads = sorted(bytes(r.payload) for r in out if r.kind == "message" and r.status == "complete")
     assert payloads == sorted([payload, b"a" * 1500, b"b" * 10, b"c" * 2500])
+
+
+def test_message_mode_delivers_the_intact_messages_of_an_incomplete_group(spark: Any, tmp_path: Path) -> None:
+    segs = [s.encode() for s in Segmenter(1000).segment_group([b"a" * 1500, b"b" * 10, b"c" * 2500])]
+    rows = [s for s in segs if int.from_bytes(s[40:44], "big") != 2]  # message 2 lost
+    pq.write_table(pa.table({"segment": pa.array(rows, pa.binary())}), tmp_path / "g.parquet")
+    status = {
+        r.msg_seq_number: r.status
+        for r in rows_of(spark, tmp_path / "g.parquet", unit_of_work=False)
+        if r.kind == "message"
+    }
+    assert status == {1: "complete", 2: "incomplete", 3: "complete"}
+    uow = {r.msg_seq_number: r.status for r in rows_of(spark, tmp_path / "g.parquet") if r.kind == "message"}
+    assert uow == {1: "incomplete", 2: "incomplete", 3: "incomplete"}
