@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from reassembly.cli import first_line
 from reassembly.session import get_session
 
 from .sparkbench import approaches
@@ -43,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             seconds = run(name, args.data)
         except Exception as exc:  # recorded, not hidden: a baseline that cannot do a case says so
-            print(f"FAIL {name}\t{str(exc).strip().splitlines()[0][:200]}", flush=True)
+            print(f"FAIL {name}\t{first_line(exc)}", flush=True)
             continue
         print(f"END {name}\t{seconds}", flush=True)
     shutil.rmtree(out, ignore_errors=True)

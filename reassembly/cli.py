@@ -229,7 +229,7 @@ def open_job(args: argparse.Namespace, column: str | None) -> tuple[list[str], P
     try:
         df = spark.read.parquet(*paths)
     except Exception as exc:
-        raise JobError(f"cannot read {args.input}: {_first_line(exc)}") from None
+        raise JobError(f"cannot read {args.input}: {first_line(exc)}") from None
     if column is not None:
         types = dict(df.dtypes)
         if column not in types:
@@ -256,7 +256,7 @@ def run_job(args: argparse.Namespace) -> Path:
             result = reassemble(df, encoded=encoded, raw_column=args.raw_column, options=options)
             write_split(result.combined, tmp, {"message": "messages", "quarantine": "quarantine"})
         except Exception as exc:
-            raise JobError(f"job failed: {_first_line(exc)}") from None
+            raise JobError(f"job failed: {first_line(exc)}") from None
         _tidy_payloads(tmp / "payloads")
     print(summarize(spark, out, _input_bytes(paths), time.monotonic() - start))
     payloads = " " + str(out / "payloads") if (out / "payloads").exists() else ""
@@ -278,7 +278,7 @@ def _progress_on(args: argparse.Namespace) -> bool:
     return sys.stderr.isatty() if args.progress is None else bool(args.progress)
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     """One informative line: for a Java error, its message and root cause, not py4j's call site."""
     lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip() and not line.startswith("\t")]
     if not lines:

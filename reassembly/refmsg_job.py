@@ -172,7 +172,7 @@ def reassemble_objects(df: Any, message_column: str = "message") -> Any:
 
 def run_refmsg(args: argparse.Namespace) -> int:
     """The ``refmsg`` subcommand: same atomic output and summary conventions as ``run``."""
-    from .cli import JobError, Progress, _atomic_dir, _first_line, _progress_on, open_job, write_split
+    from .cli import JobError, Progress, _atomic_dir, _progress_on, first_line, open_job, write_split
 
     _, out, spark, df = open_job(args, args.message_column)
     start = time.monotonic()
@@ -182,7 +182,7 @@ def run_refmsg(args: argparse.Namespace) -> int:
                 reassemble_objects(df, args.message_column), tmp, {"object": "objects", "quarantine": "quarantine"}
             )
         except Exception as exc:
-            raise JobError(f"job failed: {_first_line(exc)}") from None
+            raise JobError(f"job failed: {first_line(exc)}") from None
     objs = spark.read.parquet(str(out / "objects")).groupBy("status").count().collect() if _has(out / "objects") else []
     q = spark.read.parquet(str(out / "quarantine")).count() if _has(out / "quarantine") else 0
     print("objects by status: " + (", ".join(f"{r.status} {r['count']}" for r in objs) or "none"))
