@@ -41,13 +41,15 @@ def _parser() -> argparse.ArgumentParser:
         q.add_argument("--master", default="local[2]", help="Spark master (default local[2]; spark://host:port)")
         q.add_argument("--partitions", type=int, default=None, help="shuffle partitions (default: Spark's)")
         q.add_argument("--max-message-size", type=int, default=1 << 30, help="bytes; larger declared sizes: 2030")
+        q.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="live progress bar")
+
+    def large(q: argparse.ArgumentParser) -> None:  # run and demo write messages; refmsg writes objects
         q.add_argument(
             "--large-message-bytes",
             type=int,
             default=128 << 20,
             help="messages above this (or of unknown size) are written to OUTPUT/payloads/ (default 128 MiB)",
         )
-        q.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="live progress bar")
 
     run = sub.add_parser("run", help="reassemble a Parquet landing table")
     run.add_argument("input", help="Parquet file, directory or glob of segments")
@@ -56,6 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--raw-column", default="segment", help="binary column holding encoded segments")
     run.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
     common(run)
+    large(run)
 
     demo = sub.add_parser("demo", help="generate faulty data, reassemble it, check the result")
     demo.add_argument("--messages", type=int, default=200)
@@ -63,6 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--segment-size", type=int, default=16 * 1024)
     demo.add_argument("--keep", default=None, help="keep the data and output in this directory")
     common(demo)
+    large(demo)
 
     ref = sub.add_parser("refmsg", help="rebuild objects from reference-message chunk rows")
     ref.add_argument("input", help="Parquet of encoded reference messages (binary column 'message')")

@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from ..assembler import Assembler, Limits
 from ..bodies import FileBodyStore
+from ..events import Event
 from .rows import Row, event_rows, reassemble_group, reject_rows
 from .schema import OUTPUT_ARROW, OUTPUT_FIELDS
 
@@ -53,7 +54,7 @@ class _Large:
         token = f"{ctx.stageId()}-{ctx.partitionId()}-{ctx.taskAttemptId()}" if ctx is not None else "local"
         self.store = FileBodyStore(payload_dir, token, threshold)
         self.asm = Assembler(limits, batch=True, unit_of_work=unit_of_work, bodies=self.store)
-        self.events: list[Any] = []
+        self.events: list[Event] = []
 
     def feed(self, raws: list[bytes]) -> None:
         self.events += self.asm.receive_many(raws)
@@ -82,7 +83,7 @@ def make_judge(limits: Limits, unit_of_work: bool, payload_dir: str | None, thre
                 continue
             raws = originals(blobs[i], metas[i].as_py(), ok[i])
             if not ok[i]:
-                out[i] = list(reject_rows(raws, limits))
+                out[i] = list[Row | None](reject_rows(raws, limits))
             elif big[i]:
                 if not large:
                     assert payload_dir is not None and threshold is not None
@@ -90,7 +91,7 @@ def make_judge(limits: Limits, unit_of_work: bool, payload_dir: str | None, thre
                 large[0].feed(raws)
                 out[i] = []
             else:
-                out[i] = list(reassemble_group(raws, limits, unit_of_work=unit_of_work))
+                out[i] = list[Row | None](reassemble_group(raws, limits, unit_of_work=unit_of_work))
         return out
 
     @arrow_udf(ROWS_DDL)  # type: ignore[untyped-decorator]
