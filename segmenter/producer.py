@@ -8,6 +8,12 @@ writers (:class:`MessageWriter`, :class:`GroupWriter`), all over one core.
 through the pipe (MQ MAXMSGL, Kafka ``message.max.bytes``), so every encoded
 segment is at most that long. In-memory payloads are sliced with memoryviews,
 never copied; files are streamed in segment-sized reads and never read whole.
+
+Whatever the input, only the last segment of a message carries the
+whole-message checksum (docs/wire-format.md, "Where the message checksum is
+carried"): a stream knows it only at its end, and one rule for every input
+makes a payload in memory and the same payload read from a file give the same
+segments.
 """
 
 from __future__ import annotations
@@ -87,6 +93,15 @@ class Segmenter:
         """Data bytes per full segment."""
         return self.max_segment_size - HEADER_LENGTH
 
+    def _compressor(self, size: int) -> zstandard.ZstdCompressionObj:
+        """The one zstd frame writer for every input (``size`` -1 when unknown).
+
+        Streaming compression gives the same frame however the input is fed, so
+        a payload in memory and the same payload read from a file compress to
+        the same body (the one-shot ``compress`` would give another frame).
+        """
+        return zstandard.ZstdCompressor(level=self.level).compressobj(size=size)
+
     def _base_flags(self, group_flags: int) -> int:
         return group_flags | (MsgFlags.SEGMENTATION_ALLOWED if self.segmentation_allowed else 0)
 
@@ -110,7 +125,8 @@ class Segmenter:
         crc = checksum_function(self.algorithm)
         if self.codec == Codec.ZSTD:
             message_crc: int | None = crc(view, 0)
-            body = memoryview(zstandard.ZstdCompressor(level=self.level).compress(view))
+            compressor = self._compressor(len(view))
+            body = memoryview(compressor.compress(view) + compressor.flush())
         else:
             message_crc = None
             body = view
@@ -147,7 +163,7 @@ class Segmenter:
                 repeat(self.codec),
                 repeat(self.algorithm),
                 crcs,
-                repeat(message_crc),
+                chain(repeat(None, final), (message_crc,)),  # only the last segment carries it
                 repeat(HEADER_LENGTH),
                 repeat(False),
             ),
@@ -193,7 +209,9 @@ class MessageWriter:
     Segments are emitted as soon as they are full, except that the newest full
     one is held back until more data (or ``close``) shows whether it is the
     last. Lengths not known in advance are written as UNKNOWN_LENGTH; the
-    last segment always carries the exact lengths and the message checksum.
+    last segment always carries the exact lengths and the message checksum,
+    and only the last carries the checksum (the rule :meth:`Segmenter.segment`
+    follows for in-memory payloads too, so every input gives the same segments).
     """
 
     def __init__(
@@ -218,9 +236,7 @@ class MessageWriter:
         self._pending = bytearray()
         self._closed = False
         self._compressor = (
-            zstandard.ZstdCompressor(level=segmenter.level).compressobj(
-                size=original_length if original_length != UNKNOWN_LENGTH else -1
-            )
+            segmenter._compressor(-1 if original_length == UNKNOWN_LENGTH else original_length)
             if segmenter.codec == Codec.ZSTD
             else None
         )

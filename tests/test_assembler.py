@@ -175,7 +175,15 @@ def test_message_checksum_mismatch_fails_the_message() -> None:
     payload = os.urandom(1000)
     segs = segment(payload, 200)
     lied = [
-        Segment(make_header(**_fields(s, message_checksum=(s.header.message_checksum or 0) ^ 1)), s.data) for s in segs
+        Segment(
+            make_header(
+                **_fields(
+                    s, message_checksum=None if s.header.message_checksum is None else s.header.message_checksum ^ 1
+                )
+            ),
+            s.data,
+        )
+        for s in segs
     ]
     events = Assembler().receive_many(lied)
     assert isinstance(events[-1], MessageFailed)

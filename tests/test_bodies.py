@@ -88,7 +88,12 @@ def test_incomplete_and_failed_messages_leave_no_files_and_return_their_bytes(tm
     gap = [s.encode() for s in segment(os.urandom(40_000), 10_000)]
     del gap[1]
     lying = [
-        Segment(s.header._replace(message_checksum=(s.header.message_checksum or 0) ^ 1), s.data).encode()
+        Segment(
+            s.header._replace(
+                message_checksum=None if s.header.message_checksum is None else s.header.message_checksum ^ 1
+            ),
+            s.data,
+        ).encode()
         for s in segment(os.urandom(40_000), 10_000)
     ]
     asm, _ = stored_assembler(tmp_path)
