@@ -8,12 +8,17 @@ from .chunker import DEFAULT_MAX_LENGTH, Chunker, chunk, new_instance_id
 from .claimcheck import (
     CLAIM_CHECK_TYPE,
     DEFAULT_THRESHOLD,
+    Claim,
     DirectoryStore,
     Message,
     ObjectStore,
+    StoredObject,
+    claim_check_message,
     is_claim_check,
     offload,
+    read_claim,
     resolve,
+    resolve_into,
 )
 from .errors import JournalError, PathError, RmhError, StoreError
 from .header import (
@@ -41,6 +46,7 @@ __all__ = [
     "LENGTH_1",
     "RMH",
     "ChunkRow",
+    "Claim",
     "Chunker",
     "DecodedMessage",
     "DecodedRMH",
@@ -62,12 +68,16 @@ __all__ = [
     "RmhError",
     "RmhFlags",
     "StoreError",
+    "StoredObject",
     "assemble_chunks",
     "chunk",
+    "claim_check_message",
     "decode_message",
     "decode_rmh",
     "is_claim_check",
     "new_instance_id",
     "offload",
+    "read_claim",
     "resolve",
+    "resolve_into",
 ]

@@ -4,13 +4,26 @@
 limit the AWS extended clients use) and returns a header-only reference
 message: ObjectType ``"CLAIMCHK"``, SrcEnv the store's name, SrcName the key,
 DataLogicalLength the size, and the integrity block with the object length and
-checksum. Smaller payloads travel inline. :func:`resolve` turns either back into
-the payload, verifying size and checksum. A message knows which it is by its
-MQMD Format (``"MQHREF  "`` for the reference), carried in :class:`Message`.
+checksum, sealed by the header checksum. Smaller payloads travel inline.
 
-Stores implement :class:`ObjectStore` (put/get/delete by key); the default
+Recognising a reference (docs/refmsg.md, "Claim check"): a message whose MQMD
+Format is ``"MQHREF  "`` is one; any other body is one when
+:func:`is_claim_check` says so, i.e. its first four bytes are the MQRMH StrucId
+``"RMH "`` or one bit away from it (or a non-empty prefix of it). A reference,
+once recognised, must pass every check or :func:`resolve` raises: a damaged
+reference is never handed back as if it were the payload. :func:`offload` never
+sends such a body inline (it stores it, whatever its size), so every inline
+payload it produces comes back unchanged.
+
+Resolving checks the stored object's size, as the store reports it, before
+reading a byte, then reads exactly the declared number of bytes in bounded
+pieces, updating the checksum as it reads (:func:`resolve_into` streams into a
+file in pieces of ``chunk_size``; :func:`resolve` returns the payload).
+
+Stores implement :class:`ObjectStore` (put/open/delete by key); the default
 :class:`DirectoryStore` writes each object atomically (temporary file, fsync,
-rename) under a directory, with keys confined like receiver names.
+rename) under a directory, with keys confined like receiver names, and opens
+only regular files (no symlink, directory, FIFO or device).
 """
 
 from __future__ import annotations
@@ -18,20 +31,46 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from typing import NamedTuple, Protocol, runtime_checkable
+from collections.abc import Callable, Iterator
+from typing import BinaryIO, NamedTuple, Protocol, runtime_checkable
 
-from segmenter.checksum import DEFAULT_ALGORITHM, ChecksumAlgorithm, checksum
-from segmenter.errors import ChecksumError, Reason, SegmentationError
+from segmenter.checksum import DEFAULT_ALGORITHM, ChecksumAlgorithm, checksum, checksum_function
+from segmenter.errors import ChecksumError, MessageTooBigError, Reason, SegmentationError
 
 from .chunker import new_instance_id
 from .errors import RmhError, StoreError
-from .header import CCSID_UTF8, ENCODING_NATIVE, FORMAT_NONE, FORMAT_REF_MSG_HEADER, MAX_MQLONG, RMH, RmhFlags
+from .header import (
+    CCSID_UTF8,
+    ENCODING_NATIVE,
+    FORMAT_NONE,
+    FORMAT_REF_MSG_HEADER,
+    MAX_MQLONG,
+    RMH,
+    STRUC_ID,
+    RmhFlags,
+)
 from .integrity import Integrity
 from .message import ReferenceMessage, decode_message
-from .paths import open_parent, open_root, split_name
+from .paths import open_parent, open_regular, open_root, split_name
+
+Buffer = bytes | bytearray | memoryview
 
 DEFAULT_THRESHOLD = 256 * 1024
 CLAIM_CHECK_TYPE = "CLAIMCHK"
+DEFAULT_CHUNK_SIZE = 1 << 20  # bytes per read when streaming: what resolve_into holds at a time
+_STRUC_ID = int.from_bytes(STRUC_ID, "big")
+
+
+class StoredObject(NamedTuple):
+    """An opened stored object: its size as the store reports it, and a stream at its first byte.
+
+    The size comes before any byte is read (``fstat``, S3's ContentLength), so a
+    reader can refuse an object of the wrong size without reading it. The
+    caller closes the stream.
+    """
+
+    size: int
+    stream: BinaryIO
 
 
 @runtime_checkable
@@ -40,9 +79,9 @@ class ObjectStore(Protocol):
 
     name: str
 
-    def put(self, key: str, data: bytes) -> None: ...
+    def put(self, key: str, data: Buffer) -> None: ...
 
-    def get(self, key: str) -> bytes: ...
+    def open(self, key: str) -> StoredObject: ...
 
     def delete(self, key: str) -> None: ...
 
@@ -64,7 +103,7 @@ class DirectoryStore:
         finally:
             os.close(root_fd)
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: Buffer) -> None:
         dir_fd, leaf = self._dir(key, create=True)
         tmp = f".{leaf[:200]}.{uuid.uuid4().hex}.tmp"
         try:
@@ -87,19 +126,21 @@ class DirectoryStore:
         finally:
             os.close(dir_fd)
 
-    def get(self, key: str) -> bytes:
+    def open(self, key: str) -> StoredObject:
+        """The object under ``key``: a regular file only, its size from ``fstat`` of the open descriptor."""
         try:
             dir_fd, leaf = self._dir(key, create=False)
         except SegmentationError as exc:
-            raise StoreError(f"cannot find {key!r}: {exc}", key=key) from None
+            raise StoreError(f"cannot find {key!r}: {exc}", key=key, cause=exc.reason.name) from None
         try:
-            fd = os.open(leaf, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd)
+            fd, st = open_regular(dir_fd, leaf, key)
+        except SegmentationError as exc:
+            raise StoreError(f"cannot read {key!r}: {exc}", key=key, cause=exc.reason.name) from None
         except OSError as exc:
-            raise StoreError(f"cannot read {key!r}: {exc.strerror}", key=key) from None
+            raise StoreError(f"cannot read {key!r}: {exc.strerror}", key=key, errno=exc.errno) from None
         finally:
             os.close(dir_fd)
-        with os.fdopen(fd, "rb") as f:
-            return f.read()
+        return StoredObject(st.st_size, os.fdopen(fd, "rb", buffering=0))  # unbuffered: no read-ahead past the size
 
     def delete(self, key: str) -> None:
         dir_fd, leaf = self._dir(key, create=False)
@@ -122,8 +163,67 @@ class Message(NamedTuple):
         return self.format == FORMAT_REF_MSG_HEADER
 
 
+class Claim(NamedTuple):
+    """What a verified claim-check reference says: where the object is, its size and checksum."""
+
+    store: str  # SrcEnv: the store's name
+    key: str  # SrcName
+    length: int
+    algorithm: ChecksumAlgorithm
+    checksum: int
+
+
+def is_claim_check(body: Buffer) -> bool:
+    """True when :func:`resolve` takes ``body`` (bare, or under a Format other than "MQHREF  ") as a reference.
+
+    That is when its first four bytes are the StrucId ``"RMH "`` or one bit away
+    from it, or the body is a non-empty prefix of ``"RMH "``: a reference with
+    a flipped StrucId bit, or truncated, is still recognised (and then refused
+    as damaged) instead of passing as a payload. Payloads that match are never
+    sent inline by :func:`offload`.
+    """
+    head = bytes(memoryview(body)[:4])
+    if len(head) < 4:
+        return len(head) > 0 and STRUC_ID.startswith(head)
+    return (int.from_bytes(head, "big") ^ _STRUC_ID).bit_count() <= 1
+
+
+def claim_check_message(
+    store_name: str,
+    key: str,
+    length: int,
+    object_checksum: int,
+    *,
+    algorithm: ChecksumAlgorithm = DEFAULT_ALGORITHM,
+    data_format: str = FORMAT_NONE,
+    header_encoding: int = ENCODING_NATIVE,
+    ccsid: int = CCSID_UTF8,
+) -> Message:
+    """The header-only reference message for an object already in a store (what :func:`offload` sends).
+
+    ``data_format``, ``header_encoding`` and ``ccsid`` describe the payload
+    (MQRMH Format, Encoding, CodedCharSetId), for the application that resolves it.
+    """
+    if not 0 <= length <= MAX_MQLONG:
+        raise MessageTooBigError(f"{length} bytes exceed DataLogicalLength's range", length=length, limit=MAX_MQLONG)
+    algorithm = ChecksumAlgorithm.parse(algorithm)
+    header = RMH(
+        flags=RmhFlags.LAST,
+        object_type=CLAIM_CHECK_TYPE,
+        object_instance_id=new_instance_id(),
+        src_env=store_name,
+        src_name=key,
+        data_logical_length=length,
+        format=data_format,
+        encoding=header_encoding,
+        ccsid=ccsid,
+    )
+    integrity = Integrity(algorithm, object_checksum, length, object_checksum)
+    return Message(FORMAT_REF_MSG_HEADER, ReferenceMessage(header, b"", integrity).encode())
+
+
 def offload(
-    payload: bytes,
+    payload: Buffer,
     store: ObjectStore,
     *,
     threshold: int = DEFAULT_THRESHOLD,
@@ -133,81 +233,192 @@ def offload(
     header_encoding: int = ENCODING_NATIVE,
     ccsid: int = CCSID_UTF8,
 ) -> Message:
-    """The payload itself when ``len(payload) <= threshold``, else a claim-check reference message."""
-    if len(payload) <= threshold:
+    """The payload itself when it is at most ``threshold`` bytes, else a claim-check reference message.
+
+    A payload that :func:`is_claim_check` would take for a reference is stored
+    whatever its size, so that :func:`resolve` gives every offloaded payload back.
+    """
+    if len(payload) <= threshold and not is_claim_check(payload):
         return Message(inline_format, bytes(payload))
     if len(payload) > MAX_MQLONG:
-        raise SegmentationError(
-            f"{len(payload)} bytes exceed DataLogicalLength's range", reason=Reason.MSG_TOO_BIG, length=len(payload)
+        raise MessageTooBigError(
+            f"{len(payload)} bytes exceed DataLogicalLength's range", length=len(payload), limit=MAX_MQLONG
         )
     algorithm = ChecksumAlgorithm.parse(algorithm)
     key = key or uuid.uuid4().hex
     crc = checksum(algorithm, payload)
-    store.put(key, bytes(payload))
-    header = RMH(
-        flags=RmhFlags.LAST,
-        object_type=CLAIM_CHECK_TYPE,
-        object_instance_id=new_instance_id(),
-        src_env=store.name,
-        src_name=key,
-        data_logical_length=len(payload),
-        format=inline_format,
-        encoding=header_encoding,
+    store.put(key, payload)
+    return claim_check_message(
+        store.name,
+        key,
+        len(payload),
+        crc,
+        algorithm=algorithm,
+        data_format=inline_format,
+        header_encoding=header_encoding,
         ccsid=ccsid,
     )
-    body = ReferenceMessage(header, b"", Integrity(algorithm, crc, len(payload), crc)).encode()
-    return Message(FORMAT_REF_MSG_HEADER, body)
 
 
-def is_claim_check(body: bytes) -> bool:
-    """True when ``body`` decodes as a claim-check reference message (for callers without the Format)."""
-    if body[:4] != b"RMH ":
-        return False
-    try:
-        decoded = decode_message(body, require_integrity=True).message
-    except SegmentationError:
-        return False
-    return decoded.header.object_type == CLAIM_CHECK_TYPE and decoded.header_only
+def read_claim(body: Buffer) -> Claim:
+    """Decode and self-check a claim-check reference; raise on anything a damaged or forged one would show.
 
-
-def resolve(message: Message | bytes, store: ObjectStore, *, delete: bool = False) -> bytes:
-    """The payload: inline as is, or fetched from ``store`` and verified (size and checksum).
-
-    A bare ``bytes`` body is sniffed with :func:`is_claim_check`; pass a
-    :class:`Message` to decide by the Format instead. ``delete`` removes the
-    stored object once it is verified.
+    Beyond the MQRMH rules and the integrity block (required; its header
+    checksum covers every byte): the message ends at StrucLength (nothing
+    appended), ObjectType is "CLAIMCHK", LAST is set, the offset is 0, the
+    object length and checksum are present and agree with DataLogicalLength
+    and the chunk checksum, and the store and key are named.
     """
-    if isinstance(message, Message):
-        if not message.is_reference:
-            return message.body
-        body = message.body
-    else:
-        body = bytes(message)
-        if not is_claim_check(body):
-            return body
-    ref = decode_message(body, require_integrity=True).message
+    decoded = decode_message(body, require_integrity=True)
+    ref, struc_length = decoded.message, decoded.layout.struc_length
     rmh, integrity = ref.header, ref.integrity
-    assert integrity is not None
-    if rmh.object_type != CLAIM_CHECK_TYPE or not integrity.has_object:
+    assert integrity is not None  # require_integrity
+    if len(body) != struc_length:
+        raise RmhError(
+            f"a claim check is {struc_length} bytes (its StrucLength), this message has {len(body)}",
+            struc_length=struc_length,
+            length=len(body),
+        )
+    if rmh.object_type != CLAIM_CHECK_TYPE:
         raise RmhError(f"ObjectType {rmh.object_type!r} is not a claim check", object_type=rmh.object_type)
-    if rmh.src_env != store.name:
-        raise StoreError(f"message points at store {rmh.src_env!r}, resolving with {store.name!r}", env=rmh.src_env)
-    data = store.get(rmh.src_name)
-    if len(data) != integrity.object_length:
+    if not rmh.is_last or rmh.data_logical_offset != 0:
+        raise RmhError(
+            "a claim check is one LAST message at offset 0",
+            flags=rmh.flags,
+            offset=rmh.data_logical_offset,
+        )
+    if (integrity.object_length, integrity.object_checksum) != (rmh.data_logical_length, integrity.chunk_checksum):
+        raise RmhError(
+            "object length and checksum absent or disagreeing with DataLogicalLength and the chunk checksum",
+            data_logical_length=rmh.data_logical_length,
+            object_length=integrity.object_length,
+            chunk_checksum=integrity.chunk_checksum,
+            object_checksum=integrity.object_checksum,
+        )
+    if not rmh.src_env or not rmh.src_name:
+        raise RmhError("a claim check names its store (SrcEnv) and key (SrcName)", src_env=rmh.src_env)
+    return Claim(rmh.src_env, rmh.src_name, rmh.data_logical_length, integrity.algorithm, integrity.chunk_checksum)
+
+
+def _claim_of(message: Message | Buffer) -> Claim | None:
+    """The verified claim a message carries, or None when its body is the payload itself."""
+    body = message.body if isinstance(message, Message) else message
+    if isinstance(message, Message) and message.is_reference:
+        return read_claim(body)
+    return read_claim(body) if is_claim_check(body) else None
+
+
+def _open_checked(claim: Claim, store: ObjectStore, max_size: int) -> StoredObject:
+    """The stored object, opened only after the store name and sizes are known to be right."""
+    if claim.store != store.name:
+        raise StoreError(f"message points at store {claim.store!r}, resolving with {store.name!r}", env=claim.store)
+    if claim.length > max_size:
+        raise MessageTooBigError(
+            f"claim check for {claim.length} bytes, limit {max_size}", length=claim.length, limit=max_size
+        )
+    obj = store.open(claim.key)
+    if obj.size != claim.length:
+        obj.stream.close()
         raise SegmentationError(
-            f"stored object {rmh.src_name!r} holds {len(data)} bytes, {integrity.object_length} expected",
+            f"stored object {claim.key!r} holds {obj.size} bytes, {claim.length} expected",
             reason=Reason.OBJECT_SIZE_ERROR,
-            key=rmh.src_name,
-            length=len(data),
-            expected=integrity.object_length,
+            key=claim.key,
+            length=obj.size,
+            expected=claim.length,
         )
-    actual = checksum(integrity.algorithm, data)
-    if actual != integrity.object_checksum:
+    return obj
+
+
+def _verified_pieces(claim: Claim, stream: BinaryIO, chunk_size: int) -> Iterator[bytes]:
+    """The object in pieces of at most ``chunk_size``, never reading past ``claim.length``.
+
+    The checksum is updated as each piece is read; the last piece is yielded
+    only once the whole object matched, so no consumer ever holds all of a
+    wrong object. Growth after the size check is harmless (not read); a stream
+    that ends early is an OBJECT_SIZE_ERROR.
+    """
+    crc: Callable[[bytes, int], int] = checksum_function(claim.algorithm)
+    value, done = 0, 0
+    held = b""
+    while done < claim.length:
+        want = min(chunk_size, claim.length - done)
+        piece = stream.read(want)
+        if not piece or len(piece) > want:
+            raise SegmentationError(
+                f"stored object {claim.key!r} changed while read: {len(piece)} bytes for a read of {want} "
+                f"at {done} of {claim.length}",
+                reason=Reason.OBJECT_SIZE_ERROR,
+                key=claim.key,
+                offset=done,
+                read=len(piece),
+                expected=claim.length,
+            )
+        value = crc(piece, value)
+        done += len(piece)
+        if held:
+            yield held
+        held = piece
+    if value != claim.checksum:
         raise ChecksumError(
-            f"stored object {rmh.src_name!r}: checksum 0x{actual:08x}, expected 0x{integrity.object_checksum:08x}",
+            f"stored object {claim.key!r}: checksum 0x{value:08x}, expected 0x{claim.checksum:08x}",
             reason=Reason.MESSAGE_CHECKSUM_ERROR,
-            key=rmh.src_name,
+            key=claim.key,
+            computed=value,
+            expected=claim.checksum,
+            length=claim.length,
         )
+    if held:
+        yield held
+
+
+def resolve(
+    message: Message | Buffer, store: ObjectStore, *, delete: bool = False, max_size: int = MAX_MQLONG
+) -> bytes:
+    """The payload: inline as is, or fetched from ``store`` and verified (size first, then checksum).
+
+    A reference (see :func:`is_claim_check`) that fails any check raises a
+    :class:`~segmenter.errors.SegmentationError` with its reason; it is never
+    returned as a payload. A reference for more than ``max_size`` bytes is
+    refused before the store is asked (2030). The object is read once, exactly
+    its declared size. ``delete`` removes it once verified.
+    """
+    claim = _claim_of(message)
+    if claim is None:
+        return bytes(message.body if isinstance(message, Message) else message)
+    obj = _open_checked(claim, store, max_size)
+    with obj.stream:
+        # One piece when the stream delivers it (one buffer, no join copy); more only if it reads short.
+        data = b"".join(_verified_pieces(claim, obj.stream, max(claim.length, 1)))
     if delete:
-        store.delete(rmh.src_name)
+        store.delete(claim.key)
     return data
+
+
+def resolve_into(
+    message: Message | Buffer,
+    store: ObjectStore,
+    sink: BinaryIO,
+    *,
+    delete: bool = False,
+    max_size: int = MAX_MQLONG,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+) -> int:
+    """Write the payload into ``sink`` with memory bounded by ``chunk_size``; return the bytes written.
+
+    Checks as :func:`resolve` does, the checksum updated piece by piece. When it
+    raises, ``sink`` may hold part of the object, never all of it: write to a
+    temporary file and rename it only after this returns.
+    """
+    if chunk_size < 1:
+        raise SegmentationError(f"chunk_size {chunk_size} must be positive", chunk_size=chunk_size)
+    claim = _claim_of(message)
+    if claim is None:
+        return sink.write(message.body if isinstance(message, Message) else message)
+    obj = _open_checked(claim, store, max_size)
+    written = 0
+    with obj.stream:
+        for piece in _verified_pieces(claim, obj.stream, chunk_size):
+            written += sink.write(piece)
+    if delete:
+        store.delete(claim.key)
+    return written

@@ -87,6 +87,23 @@ def check_final(dir_fd: int, leaf: str, name: str) -> bool:
     return True
 
 
+def open_regular(dir_fd: int, leaf: str, name: str) -> tuple[int, os.stat_result]:
+    """A read descriptor for ``leaf`` and its status, refusing anything but a regular file.
+
+    ``O_NOFOLLOW`` refuses a symlink at the name; ``O_NONBLOCK`` keeps a FIFO
+    planted there from blocking the open; a directory, FIFO, socket or device
+    is refused after ``fstat`` on the descriptor itself (no race with the name).
+    """
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(leaf, flags, dir_fd=dir_fd)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise PathError(f"{name!r} is not a regular file", name=name, mode=stat.filemode(st.st_mode))
+    os.set_blocking(fd, True)
+    return fd, st
+
+
 def open_root(root: str | os.PathLike[str], *, create: bool = True) -> int:
     """A descriptor for the root directory (created if asked)."""
     if create:
