@@ -240,24 +240,20 @@ def offload(
     """
     if len(payload) <= threshold and not is_claim_check(payload):
         return Message(inline_format, bytes(payload))
-    if len(payload) > MAX_MQLONG:
-        raise MessageTooBigError(
-            f"{len(payload)} bytes exceed DataLogicalLength's range", length=len(payload), limit=MAX_MQLONG
-        )
     algorithm = ChecksumAlgorithm.parse(algorithm)
     key = key or uuid.uuid4().hex
-    crc = checksum(algorithm, payload)
-    store.put(key, payload)
-    return claim_check_message(
+    message = claim_check_message(  # first: a payload it refuses (too big, bad key text) is not stored
         store.name,
         key,
         len(payload),
-        crc,
+        checksum(algorithm, payload),
         algorithm=algorithm,
         data_format=inline_format,
         header_encoding=header_encoding,
         ccsid=ccsid,
     )
+    store.put(key, payload)
+    return message
 
 
 def read_claim(body: Buffer) -> Claim:
@@ -302,10 +298,11 @@ def read_claim(body: Buffer) -> Claim:
 
 def _claim_of(message: Message | Buffer) -> Claim | None:
     """The verified claim a message carries, or None when its body is the payload itself."""
-    body = message.body if isinstance(message, Message) else message
-    if isinstance(message, Message) and message.is_reference:
-        return read_claim(body)
-    return read_claim(body) if is_claim_check(body) else None
+    if isinstance(message, Message):
+        if message.is_reference:
+            return read_claim(message.body)
+        message = message.body
+    return read_claim(message) if is_claim_check(message) else None
 
 
 def _open_checked(claim: Claim, store: ObjectStore, max_size: int) -> StoredObject:
