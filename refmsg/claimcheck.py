@@ -316,7 +316,7 @@ def _open_checked(claim: Claim, store: ObjectStore, max_size: int) -> StoredObje
     obj = store.open(claim.key)
     if obj.size != claim.length:
         obj.stream.close()
-        raise SegmentationError(
+        raise StoreError(
             f"stored object {claim.key!r} holds {obj.size} bytes, {claim.length} expected",
             reason=Reason.OBJECT_SIZE_ERROR,
             key=claim.key,
@@ -341,7 +341,7 @@ def _verified_pieces(claim: Claim, stream: BinaryIO, chunk_size: int) -> Iterato
         want = min(chunk_size, claim.length - done)
         piece = stream.read(want)
         if not piece or len(piece) > want:
-            raise SegmentationError(
+            raise StoreError(
                 f"stored object {claim.key!r} changed while read: {len(piece)} bytes for a read of {want} "
                 f"at {done} of {claim.length}",
                 reason=Reason.OBJECT_SIZE_ERROR,
