@@ -57,7 +57,7 @@ class KeyringError(SegmentationError):
 
 def _check_key_id(key_id: str) -> bytes:
     """Key ids are 1..64 printable ASCII characters: safe in logs, quarantine tables and SQL."""
-    raw = key_id.encode("ascii", "replace")
+    raw = key_id.encode("utf-8", "surrogatepass")
     if not 1 <= len(raw) <= MAX_KEY_ID or not all(0x21 <= b <= 0x7E for b in raw):
         raise KeyringError(
             f"key id {key_id!r} must be 1..{MAX_KEY_ID} printable ASCII characters", reason=Reason.EXTENSION_ERROR
