@@ -293,6 +293,10 @@ NO_POLICY = DigestPolicy()  # verify what can be verified, demand nothing
 # -- Spark SQL: verification in the JVM with the built-in sha2 -----------------------------------
 
 
+# For spark.sql.redaction.string.regex: the padded HMAC keys as plans print them (0x... or X'...').
+REDACT_KEYS = "(?i)(0x|X')[0-9a-f]{128}"
+
+
 def _literal(data: bytes) -> str:
     return f"X'{data.hex().upper()}'"
 
@@ -313,8 +317,9 @@ def hmac_sha256_sql(blob_expr: str, key: bytes) -> str:
 
     Two nested ``sha2`` calls over the padded key, so Spark computes it in the
     JVM. The padded key is a literal in the plan: anyone who can read plans
-    (Spark UI, event logs, ``explain``) can read it; set
-    ``spark.sql.redaction.string.regex`` accordingly, or verify in Python.
+    (Spark UI, event logs, ``explain``) can read it. Set
+    ``spark.sql.redaction.string.regex`` to :data:`REDACT_KEYS` and alias the
+    column (a name derived from the expression holds the key), or verify in Python.
     """
     inner, outer = hmac_pads(key)
     return sha256_sql(f"concat({_literal(outer)}, {sha256_sql(f'concat({_literal(inner)}, {blob_expr})')})")
