@@ -138,11 +138,12 @@ def parse_extension(buf: Buffer) -> Digests:
                 raise _malformed(f"SHA-256 record of {length} bytes", length=length)
             sha256 = bytes(value)
         elif kind == ExtensionType.HMAC_SHA256:
-            if length < DIGEST_SIZE + 2 or value[DIGEST_SIZE] != length - DIGEST_SIZE - 1:
+            id_length = length - DIGEST_SIZE - 1
+            if not 1 <= id_length <= MAX_KEY_ID or value[DIGEST_SIZE] != id_length:
                 raise _malformed(f"HMAC record of {length} bytes", length=length)
             raw_id = bytes(value[DIGEST_SIZE + 1 :])
             if not all(0x21 <= b <= 0x7E for b in raw_id):
-                raise _malformed("key id is not printable ASCII", length=len(raw_id))
+                raise _malformed("key id is not printable ASCII", length=id_length)
             tag = HmacTag(raw_id.decode("ascii"), bytes(value[:DIGEST_SIZE]))
         elif kind < FIRST_SKIPPABLE:
             raise HeaderError(

@@ -104,6 +104,7 @@ def test_unknown_types_critical_refused_skippable_skipped() -> None:
         record(ExtensionType.HMAC_SHA256, bytes(32) + b"\x02a "),  # not printable
         record(ExtensionType.HMAC_SHA256, bytes(32) + b"\x01\xe9"),  # not ASCII
         record(ExtensionType.HMAC_SHA256, bytes(20)),
+        record(ExtensionType.HMAC_SHA256, bytes(32) + b"\x41" + b"k" * 65),  # key id longer than 64
         b"\x11\x00",  # a record header cut short
         b"\x11\xff\xff" + bytes(10),  # a length past the end
         bytes(5000),  # longer than any header allows
