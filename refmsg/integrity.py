@@ -13,7 +13,7 @@ offset size field
 5      1    checksum algorithm of the chunk/object checksums (1 CRC-32, 2 CRC-32C)
 6      1    flags: bit 0 object length and checksum present
 7      1    reserved, 0
-8      4    block length (32)
+8      4    block length (32, or 32 + n with n bytes of digest records before it)
 12     4    chunk checksum: of the DataLogicalLength bytes this message describes
 16     8    object length (meaningful with flag bit 0)
 24     4    object checksum: of the whole object (with flag bit 0)
@@ -41,6 +41,7 @@ from segmenter.digest import NO_DIGESTS, NO_POLICY, DigestPolicy, Digests, Hashe
 from segmenter.errors import ChecksumError, Reason
 
 from .errors import RmhError
+from .header import LENGTH_1
 
 Buffer = bytes | bytearray | memoryview
 
@@ -49,7 +50,6 @@ VERSION = 1
 BLOCK = struct.Struct(">4sBBBBIIQI")  # everything but the header checksum
 BLOCK_LENGTH = BLOCK.size + 4  # 32
 HAS_OBJECT = 0x01
-MIN_START = 108  # the fixed part of an MQRMH version 1
 
 
 class Integrity(NamedTuple):
@@ -99,7 +99,7 @@ def find_block(header: Buffer, struc_length: int, spans: tuple[tuple[str, int, i
     fixed part, and no string overlaps it.
     """
     start = struc_length - BLOCK_LENGTH
-    if start < MIN_START or bytes(header[start : start + 4]) != MAGIC:
+    if start < LENGTH_1 or bytes(header[start : start + 4]) != MAGIC:
         return None
     for _, offset, length in spans:
         if offset < struc_length and offset + length > start:
@@ -125,7 +125,7 @@ def read_block(
     if version != VERSION:
         raise RmhError(f"integrity block version {version}", reason=Reason.UNSUPPORTED_VERSION, version=version)
     first = struc_length - length
-    if length < BLOCK_LENGTH or first < MIN_START or any(o < struc_length and o + n > first for _, o, n in spans):
+    if length < BLOCK_LENGTH or first < LENGTH_1 or any(o < struc_length and o + n > first for _, o, n in spans):
         raise RmhError(f"integrity block length {length}", reason=Reason.HEADER_LENGTH_ERROR, length=length)
     if reserved or flags & ~HAS_OBJECT:
         raise RmhError("integrity block reserved bits set", reason=Reason.RESERVED_FIELD_ERROR, flags=flags)
@@ -147,7 +147,7 @@ class ObjectCheck:
     when ``policy`` demands a digest the object did not declare.
     """
 
-    __slots__ = ("_algorithm", "_crc", "_declared", "_hasher", "_policy", "length")
+    __slots__ = ("_algorithm", "_crc", "_declared", "_hasher", "_policy")
 
     def __init__(
         self,
@@ -161,12 +161,15 @@ class ObjectCheck:
         self._policy = policy
         self._hasher: Hasher = policy.verifier(digests)
         self._crc = 0
-        self.length = 0
+
+    @property
+    def length(self) -> int:
+        """Bytes fed so far."""
+        return self._hasher.length
 
     def update(self, block: Buffer) -> None:
         self._crc = checksum(self._algorithm, block, self._crc)
         self._hasher.update(block)
-        self.length += len(block)
 
     def finish(self) -> int:
         """Raise on any mismatch; return the object checksum computed."""

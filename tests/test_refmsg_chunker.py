@@ -192,6 +192,10 @@ def test_digests_travel_on_the_last_message_and_verify(size: int) -> None:
     blocks = [payload[i : i + 7] for i in range(0, len(payload), 7)]
     crc = verify_object(blocks, integrity.algorithm, integrity.object_checksum, integrity.digests, SIGNED)
     assert crc == integrity.object_checksum == checksum(ChecksumAlgorithm.CRC32, payload)
+    check = ObjectCheck(integrity.algorithm, integrity.object_checksum, integrity.digests, SIGNED)
+    for block in blocks:
+        check.update(memoryview(block))
+    assert check.length == size and check.finish() == crc
 
 
 def test_object_check_refuses_tampering_missing_digests_and_unknown_keys() -> None:
