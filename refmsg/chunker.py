@@ -7,8 +7,9 @@ MQRMHF_LAST. With ``limit_includes_header=True`` the bound is on the whole
 message (MQRMH included) instead, which is what a channel's MAXMSGL enforces.
 
 Files are streamed in chunk-sized reads, one chunk held back so the last can
-be flagged; the whole-object checksum is accumulated on the way and travels
-in the integrity block of the LAST message (with the object length).
+be flagged; the whole-object checksum (and, with a ``digest`` policy, the
+SHA-256 / HMAC-SHA-256) is accumulated on the way and travels in the
+integrity block of the LAST message (with the object length).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from segmenter.checksum import DEFAULT_ALGORITHM, ChecksumAlgorithm, checksum
+from segmenter.digest import NO_POLICY, DigestPolicy
 from segmenter.errors import SegmentationError
 
 from .header import (
@@ -48,7 +50,9 @@ class Chunker:
     """Configured sender.
 
     ``integrity=False`` sends plain MQRMHs (no block, no checksums) for peers
-    that must see nothing but IBM's layout.
+    that must see nothing but IBM's layout. ``digest`` adds a whole-object
+    SHA-256 (``DigestPolicy(sha256=True)``) and/or an HMAC-SHA-256 under the
+    keyring's current key to the LAST message's block.
     """
 
     max_length: int = DEFAULT_MAX_LENGTH
@@ -59,11 +63,14 @@ class Chunker:
     object_type: str = DEFAULT_OBJECT_TYPE
     data_format: str = FORMAT_NONE
     integrity: bool = True
+    digest: DigestPolicy = NO_POLICY
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "algorithm", ChecksumAlgorithm.parse(self.algorithm))
         if self.max_length <= 0:
             raise SegmentationError("max_length must be positive", max_length=self.max_length)
+        if self.digest.extension_size() and not self.integrity:
+            raise SegmentationError("digests travel in the integrity block: integrity=False cannot carry them")
 
     def _template(self, name: str, src_name: str, src_env: str, dest_env: str, instance_id: bytes) -> RMH:
         return RMH(
@@ -82,7 +89,8 @@ class Chunker:
         """Bulk bytes per message for this header."""
         size = self.max_length
         if self.limit_includes_header:
-            size -= len(template.pack()) + (BLOCK_LENGTH if self.integrity else 0)
+            trailer = BLOCK_LENGTH + self.digest.extension_size() if self.integrity else 0
+            size -= len(template.pack(trailer=bytes(trailer)))  # exact, padding included
         size = min(size, MAX_MQLONG)
         if size <= 0:
             raise SegmentationError(
@@ -122,16 +130,18 @@ class Chunker:
         size = self.chunk_size(template)
         offset = 0
         object_crc = 0
+        hasher = self.digest.signer()
         pending = source.read(size)
         while True:
             following = source.read(size) if len(pending) == size else b""
             last = not following
             chunk_crc = checksum(self.algorithm, pending)
             object_crc = checksum(self.algorithm, pending, object_crc)
+            hasher.update(pending)
             integrity = None
             if self.integrity:
                 integrity = (
-                    Integrity(self.algorithm, chunk_crc, offset + len(pending), object_crc)
+                    Integrity(self.algorithm, chunk_crc, offset + len(pending), object_crc, hasher.digests())
                     if last
                     else Integrity(self.algorithm, chunk_crc)
                 )

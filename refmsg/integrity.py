@@ -13,7 +13,7 @@ offset size field
 5      1    checksum algorithm of the chunk/object checksums (1 CRC-32, 2 CRC-32C)
 6      1    flags: bit 0 object length and checksum present
 7      1    reserved, 0
-8      4    block length (32)
+8      4    block length (32, or 32 + n with n bytes of digest records before it)
 12     4    chunk checksum: of the DataLogicalLength bytes this message describes
 16     8    object length (meaningful with flag bit 0)
 24     4    object checksum: of the whole object (with flag bit 0)
@@ -22,17 +22,26 @@ offset size field
 
 The header checksum covers the whole MQRMH as sent (fixed part, strings, gaps
 and this block), so any bit flipped anywhere in the header is detected.
+
+Optional whole-object SHA-256 / HMAC-SHA-256 (:mod:`segmenter.digest`) travel
+as the same TLV records as in a segment's header extension, placed right
+BEFORE the 32-byte block; the block length then counts them (32 + n), so a
+reader still finds the block at ``StrucLength - 32``. The chunker puts them on
+the LAST message; :class:`ObjectCheck` verifies at completion.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from segmenter.checksum import ChecksumAlgorithm, checksum
+from segmenter.digest import NO_DIGESTS, NO_POLICY, DigestPolicy, Digests, Hasher, parse_extension
 from segmenter.errors import ChecksumError, Reason
 
 from .errors import RmhError
+from .header import LENGTH_1
 
 Buffer = bytes | bytearray | memoryview
 
@@ -50,22 +59,25 @@ class Integrity(NamedTuple):
     chunk_checksum: int
     object_length: int | None = None  # both set, or both None
     object_checksum: int | None = None
+    digests: Digests = NO_DIGESTS  # of the whole object; on the LAST message
 
     @property
     def has_object(self) -> bool:
         return self.object_length is not None and self.object_checksum is not None
 
     def block(self) -> bytes:
-        """The block with a zero header checksum (filled in by :func:`seal`)."""
+        """Digest records and the block, with a zero header checksum (filled in by :func:`seal`)."""
         flags = HAS_OBJECT if self.has_object else 0
+        extension = self.digests.extension()
         return (
-            BLOCK.pack(
+            extension
+            + BLOCK.pack(
                 MAGIC,
                 VERSION,
                 self.algorithm,
                 flags,
                 0,
-                BLOCK_LENGTH,
+                BLOCK_LENGTH + len(extension),
                 self.chunk_checksum,
                 self.object_length or 0,
                 self.object_checksum or 0,
@@ -87,7 +99,7 @@ def find_block(header: Buffer, struc_length: int, spans: tuple[tuple[str, int, i
     fixed part, and no string overlaps it.
     """
     start = struc_length - BLOCK_LENGTH
-    if start < 108 or bytes(header[start : start + 4]) != MAGIC:
+    if start < LENGTH_1 or bytes(header[start : start + 4]) != MAGIC:
         return None
     for _, offset, length in spans:
         if offset < struc_length and offset + length > start:
@@ -95,8 +107,10 @@ def find_block(header: Buffer, struc_length: int, spans: tuple[tuple[str, int, i
     return start
 
 
-def read_block(header: Buffer, struc_length: int, start: int) -> Integrity:
-    """Verify the header checksum and parse the block at ``start``."""
+def read_block(
+    header: Buffer, struc_length: int, start: int, spans: tuple[tuple[str, int, int], ...] = ()
+) -> Integrity:
+    """Verify the header checksum and parse the block at ``start`` (and the digest records before it)."""
     view = memoryview(header)
     stored = int.from_bytes(view[struc_length - 4 : struc_length], "big")
     actual = checksum(ChecksumAlgorithm.CRC32, view[: struc_length - 4])
@@ -110,11 +124,76 @@ def read_block(header: Buffer, struc_length: int, start: int) -> Integrity:
     _, version, algo, flags, reserved, length, chunk_crc, obj_len, obj_crc = BLOCK.unpack_from(view, start)
     if version != VERSION:
         raise RmhError(f"integrity block version {version}", reason=Reason.UNSUPPORTED_VERSION, version=version)
-    if length != BLOCK_LENGTH:
+    first = struc_length - length
+    if length < BLOCK_LENGTH or first < LENGTH_1 or any(o < struc_length and o + n > first for _, o, n in spans):
         raise RmhError(f"integrity block length {length}", reason=Reason.HEADER_LENGTH_ERROR, length=length)
     if reserved or flags & ~HAS_OBJECT:
         raise RmhError("integrity block reserved bits set", reason=Reason.RESERVED_FIELD_ERROR, flags=flags)
     algorithm = ChecksumAlgorithm.parse(algo)
+    digests = parse_extension(view[first:start])
     if flags & HAS_OBJECT:
-        return Integrity(algorithm, chunk_crc, obj_len, obj_crc)
+        return Integrity(algorithm, chunk_crc, obj_len, obj_crc, digests)
+    if digests:
+        raise RmhError("digests without the object length", reason=Reason.EXTENSION_ERROR)
     return Integrity(algorithm, chunk_crc)
+
+
+class ObjectCheck:
+    """Whole-object verification at completion: CRC plus the digests, in one pass over the bytes.
+
+    The receiver feeds the assembled object in blocks (``update``) and calls
+    :meth:`finish`; it raises :class:`ChecksumError` (or
+    :class:`~segmenter.digest.KeyringError`) when anything does not match or
+    when ``policy`` demands a digest the object did not declare.
+    """
+
+    __slots__ = ("_algorithm", "_crc", "_declared", "_hasher", "_policy")
+
+    def __init__(
+        self,
+        algorithm: ChecksumAlgorithm,
+        object_checksum: int | None,
+        digests: Digests = NO_DIGESTS,
+        policy: DigestPolicy = NO_POLICY,
+    ) -> None:
+        self._algorithm = algorithm
+        self._declared = (object_checksum, digests)
+        self._policy = policy
+        self._hasher: Hasher = policy.verifier(digests)
+        self._crc = 0
+
+    @property
+    def length(self) -> int:
+        """Bytes fed so far."""
+        return self._hasher.length
+
+    def update(self, block: Buffer) -> None:
+        self._crc = checksum(self._algorithm, block, self._crc)
+        self._hasher.update(block)
+
+    def finish(self) -> int:
+        """Raise on any mismatch; return the object checksum computed."""
+        object_checksum, digests = self._declared
+        if object_checksum is not None and self._crc != object_checksum:
+            raise ChecksumError(
+                f"object checksum 0x{self._crc:08x}, expected 0x{object_checksum:08x}",
+                reason=Reason.MESSAGE_CHECKSUM_ERROR,
+                stored=object_checksum,
+                computed=self._crc,
+            )
+        self._policy.check(digests, self._hasher.digests())
+        return self._crc
+
+
+def verify_object(
+    blocks: Iterable[Buffer],
+    algorithm: ChecksumAlgorithm,
+    object_checksum: int | None,
+    digests: Digests = NO_DIGESTS,
+    policy: DigestPolicy = NO_POLICY,
+) -> int:
+    """One-shot :class:`ObjectCheck` over an object given in blocks; returns its checksum."""
+    check = ObjectCheck(algorithm, object_checksum, digests, policy)
+    for block in blocks:
+        check.update(block)
+    return check.finish()

@@ -117,7 +117,7 @@ def decode_message(
     layout = decode_rmh(view, encoding=encoding, ccsid=ccsid)
     rmh, struc_length = layout.header, layout.struc_length
     start = find_block(view, struc_length, tuple(layout.spans))
-    integrity = None if start is None else read_block(view, struc_length, start)
+    integrity = None if start is None else read_block(view, struc_length, start, tuple(layout.spans))
     if integrity is None and require_integrity:
         raise ChecksumError(
             "the MQRMH carries no integrity block", reason=Reason.HEADER_CHECKSUM_ERROR, struc_length=struc_length

@@ -50,6 +50,13 @@ class Reason(IntEnum):
     PATH_ERROR = 9017
     STORE_ERROR = 9018
     OBJECT_SIZE_ERROR = 9019
+    # Digests (9030 up, leaving room for other additions): see segmenter/digest.py.
+    EXTENSION_ERROR = 9030  # a header extension (or its digest records) is malformed
+    UNKNOWN_EXTENSION = 9031  # a critical extension record type this reader does not know
+    DIGEST_MISMATCH = 9032  # the whole-message SHA-256 does not match
+    HMAC_MISMATCH = 9033  # the HMAC-SHA-256 tag does not match: not authentic
+    UNKNOWN_KEY = 9034  # the HMAC key id names no key in the keyring
+    DIGEST_MISSING = 9035  # the reader demands a digest or tag the message does not carry
 
 
 class SegmentationError(Exception):

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from refmsg import RMH, Chunker, ReferenceMessage, RmhFlags, chunk, decode_message, decode_rmh
+from refmsg.errors import RmhError
 from refmsg.header import ENCODING_BIG_ENDIAN, LENGTH_1
-from refmsg.integrity import BLOCK_LENGTH, MAGIC, Integrity
+from refmsg.integrity import BLOCK_LENGTH, MAGIC, Integrity, ObjectCheck, seal, verify_object
 from segmenter.checksum import ChecksumAlgorithm, checksum, reference_function
+from segmenter.digest import DigestPolicy, Digests, Keyring, KeyringError
 from segmenter.errors import ChecksumError, Reason, SegmentationError
 
 
@@ -160,3 +166,154 @@ def test_chunk_past_declared_object_length_rejected() -> None:
     with pytest.raises(SegmentationError) as err:
         decode_message(encoded)
     assert err.value.reason == Reason.OFFSET_ERROR
+
+
+# -- whole-object SHA-256 / HMAC-SHA-256 in the integrity block ----------------------------------
+
+RING = Keyring({"2026-10": b"k" * 16, "2026-11": bytes(range(40))}, current="2026-11")
+SIGNED = DigestPolicy(sha256=True, keyring=RING)
+
+
+def _last_integrity(payload: bytes, chunker: Chunker) -> Integrity:
+    messages = list(chunker.encode(io.BytesIO(payload), "o"))
+    decoded = [decode_message(m, require_integrity=True).message for m in messages]
+    assert all(d.integrity is not None and not d.integrity.digests for d in decoded[:-1])
+    integrity = decoded[-1].integrity
+    assert integrity is not None
+    return integrity
+
+
+@pytest.mark.parametrize("size", [0, 1, 999, 1000, 2500])
+def test_digests_travel_on_the_last_message_and_verify(size: int) -> None:
+    payload = os.urandom(size)
+    integrity = _last_integrity(payload, Chunker(max_length=1000, digest=SIGNED))
+    assert integrity.digests == SIGNED.sign([payload])
+    assert integrity.digests.sha256 == hashlib.sha256(payload).digest()
+    blocks = [payload[i : i + 7] for i in range(0, len(payload), 7)]
+    crc = verify_object(blocks, integrity.algorithm, integrity.object_checksum, integrity.digests, SIGNED)
+    assert crc == integrity.object_checksum == checksum(ChecksumAlgorithm.CRC32, payload)
+    check = ObjectCheck(integrity.algorithm, integrity.object_checksum, integrity.digests, SIGNED)
+    for block in blocks:
+        check.update(memoryview(block))
+    assert check.length == size and check.finish() == crc
+
+
+def test_object_check_refuses_tampering_missing_digests_and_unknown_keys() -> None:
+    payload = os.urandom(3000)
+    integrity = _last_integrity(payload, Chunker(max_length=1000, digest=SIGNED))
+    forged = payload[:-1] + bytes([payload[-1] ^ 1])
+    crc = checksum(ChecksumAlgorithm.CRC32, forged)  # a forger matches the CRC; the digests still differ
+    tag_only = Digests(hmac=integrity.digests.hmac)
+    for policy, declared, reason in (
+        (SIGNED, integrity.digests, Reason.DIGEST_MISMATCH),
+        (DigestPolicy(keyring=RING), tag_only, Reason.HMAC_MISMATCH),
+    ):
+        with pytest.raises(ChecksumError) as err:
+            verify_object([forged], ChecksumAlgorithm.CRC32, crc, declared, policy)
+        assert err.value.reason == reason
+    with pytest.raises(ChecksumError) as err:
+        verify_object([forged], ChecksumAlgorithm.CRC32, integrity.object_checksum, integrity.digests, SIGNED)
+    assert err.value.reason == Reason.MESSAGE_CHECKSUM_ERROR
+    unsigned = _last_integrity(payload, Chunker(max_length=1000))
+    with pytest.raises(ChecksumError) as err:
+        verify_object([payload], ChecksumAlgorithm.CRC32, unsigned.object_checksum, unsigned.digests, SIGNED)
+    assert err.value.reason == Reason.DIGEST_MISSING
+    with pytest.raises(KeyringError):
+        ObjectCheck(ChecksumAlgorithm.CRC32, None, integrity.digests, DigestPolicy(keyring=Keyring({"x": bytes(16)})))
+    # Rotation: a receiver holding both keys accepts objects signed with the old one.
+    old = Chunker(max_length=1000, digest=DigestPolicy(keyring=Keyring(RING.keys, current="2026-10")))
+    old_integrity = _last_integrity(payload, old)
+    verify_object([payload], ChecksumAlgorithm.CRC32, None, old_integrity.digests, DigestPolicy(keyring=RING))
+
+
+def test_limit_including_header_counts_the_digests() -> None:
+    payload = os.urandom(100_000)
+    for policy in (SIGNED, DigestPolicy(sha256=True)):
+        chunker = Chunker(max_length=40_000, limit_includes_header=True, digest=policy)
+        encoded = list(chunker.encode(io.BytesIO(payload), "o"))
+        assert all(len(e) <= 40_000 for e in encoded) and len(encoded) == 3
+        assert len(encoded[0]) > 40_000 - policy.extension_size() - 4  # only the digests' room is given up
+
+
+def test_digests_need_the_integrity_block() -> None:
+    with pytest.raises(SegmentationError):
+        Chunker(integrity=False, digest=DigestPolicy(sha256=True))
+    Chunker(integrity=False, digest=DigestPolicy(keyring=Keyring(RING.keys)))  # a reader's ring adds nothing
+
+
+def test_header_only_messages_carry_digests() -> None:
+    payload = os.urandom(2500)
+    msgs = list(Chunker(max_length=1000, digest=SIGNED).messages(io.BytesIO(payload), "o", header_only=True))
+    last = decode_message(msgs[-1].encode(), require_integrity=True).message
+    assert last.header_only and last.integrity is not None and last.integrity.digests == SIGNED.sign([payload])
+
+
+@pytest.mark.parametrize("encoding", [ENCODING_BIG_ENDIAN, 546])
+def test_every_bit_flip_of_a_signed_last_message_is_detected(encoding: int) -> None:
+    payload = b"signed object"
+    (msg,) = Chunker(max_length=100, digest=SIGNED).messages(io.BytesIO(payload), "dir/o", src_name="s")
+    encoded = msg.encode(header_encoding=encoding)
+    for bit in range(8 * len(encoded)):
+        flipped = bytearray(encoded)
+        flipped[bit // 8] ^= 1 << (bit % 8)
+        with pytest.raises(SegmentationError):
+            decoded = decode_message(bytes(flipped), require_integrity=True).message
+            assert decoded.integrity is not None
+            verify_object(
+                [decoded.data], decoded.integrity.algorithm, decoded.integrity.object_checksum,
+                decoded.integrity.digests, SIGNED,
+            )  # fmt: skip
+
+
+def _resealed(header: RMH, integrity: Integrity, patch: Callable[[bytearray, int], None]) -> bytes:
+    """A message whose block was changed by ``patch`` and then given a correct header checksum."""
+    encoded = bytearray(ReferenceMessage(header, b"", integrity).encode())
+    struc_length = decode_rmh(bytes(encoded)).struc_length
+    patch(encoded, struc_length)
+    return seal(bytes(encoded[:struc_length])) + bytes(encoded[struc_length:])
+
+
+def _set_block_length(value: int) -> Callable[[bytearray, int], None]:
+    def patch(buf: bytearray, struc_length: int) -> None:
+        buf[struc_length - BLOCK_LENGTH + 8 : struc_length - BLOCK_LENGTH + 12] = value.to_bytes(4, "big")
+
+    return patch
+
+
+def test_hostile_block_lengths_and_orphan_digests_are_refused() -> None:
+    header = RMH(dest_name="o", data_logical_length=3, flags=RmhFlags.LAST)
+    crc = checksum(ChecksumAlgorithm.CRC32, b"abc")
+    signed = Integrity(ChecksumAlgorithm.CRC32, crc, 3, crc, SIGNED.sign([b"abc"]))
+    good = ReferenceMessage(header, b"", signed).encode()
+    struc_length = decode_rmh(good).struc_length
+    for length in (0, 31, struc_length - 107, struc_length, 1 << 31, 0xFFFFFFFF):
+        with pytest.raises(RmhError) as err:
+            decode_message(_resealed(header, signed, _set_block_length(length)))
+        assert err.value.reason == Reason.HEADER_LENGTH_ERROR, length
+    # A block length reaching back into a string (DestName) is refused, not read as digests.
+    (span,) = decode_rmh(good).spans
+    with pytest.raises(RmhError) as err:
+        decode_message(_resealed(header, signed, _set_block_length(struc_length - span.end + 1)))
+    assert err.value.reason == Reason.HEADER_LENGTH_ERROR
+
+    def drop_object_flag(buf: bytearray, struc_length: int) -> None:
+        buf[struc_length - BLOCK_LENGTH + 6] = 0
+
+    with pytest.raises(SegmentationError) as err:
+        decode_message(_resealed(header, signed, drop_object_flag))
+    assert err.value.reason == Reason.EXTENSION_ERROR
+
+
+@settings(max_examples=40)
+@given(st.binary(max_size=300), st.data())
+def test_fuzz_signed_messages_raise_only_library_errors(payload: bytes, data: st.DataObject) -> None:
+    (msg,) = Chunker(max_length=1000, digest=SIGNED).messages(io.BytesIO(payload), "o")
+    encoded = bytearray(msg.encode())
+    for _ in range(data.draw(st.integers(1, 3))):
+        encoded[data.draw(st.integers(0, len(encoded) - 1))] = data.draw(st.integers(0, 255))
+    try:
+        decoded = decode_message(bytes(encoded)).message
+        if decoded.integrity is not None:
+            verify_object([decoded.data], decoded.integrity.algorithm, None, decoded.integrity.digests, SIGNED)
+    except SegmentationError:
+        pass
