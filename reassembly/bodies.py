@@ -149,15 +149,21 @@ class FileBodyStore:
 
     def body(self, key: MessageKey, pieces: Sequence[tuple[int, Any]], length: int) -> BinaryIO:
         files = self._files(key)
+        if all(files.at.get(offset) is piece for offset, piece in pieces):  # the usual case: nothing to move
+            files.body.truncate(length)
+            files.body.seek(0)
+            return files.body
         for offset, piece in pieces:
-            occupant = files.at.get(offset)
-            if occupant is piece:
+            if files.at.get(offset) is piece:
                 continue
-            # A conflicting copy won: keep the displaced bytes (the caller still holds their
-            # handle, e.g. to quarantine them), then put the winner in place.
-            if occupant is not None:
-                moved = self._aside(key, files, bytes(occupant))
-                occupant.fd, occupant.position = moved.fd, moved.position
+            # Another copy won: keep the displaced bytes of every piece the winner overlaps (the
+            # caller still holds their handles, e.g. to quarantine them), then put the winner in place.
+            end = offset + piece.length
+            for start, occupant in list(files.at.items()):
+                if occupant is not piece and (start == offset or (start < end and offset < start + occupant.length)):
+                    moved = self._aside(key, files, bytes(occupant))
+                    occupant.fd, occupant.position = moved.fd, moved.position
+                    del files.at[start]
             os.pwrite(files.body.fileno(), bytes(piece), offset)
             files.at[offset] = piece
         files.body.truncate(length)

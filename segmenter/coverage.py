@@ -1,0 +1,269 @@
+"""Coverage and arbitration: the one rule for pieces of a message (or object) that may conflict.
+
+Pure and shared: :class:`reassembly.assembler.Assembler` (segments) and
+``refmsg`` (reference-message chunks) both decide with these functions, so
+they agree on what "complete", "conflict" and "missing" mean.
+
+The rule, over the *multiset* of verified pieces of one message:
+
+1. A candidate is a chain of pieces tiling ``[0, end)`` contiguously, ending
+   with exactly one LAST piece, whose header facts all agree (the caller's
+   ``fits``). Candidates are enumerated in a canonical order (pieces sorted
+   by offset, length, then bytes), so arrival order cannot matter.
+2. Candidates with the same bytes (and facts) are one *class* (a
+   re-segmentation of the same body); each class is verified once, through
+   its canonical member: fewest pieces, then lowest ``rank``.
+3. Exactly one class passes every check: COMPLETE, that member wins.
+   Two or more pass: CONFLICT, nothing is delivered (a CRC cannot tell a
+   forged copy from the real one). None passes: FAILED with the first error
+   in canonical order. No candidate: INCOMPLETE.
+4. The search is bounded (``limit`` candidates, ``limit`` steps per piece):
+   beyond it the outcome is CONFLICT, whatever the order.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
+
+from .errors import ConflictError, Reason, SegmentationError
+
+MAX_CANDIDATES = 64  # complete candidates examined per message; more is a conflict
+
+
+class Span(NamedTuple):
+    """Half-open byte range [start, end)."""
+
+    start: int
+    end: int
+
+    @property
+    def length(self) -> int:
+        return self.end - self.start
+
+
+class RangeSet:
+    """Disjoint, merged half-open ranges, kept sorted."""
+
+    __slots__ = ("_ends", "_starts")
+
+    def __init__(self, spans: Iterable[tuple[int, int]] = ()) -> None:
+        self._starts: list[int] = []
+        self._ends: list[int] = []
+        for start, end in spans:
+            self.add(start, end)
+
+    def add(self, start: int, end: int) -> None:
+        if end <= start:
+            return
+        ends = self._ends
+        if not ends or start > ends[-1]:  # the common case: pieces arriving in order
+            self._starts.append(start)
+            ends.append(end)
+            return
+        if start == ends[-1]:  # ... and touching the last range
+            ends[-1] = end
+            return
+        i = bisect.bisect_left(ends, start)  # first range that ends at or after start
+        j = bisect.bisect_right(self._starts, end)  # ranges [i, j) touch or overlap [start, end)
+        if i < j:
+            start = min(start, self._starts[i])
+            end = max(end, ends[j - 1])
+        self._starts[i:j] = [start]
+        ends[i:j] = [end]
+
+    def covered(self, start: int, end: int) -> list[Span]:
+        """The parts of [start, end) already present."""
+        out: list[Span] = []
+        i = bisect.bisect_right(self._ends, start)
+        while i < len(self._starts) and self._starts[i] < end:
+            out.append(Span(max(start, self._starts[i]), min(end, self._ends[i])))
+            i += 1
+        return out
+
+    def missing(self, start: int, end: int) -> list[Span]:
+        """The parts of [start, end) not yet present."""
+        out: list[Span] = []
+        cursor = start
+        for span in self.covered(start, end):
+            if span.start > cursor:
+                out.append(Span(cursor, span.start))
+            cursor = span.end
+        if cursor < end:
+            out.append(Span(cursor, end))
+        return out
+
+    def covers(self, start: int, end: int) -> bool:
+        if start >= end:
+            return True
+        i = bisect.bisect_right(self._starts, start) - 1
+        return i >= 0 and self._ends[i] >= end
+
+    def spans(self) -> tuple[Span, ...]:
+        return tuple(Span(s, e) for s, e in zip(self._starts, self._ends, strict=True))
+
+    @property
+    def total(self) -> int:
+        return sum(e - s for s, e in zip(self._starts, self._ends, strict=True))
+
+    @property
+    def max_end(self) -> int:
+        return self._ends[-1] if self._ends else 0
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+
+def gaps(present: RangeSet, end: int | None) -> tuple[tuple[int, int | None], ...]:
+    """Missing ranges of ``[0, end)``; with ``end`` unknown, an open tail ``(last covered, None)``.
+
+    Computed from the union of every piece held, whatever their headers say, so the
+    report is the same for any arrival order.
+    """
+    if end is not None:
+        return tuple(tuple(s) for s in present.missing(0, end))  # type: ignore[misc]
+    out: list[tuple[int, int | None]] = [tuple(s) for s in present.missing(0, present.max_end)]  # type: ignore[misc]
+    out.append((present.max_end, None))
+    return tuple(out)
+
+
+class Tile(Protocol):
+    """What the search needs of a piece."""
+
+    @property
+    def offset(self) -> int: ...
+
+    @property
+    def end(self) -> int: ...
+
+    @property
+    def last(self) -> bool: ...
+
+
+T = TypeVar("T", bound=Tile)
+S = TypeVar("S")
+P = TypeVar("P")
+
+
+def tilings(
+    by_offset: Mapping[int, Sequence[T]], fits: Callable[[S, T], S | None], start: S, *, limit: int = MAX_CANDIDATES
+) -> tuple[list[tuple[T, ...]], bool]:
+    """Every chain of pieces tiling ``[0, end of a LAST piece)`` whose facts agree; and whether the
+    search was cut off (more than ``limit`` candidates, or ``limit`` steps per piece).
+
+    ``by_offset`` lists the pieces starting at each offset in canonical order; ``fits``
+    merges a piece's facts into the chain's (``None``: they disagree).
+    """
+    budget = limit * (1 + sum(len(v) for v in by_offset.values()))
+    out: list[tuple[T, ...]] = []
+    path: list[T] = []
+    frames: list[tuple[int, S, int]] = [(0, start, 0)]  # (position, facts so far, next option)
+    steps = 0
+    while frames:
+        pos, facts, i = frames[-1]
+        options = by_offset.get(pos, ())
+        if i >= len(options):
+            frames.pop()
+            if frames:
+                path.pop()
+            continue
+        frames[-1] = (pos, facts, i + 1)
+        piece = options[i]
+        steps += 1
+        if steps > budget:
+            return out, True
+        merged = fits(facts, piece)
+        if merged is None:
+            continue
+        if piece.last:
+            out.append((*path, piece))
+            if len(out) > limit:
+                return out[:limit], True
+        elif piece.end > pos:
+            path.append(piece)
+            frames.append((piece.end, merged, 0))
+    return out, False
+
+
+class Outcome(str, Enum):
+    COMPLETE = "complete"
+    CONFLICT = "conflict"
+    FAILED = "failed"
+    INCOMPLETE = "incomplete"
+
+
+@dataclass(frozen=True)
+class Arbitration(Generic[T, P]):
+    """The decision for one message: its outcome, the winning chain and its payload, or the error."""
+
+    outcome: Outcome
+    winner: tuple[T, ...] = ()
+    payload: P | None = None
+    error: SegmentationError | None = None
+
+
+def arbitrate(
+    candidates: list[tuple[T, ...]],
+    cut_off: bool,
+    *,
+    verify: Callable[[tuple[T, ...]], P],
+    same: Callable[[tuple[T, ...], tuple[T, ...]], bool],
+    rank: Callable[[tuple[T, ...]], Any],
+    what: str = "message",
+) -> Arbitration[T, P]:
+    """Apply the rule (module docstring) to candidates from :func:`tilings`.
+
+    ``verify`` runs every check and returns the payload (raising a SegmentationError
+    otherwise); ``same`` tells two candidates with identical bytes and facts apart from
+    different ones; ``rank`` orders members of a class (lowest is canonical).
+    """
+    if cut_off:
+        return Arbitration(
+            Outcome.CONFLICT,
+            error=ConflictError(
+                f"{what}: more than {MAX_CANDIDATES} ways to assemble conflicting copies",
+                reason=Reason.CONFLICTING_DUPLICATE,
+                candidates=len(candidates),
+                limit=MAX_CANDIDATES,
+            ),
+        )
+    if not candidates:
+        return Arbitration(Outcome.INCOMPLETE)
+    classes: list[list[tuple[T, ...]]] = []
+    for c in candidates:
+        for members in classes:
+            if same(members[0], c):
+                members.append(c)
+                break
+        else:
+            classes.append([c])
+    passing: list[tuple[tuple[T, ...], P]] = []
+    first_error: SegmentationError | None = None
+    last_built: tuple[T, ...] | None = None
+    for members in classes:
+        best = min(members, key=lambda m: (len(m), rank(m)))
+        last_built = best
+        try:
+            passing.append((best, verify(best)))
+        except SegmentationError as exc:
+            first_error = first_error or exc
+            continue
+        if len(passing) > 1:
+            return Arbitration(
+                Outcome.CONFLICT,
+                error=ConflictError(
+                    f"{what}: {len(passing)} assemblies with different bytes pass every check; none is delivered",
+                    reason=Reason.CONFLICTING_DUPLICATE,
+                    candidates=len(candidates),
+                    distinct=len(classes),
+                ),
+            )
+    if not passing:
+        return Arbitration(Outcome.FAILED, error=first_error)
+    winner, payload = passing[0]
+    if last_built is not winner:  # a later class failed after the winner was built: build it again
+        payload = verify(winner)
+    return Arbitration(Outcome.COMPLETE, winner, payload)
