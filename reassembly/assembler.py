@@ -48,10 +48,10 @@ from .events import (
     Rejected,
     Unfinished,
 )
-from .model import Closed, Fingerprint, Group, Limits, Message, Piece, fingerprint
+from .model import Closed, Facts, Fingerprint, Group, Limits, Message, Piece, fingerprint
 from .snapshot import restore, snapshot
 
-Verdict = Arbitration[Piece, memoryview | StoredBody]
+Verdict = Arbitration[Piece, Facts, memoryview | StoredBody]
 
 
 class Assembler:
@@ -255,14 +255,16 @@ class Assembler:
     def _decide(self, msg: Message) -> Verdict:
         bodies = self.bodies if msg.stored else None
         limit = self.limits.max_message_size
-        return rules.decide(msg, lambda chain: build(msg.key, rules.chain_facts(chain), chain, limit, bodies))
+        return rules.decide(msg, lambda chain, facts: build(msg.key, facts, chain, limit, bodies))
 
     def _progress(self, group: Group, msg: Message, events: list[Event]) -> None:
         """Streaming: judge as soon as a complete candidate exists (Unit-of-Work: for every message)."""
-        if self.batch or group.state != GroupState.OPEN or not msg.ready or not rules.has_candidate(msg):
+        if self.batch or group.state != GroupState.OPEN or not msg.ready:
             return
         if not group.grouped or not self.unit_of_work:
-            self._conclude(group, [(msg, self._decide(msg))], events)
+            verdict = self._decide(msg)
+            if verdict.outcome != Outcome.INCOMPLETE:
+                self._conclude(group, [(msg, verdict)], events)
         elif group.last_seq is not None and len(group.messages) == group.last_seq:
             members = [group.messages[s] for s in range(1, group.last_seq + 1)]
             if all(m.ready and rules.has_candidate(m) for m in members):
@@ -348,7 +350,8 @@ class Assembler:
         if v.outcome != Outcome.COMPLETE:
             return self._failure(m, v)
         assert v.payload is not None
-        facts = rules.chain_facts(v.winner)
+        facts = v.facts
+        assert facts is not None
         used = {id(p) for p in v.winner}
         losers = sorted((p for p in m.pieces() if id(p) not in used), key=Piece.key)
         for p in losers:

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 from segmenter.checksum import ChecksumAlgorithm
 from segmenter.coverage import RangeSet, gaps
-from segmenter.flags import Codec
+from segmenter.flags import Codec, group_bits
 from segmenter.wire import DEFAULT_MAX_SEGMENT_SIZE, UNKNOWN_LENGTH, Buffer, SegmentHeader
 
 from ._state import GroupState
@@ -32,6 +32,18 @@ class Limits:
     remember_closed: int = 100_000  # finished group ids kept to recognise late segments
 
 
+class Facts(NamedTuple):
+    """What every segment of one message must agree on (``None`` / UNKNOWN_LENGTH: not yet known)."""
+
+    codec: Codec | None = None
+    algorithm: ChecksumAlgorithm | None = None
+    group: int | None = None  # normalised group bits of MsgFlags
+    deferred: bool | None = None  # LENGTH_DEFERRED
+    stored_length: int = UNKNOWN_LENGTH
+    original_length: int = UNKNOWN_LENGTH
+    message_checksum: int | None = None
+
+
 class Piece:
     """One segment as it arrived: its decoded header, its data, and its original header bytes.
 
@@ -41,10 +53,19 @@ class Piece:
     (compares with buffers, converts with ``bytes()``).
     """
 
-    __slots__ = ("data", "head", "header")
+    __slots__ = ("data", "facts", "head", "header")
 
     def __init__(self, header: SegmentHeader, data: Any, head: Buffer) -> None:
         self.header, self.data, self.head = header, data, head
+        self.facts = Facts(
+            header.codec,
+            header.algorithm,
+            group_bits(header.msg_flags),
+            header.length_deferred,
+            header.stored_length,
+            header.original_length,
+            header.message_checksum,
+        )
 
     @property
     def offset(self) -> int:
@@ -75,18 +96,6 @@ class Piece:
     def same_as(self, other: Piece) -> bool:
         """Byte-identical segments (header as received, and data)."""
         return self.header == other.header and self.head == other.head and self.data == other.data
-
-
-class Facts(NamedTuple):
-    """What every segment of one message must agree on (``None`` / UNKNOWN_LENGTH: not yet known)."""
-
-    codec: Codec | None = None
-    algorithm: ChecksumAlgorithm | None = None
-    group: int | None = None  # normalised group bits of MsgFlags
-    deferred: bool | None = None  # LENGTH_DEFERRED
-    stored_length: int = UNKNOWN_LENGTH
-    original_length: int = UNKNOWN_LENGTH
-    message_checksum: int | None = None
 
 
 @dataclass

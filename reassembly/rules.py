@@ -23,7 +23,7 @@ from segmenter.errors import (
     SegmentationError,
     SequenceError,
 )
-from segmenter.flags import group_bits, in_group, is_last_in_group
+from segmenter.flags import in_group, is_last_in_group
 from segmenter.wire import UNKNOWN_LENGTH, SegmentHeader
 
 from ._state import GroupInput
@@ -48,18 +48,11 @@ def _agree(known: int, new: int) -> int | None:
 
 def fits(facts: Facts, piece: Piece) -> Facts | None:
     """``facts`` merged with the piece's header, or ``None`` when they contradict each other."""
+    own = piece.facts
+    if own == facts or facts.codec is None:  # the common case: every segment says the same
+        return own if facts.codec is None else facts
     h = piece.header
-    if facts.codec is None:
-        return Facts(
-            h.codec,
-            h.algorithm,
-            group_bits(h.msg_flags),
-            h.length_deferred,
-            h.stored_length,
-            h.original_length,
-            h.message_checksum,
-        )
-    if (h.codec, h.algorithm, group_bits(h.msg_flags), h.length_deferred) != facts[:4]:
+    if own[:4] != facts[:4]:
         return None
     stored = _agree(facts.stored_length, h.stored_length)
     original = _agree(facts.original_length, h.original_length)
@@ -73,15 +66,6 @@ def fits(facts: Facts, piece: Piece) -> Facts | None:
     return facts._replace(stored_length=stored, original_length=original, message_checksum=mcrc)
 
 
-def chain_facts(chain: tuple[Piece, ...]) -> Facts:
-    facts = Facts()
-    for p in chain:
-        merged = fits(facts, p)
-        assert merged is not None  # a candidate's facts agree by construction
-        facts = merged
-    return facts
-
-
 def canonical(msg: Message) -> dict[int, list[Piece]]:
     """Pieces by offset, each list ordered by (length, original bytes): arrival order erased."""
     out: dict[int, list[Piece]] = {}
@@ -92,9 +76,7 @@ def canonical(msg: Message) -> dict[int, list[Piece]]:
 
 
 def _same(a: tuple[Piece, ...], b: tuple[Piece, ...]) -> bool:
-    """Same facts and byte-identical bodies (a re-segmentation of the same body)."""
-    if chain_facts(a) != chain_facts(b):
-        return False
+    """Byte-identical bodies (a re-segmentation of the same body)."""
     i = j = 0
     ia = ib = 0  # position inside a[i], b[j]
     while i < len(a) and j < len(b):
@@ -114,7 +96,7 @@ def _rank(chain: tuple[Piece, ...]) -> tuple[tuple[int, int, bytes], ...]:
     return tuple(p.key() for p in chain)
 
 
-def decide(msg: Message, verify: Callable[[tuple[Piece, ...]], P]) -> Arbitration[Piece, P]:
+def decide(msg: Message, verify: Callable[[tuple[Piece, ...], Facts], P]) -> Arbitration[Piece, Facts, P]:
     """The outcome for a message's pieces (see :mod:`segmenter.coverage` for the rule)."""
     candidates, cut_off = tilings(canonical(msg), fits, Facts())
     return arbitrate(candidates, cut_off, verify=verify, same=_same, rank=_rank, what=f"message {msg.seq}")

@@ -150,15 +150,15 @@ P = TypeVar("P")
 
 def tilings(
     by_offset: Mapping[int, Sequence[T]], fits: Callable[[S, T], S | None], start: S, *, limit: int = MAX_CANDIDATES
-) -> tuple[list[tuple[T, ...]], bool]:
-    """Every chain of pieces tiling ``[0, end of a LAST piece)`` whose facts agree; and whether the
-    search was cut off (more than ``limit`` candidates, or ``limit`` steps per piece).
+) -> tuple[list[tuple[tuple[T, ...], S]], bool]:
+    """Every chain of pieces tiling ``[0, end of a LAST piece)`` whose facts agree, with its merged
+    facts; and whether the search was cut off (more than ``limit`` candidates, or ``limit`` steps per piece).
 
     ``by_offset`` lists the pieces starting at each offset in canonical order; ``fits``
     merges a piece's facts into the chain's (``None``: they disagree).
     """
     budget = limit * (1 + sum(len(v) for v in by_offset.values()))
-    out: list[tuple[T, ...]] = []
+    out: list[tuple[tuple[T, ...], S]] = []
     path: list[T] = []
     frames: list[tuple[int, S, int]] = [(0, start, 0)]  # (position, facts so far, next option)
     steps = 0
@@ -179,7 +179,7 @@ def tilings(
         if merged is None:
             continue
         if piece.last:
-            out.append((*path, piece))
+            out.append(((*path, piece), merged))
             if len(out) > limit:
                 return out[:limit], True
         elif piece.end > pos:
@@ -196,29 +196,30 @@ class Outcome(str, Enum):
 
 
 @dataclass(frozen=True)
-class Arbitration(Generic[T, P]):
-    """The decision for one message: its outcome, the winning chain and its payload, or the error."""
+class Arbitration(Generic[T, S, P]):
+    """The decision for one message: its outcome, the winning chain, its facts and payload, or the error."""
 
     outcome: Outcome
     winner: tuple[T, ...] = ()
+    facts: S | None = None
     payload: P | None = None
     error: SegmentationError | None = None
 
 
 def arbitrate(
-    candidates: list[tuple[T, ...]],
+    candidates: list[tuple[tuple[T, ...], S]],
     cut_off: bool,
     *,
-    verify: Callable[[tuple[T, ...]], P],
+    verify: Callable[[tuple[T, ...], S], P],
     same: Callable[[tuple[T, ...], tuple[T, ...]], bool],
     rank: Callable[[tuple[T, ...]], Any],
     what: str = "message",
-) -> Arbitration[T, P]:
+) -> Arbitration[T, S, P]:
     """Apply the rule (module docstring) to candidates from :func:`tilings`.
 
     ``verify`` runs every check and returns the payload (raising a SegmentationError
-    otherwise); ``same`` tells two candidates with identical bytes and facts apart from
-    different ones; ``rank`` orders members of a class (lowest is canonical).
+    otherwise); ``same`` tells candidates with identical bytes apart from different ones
+    (facts are compared here); ``rank`` orders members of a class (lowest is canonical).
     """
     if cut_off:
         return Arbitration(
@@ -232,22 +233,22 @@ def arbitrate(
         )
     if not candidates:
         return Arbitration(Outcome.INCOMPLETE)
-    classes: list[list[tuple[T, ...]]] = []
+    classes: list[list[tuple[tuple[T, ...], S]]] = []
     for c in candidates:
         for members in classes:
-            if same(members[0], c):
+            if members[0][1] == c[1] and same(members[0][0], c[0]):
                 members.append(c)
                 break
         else:
             classes.append([c])
-    passing: list[tuple[tuple[T, ...], P]] = []
+    passing: list[tuple[tuple[tuple[T, ...], S], P]] = []
     first_error: SegmentationError | None = None
-    last_built: tuple[T, ...] | None = None
+    last_built: tuple[tuple[T, ...], S] | None = None
     for members in classes:
-        best = min(members, key=lambda m: (len(m), rank(m)))
+        best = members[0] if len(members) == 1 else min(members, key=lambda m: (len(m[0]), rank(m[0])))
         last_built = best
         try:
-            passing.append((best, verify(best)))
+            passing.append((best, verify(*best)))
         except SegmentationError as exc:
             first_error = first_error or exc
             continue
@@ -265,5 +266,5 @@ def arbitrate(
         return Arbitration(Outcome.FAILED, error=first_error)
     winner, payload = passing[0]
     if last_built is not winner:  # a later class failed after the winner was built: build it again
-        payload = verify(winner)
-    return Arbitration(Outcome.COMPLETE, winner, payload)
+        payload = verify(*winner)
+    return Arbitration(Outcome.COMPLETE, winner[0], winner[1], payload)
