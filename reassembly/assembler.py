@@ -268,7 +268,9 @@ class Assembler:
         elif group.last_seq is not None and len(group.messages) == group.last_seq:
             members = [group.messages[s] for s in range(1, group.last_seq + 1)]
             if all(m.ready and rules.has_candidate(m) for m in members):
-                self._conclude(group, [(m, self._decide(m)) for m in members], events)
+                judged = [(m, self._decide(m)) for m in members]
+                if all(v.outcome != Outcome.INCOMPLETE for _, v in judged):
+                    self._conclude(group, judged, events)
 
     def _judge_batch(self, group: Group, events: list[Event]) -> None:
         """Batch: judge every message, then the group's rules over the winners in MsgSeqNumber order."""

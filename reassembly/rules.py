@@ -12,7 +12,7 @@ import bisect
 from collections.abc import Callable, Collection
 from typing import TypeVar
 
-from segmenter.coverage import Arbitration, Outcome, arbitrate, tilings
+from segmenter.coverage import Arbitration, Outcome, Reference, arbitrate, tilings
 from segmenter.errors import (
     ConflictError,
     FlagsError,
@@ -67,12 +67,23 @@ def fits(facts: Facts, piece: Piece) -> Facts | None:
 
 
 def canonical(msg: Message) -> dict[int, list[Piece]]:
-    """Pieces by offset, each list ordered by (length, original bytes): arrival order erased."""
+    """Pieces by offset, each list longest first, then by original bytes: arrival order erased."""
     out: dict[int, list[Piece]] = {}
     for offset in sorted(msg.at):
         ps = msg.at[offset]
-        out[offset] = ps if len(ps) == 1 else sorted(ps, key=lambda p: (p.header.data_length, p.raw))
+        out[offset] = ps if len(ps) == 1 else sorted(ps, key=lambda p: (-p.header.data_length, p.raw))
     return out
+
+
+def agree(by_offset: dict[int, list[Piece]]) -> bool:
+    """Every piece agrees byte for byte with every piece it overlaps (only overlaps are read)."""
+    ref = Reference()
+    for ps in by_offset.values():
+        for p in ps:
+            if ref.present.covered(p.offset, p.end) and ref.disagreement(p.offset, p.buffer()) is not None:
+                return False
+            ref.add(p.offset, p.buffer())
+    return True
 
 
 def _same(a: tuple[Piece, ...], b: tuple[Piece, ...]) -> bool:
@@ -92,19 +103,17 @@ def _same(a: tuple[Piece, ...], b: tuple[Piece, ...]) -> bool:
     return True
 
 
-def _rank(chain: tuple[Piece, ...]) -> tuple[tuple[int, int, bytes], ...]:
-    return tuple(p.key() for p in chain)
-
-
 def decide(msg: Message, verify: Callable[[tuple[Piece, ...], Facts], P]) -> Arbitration[Piece, Facts, P]:
     """The outcome for a message's pieces (see :mod:`segmenter.coverage` for the rule)."""
-    candidates, cut_off = tilings(canonical(msg), fits, Facts())
-    return arbitrate(candidates, cut_off, verify=verify, same=_same, rank=_rank, what=f"message {msg.seq}")
+    pieces = canonical(msg)
+    candidates, cut_off = tilings(pieces, fits, Facts(), agree=agree(pieces))
+    return arbitrate(candidates, cut_off, verify=verify, same=_same, what=f"message {msg.seq}")
 
 
 def has_candidate(msg: Message) -> bool:
     """A complete candidate exists (or the search is cut off: a conflict, also a decision)."""
-    candidates, cut_off = tilings(canonical(msg), fits, Facts(), limit=1)
+    pieces = canonical(msg)
+    candidates, cut_off = tilings(pieces, fits, Facts(), agree=agree(pieces))
     return bool(candidates) or cut_off
 
 

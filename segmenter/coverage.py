@@ -9,10 +9,11 @@ The rule, over the *multiset* of verified pieces of one message:
 1. A candidate is a chain of pieces tiling ``[0, end)`` contiguously, ending
    with exactly one LAST piece, whose header facts all agree (the caller's
    ``fits``). Candidates are enumerated in a canonical order (pieces sorted
-   by offset, length, then bytes), so arrival order cannot matter.
+   by offset, longest first, then bytes), so arrival order cannot matter.
 2. Candidates with the same bytes (and facts) are one *class* (a
    re-segmentation of the same body); each class is verified once, through
-   its canonical member: fewest pieces, then lowest ``rank``.
+   its first member in canonical order (at each offset the longest piece
+   first, then the lowest bytes: few pieces, deterministic).
 3. Exactly one class passes every check: COMPLETE, that member wins.
    Two or more pass: CONFLICT, nothing is delivered (a CRC cannot tell a
    forged copy from the real one). None passes: FAILED with the first error
@@ -27,9 +28,11 @@ import bisect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Generic, NamedTuple, Protocol, TypeVar
+from typing import Generic, NamedTuple, Protocol, TypeVar
 
 from .errors import ConflictError, Reason, SegmentationError
+
+Buffer = bytes | bytearray | memoryview
 
 MAX_CANDIDATES = 64  # complete candidates examined per message; more is a conflict
 
@@ -130,6 +133,50 @@ def gaps(present: RangeSet, end: int | None) -> tuple[tuple[int, int | None], ..
     return tuple(out)
 
 
+class Reference:
+    """The bytes seen so far, by position: every new piece is compared where it overlaps them.
+
+    Holds views (no copies). When every piece agrees with the reference, all pieces agree
+    pairwise, so every assembly of them has the same bytes: one candidate per set of facts.
+    """
+
+    __slots__ = ("_pieces", "_starts", "present")
+
+    def __init__(self) -> None:
+        self.present = RangeSet()
+        self._starts: list[int] = []
+        self._pieces: list[memoryview] = []
+
+    def disagreement(self, offset: int, data: Buffer) -> Span | None:
+        """The first overlapping range where ``data`` differs from what was seen, else ``None``."""
+        view = memoryview(data).cast("B") if not isinstance(data, memoryview) else data
+        for span in self.present.covered(offset, offset + len(view)):
+            if self.read(span.start, span.end) != view[span.start - offset : span.end - offset]:
+                return span
+        return None
+
+    def add(self, offset: int, data: Buffer) -> None:
+        """Keep the parts of ``data`` not seen before."""
+        view = memoryview(data).cast("B") if not isinstance(data, memoryview) else data
+        for span in self.present.missing(offset, offset + len(view)):
+            at = bisect.bisect_left(self._starts, span.start)
+            self._starts.insert(at, span.start)
+            self._pieces.insert(at, view[span.start - offset : span.end - offset])
+        self.present.add(offset, offset + len(view))
+
+    def read(self, start: int, end: int) -> bytes:
+        """Bytes [start, end) (the range must be present)."""
+        out: list[memoryview] = []
+        i = bisect.bisect_right(self._starts, start) - 1
+        while start < end:
+            piece_start, piece = self._starts[i], self._pieces[i]
+            take = min(end, piece_start + len(piece))
+            out.append(piece[start - piece_start : take - piece_start])
+            start = take
+            i += 1
+        return b"".join(out)
+
+
 class Tile(Protocol):
     """What the search needs of a piece."""
 
@@ -149,18 +196,27 @@ P = TypeVar("P")
 
 
 def tilings(
-    by_offset: Mapping[int, Sequence[T]], fits: Callable[[S, T], S | None], start: S, *, limit: int = MAX_CANDIDATES
+    by_offset: Mapping[int, Sequence[T]],
+    fits: Callable[[S, T], S | None],
+    start: S,
+    *,
+    agree: bool = False,
+    limit: int = MAX_CANDIDATES,
 ) -> tuple[list[tuple[tuple[T, ...], S]], bool]:
     """Every chain of pieces tiling ``[0, end of a LAST piece)`` whose facts agree, with its merged
     facts; and whether the search was cut off (more than ``limit`` candidates, or ``limit`` steps per piece).
 
     ``by_offset`` lists the pieces starting at each offset in canonical order; ``fits``
-    merges a piece's facts into the chain's (``None``: they disagree).
+    merges a piece's facts into the chain's (``None``: they disagree). With ``agree`` (every
+    piece agrees with every overlapping one, see :class:`Reference`) chains reaching the same
+    position with the same facts have the same bytes, so each such state is explored once:
+    re-segmentations cost no combinations, only the first chain in canonical order is kept.
     """
     budget = limit * (1 + sum(len(v) for v in by_offset.values()))
     out: list[tuple[tuple[T, ...], S]] = []
     path: list[T] = []
     frames: list[tuple[int, S, int]] = [(0, start, 0)]  # (position, facts so far, next option)
+    seen: set[tuple[int, S]] = set()
     steps = 0
     while frames:
         pos, facts, i = frames[-1]
@@ -183,6 +239,10 @@ def tilings(
             if len(out) > limit:
                 return out[:limit], True
         elif piece.end > pos:
+            if agree:
+                if (piece.end, merged) in seen:
+                    continue
+                seen.add((piece.end, merged))
             path.append(piece)
             frames.append((piece.end, merged, 0))
     return out, False
@@ -212,14 +272,13 @@ def arbitrate(
     *,
     verify: Callable[[tuple[T, ...], S], P],
     same: Callable[[tuple[T, ...], tuple[T, ...]], bool],
-    rank: Callable[[tuple[T, ...]], Any],
     what: str = "message",
 ) -> Arbitration[T, S, P]:
     """Apply the rule (module docstring) to candidates from :func:`tilings`.
 
     ``verify`` runs every check and returns the payload (raising a SegmentationError
     otherwise); ``same`` tells candidates with identical bytes apart from different ones
-    (facts are compared here); ``rank`` orders members of a class (lowest is canonical).
+    (facts are compared here). A class is verified through its first member in canonical order.
     """
     if cut_off:
         return Arbitration(
@@ -245,8 +304,7 @@ def arbitrate(
     first_error: SegmentationError | None = None
     last_built: tuple[tuple[T, ...], S] | None = None
     for members in classes:
-        best = members[0] if len(members) == 1 else min(members, key=lambda m: (len(m[0]), rank(m[0])))
-        last_built = best
+        best = last_built = members[0]
         try:
             passing.append((best, verify(*best)))
         except SegmentationError as exc:

@@ -298,12 +298,26 @@ def test_a_re_segmentation_of_the_same_body_is_one_assembly() -> None:
 def test_too_many_combinations_are_a_conflict_whatever_the_order() -> None:
     payload = os.urandom(20 * 16)
     segs = segment(payload, HEADER_LENGTH + 16, group_id=GID)
-    landing = [s.encode() for s in segs] + [with_extension(s.encode(), b"x") for s in segs]  # 2**20 chains
+    landing = [s.encode() for s in segs] + [recomputed_copy(s, 9).encode() for s in segs]  # 2**20 chains
     for order in all_orders(landing):
         asm = Assembler(batch=True)
         events = asm.receive_many(order) + asm.close()
         assert len(events) == 1 and isinstance(events[0], MessageFailed)
         assert events[0].reason == Reason.CONFLICTING_DUPLICATE and "more than" in str(events[0].error)
+
+
+def test_copies_that_differ_only_in_header_extension_are_one_assembly() -> None:
+    payload = os.urandom(20 * 16)
+    segs = segment(payload, HEADER_LENGTH + 16, group_id=GID)
+    landing = [s.encode() for s in segs] + [with_extension(s.encode(), b"x") for s in segs]  # same bytes
+    results = set()
+    for order in all_orders(landing):
+        asm = Assembler(batch=True)
+        events = asm.receive_many(order) + asm.close()
+        assert [e.payload for e in events if isinstance(e, MessageComplete)] == [payload]
+        accounted(order, events)
+        results.add(frozenset(Counter(summary(e) for e in events).items()))
+    assert len(results) == 1
 
 
 def test_group_flags_are_judged_in_msg_seq_number_order() -> None:
