@@ -197,7 +197,7 @@ class Assembler:
                 return
         msg = group.messages.get(seq)
         if msg is None:
-            msg = group.messages[seq] = Message(gid, seq, flags=h.msg_flags)
+            msg = group.messages[seq] = Message(gid, seq)
         if not self._keep(group, msg, piece, events):
             return
         if not self.batch and is_last_in_group(h.msg_flags):
@@ -226,7 +226,6 @@ class Assembler:
             msg.at[h.offset] = [piece]
         else:
             here.append(piece)
-        msg.count += 1
         msg.present.add(h.offset, h.end)
         if h.is_last_segment:
             msg.last_ends.add(h.end)

@@ -109,9 +109,7 @@ class Message:
     at: dict[int, list[Piece]] = field(default_factory=dict)  # pieces by offset
     present: RangeSet = field(default_factory=RangeSet)  # union of every piece's range
     last_ends: set[int] = field(default_factory=set)  # ends of LAST pieces
-    count: int = 0
     duplicates: int = 0
-    flags: int = 0  # MsgFlags of the first piece (streaming group checks)
 
     @property
     def key(self) -> MessageKey:

@@ -281,14 +281,10 @@ def arbitrate(
     (facts are compared here). A class is verified through its first member in canonical order.
     """
     if cut_off:
-        return Arbitration(
-            Outcome.CONFLICT,
-            error=ConflictError(
-                f"{what}: more than {MAX_CANDIDATES} ways to assemble conflicting copies",
-                reason=Reason.CONFLICTING_DUPLICATE,
-                candidates=len(candidates),
-                limit=MAX_CANDIDATES,
-            ),
+        return _conflict(
+            f"{what}: more than {MAX_CANDIDATES} ways to assemble conflicting copies",
+            candidates=len(candidates),
+            limit=MAX_CANDIDATES,
         )
     if not candidates:
         return Arbitration(Outcome.INCOMPLETE)
@@ -311,14 +307,10 @@ def arbitrate(
             first_error = first_error or exc
             continue
         if len(passing) > 1:
-            return Arbitration(
-                Outcome.CONFLICT,
-                error=ConflictError(
-                    f"{what}: {len(passing)} assemblies with different bytes pass every check; none is delivered",
-                    reason=Reason.CONFLICTING_DUPLICATE,
-                    candidates=len(candidates),
-                    distinct=len(classes),
-                ),
+            return _conflict(
+                f"{what}: {len(passing)} assemblies with different bytes pass every check; none is delivered",
+                candidates=len(candidates),
+                distinct=len(classes),
             )
     if not passing:
         return Arbitration(Outcome.FAILED, error=first_error)
@@ -326,3 +318,7 @@ def arbitrate(
     if last_built is not winner:  # a later class failed after the winner was built: build it again
         payload = verify(*winner)
     return Arbitration(Outcome.COMPLETE, winner[0], winner[1], payload)
+
+
+def _conflict(message: str, **details: int) -> Arbitration[T, S, P]:
+    return Arbitration(Outcome.CONFLICT, error=ConflictError(message, reason=Reason.CONFLICTING_DUPLICATE, **details))

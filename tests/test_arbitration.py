@@ -225,6 +225,16 @@ def all_orders(segs: list[bytes]) -> list[list[bytes]]:
     return [segs, segs[::-1], segs[1:] + segs[:1], segs[len(segs) // 2 :] + segs[: len(segs) // 2]]
 
 
+def conflict_in_every_order(landing: list[bytes], *, detail: str = "") -> None:
+    """Nothing delivered, whatever the order: one MessageFailed (9012) holding every copy."""
+    for order in all_orders(landing):
+        asm = Assembler(batch=True)
+        events = asm.receive_many(order) + asm.close()
+        assert len(events) == 1 and isinstance(events[0], MessageFailed), events
+        assert events[0].reason == Reason.CONFLICTING_DUPLICATE and detail in str(events[0].error)
+        assert sorted(events[0].segments) == sorted(landing)
+
+
 def test_a_copy_with_the_same_crc_and_length_is_a_conflict_in_any_order() -> None:
     payload = os.urandom(1000)
     for algorithm in ChecksumAlgorithm:
@@ -232,13 +242,7 @@ def test_a_copy_with_the_same_crc_and_length_is_a_conflict_in_any_order() -> Non
         forged = same_crc_copy(segs[2])
         assert forged.header == segs[2].header and bytes(forged.data) != bytes(segs[2].data)
         landing = [s.encode() for s in segs] + [forged.encode()]
-        for order in all_orders(landing):
-            asm = Assembler(batch=True)
-            events = asm.receive_many(order) + asm.close()
-            assert [type(e).__name__ for e in events] == ["MessageFailed"]
-            failed = events[0]
-            assert isinstance(failed, MessageFailed) and failed.reason == Reason.CONFLICTING_DUPLICATE
-            assert sorted(failed.segments) == sorted(landing)  # every copy to quarantine
+        conflict_in_every_order(landing)
         streaming = Assembler().receive_many(landing[-1:] + landing[:-1])  # both there before it completes
         assert [type(e).__name__ for e in streaming] == ["MessageFailed"]
 
@@ -249,11 +253,7 @@ def test_a_recomputed_copy_with_its_own_message_checksum_is_a_conflict() -> None
     data = b"pay me 999"
     crc = checksum(seg.header.algorithm, data)
     forged = Segment(seg.header._replace(data_checksum=crc, message_checksum=crc), data)
-    for order in all_orders([seg.encode(), forged.encode()]):
-        asm = Assembler(batch=True)
-        events = asm.receive_many(order) + asm.close()
-        assert len(events) == 1 and isinstance(events[0], MessageFailed)
-        assert events[0].reason == Reason.CONFLICTING_DUPLICATE
+    conflict_in_every_order([seg.encode(), forged.encode()])
 
 
 def test_a_recomputed_copy_that_fails_the_message_checksum_loses_in_any_order() -> None:
@@ -273,12 +273,7 @@ def test_a_zstd_message_with_a_same_crc_copy_is_still_a_conflict() -> None:
     message CRC too, so compression is no protection either."""
     payload = os.urandom(200) * 20
     segs = segment(payload, HEADER_LENGTH + 64, codec=Codec.ZSTD, group_id=GID)
-    forged = same_crc_copy(segs[1])
-    for order in all_orders([forged.encode(), *(s.encode() for s in segs)]):
-        asm = Assembler(batch=True)
-        events = asm.receive_many(order) + asm.close()
-        assert len(events) == 1 and isinstance(events[0], MessageFailed)
-        assert events[0].reason == Reason.CONFLICTING_DUPLICATE
+    conflict_in_every_order([same_crc_copy(segs[1]).encode(), *(s.encode() for s in segs)])
 
 
 def test_a_re_segmentation_of_the_same_body_is_one_assembly() -> None:
@@ -299,11 +294,7 @@ def test_too_many_combinations_are_a_conflict_whatever_the_order() -> None:
     payload = os.urandom(20 * 16)
     segs = segment(payload, HEADER_LENGTH + 16, group_id=GID)
     landing = [s.encode() for s in segs] + [recomputed_copy(s, 9).encode() for s in segs]  # 2**20 chains
-    for order in all_orders(landing):
-        asm = Assembler(batch=True)
-        events = asm.receive_many(order) + asm.close()
-        assert len(events) == 1 and isinstance(events[0], MessageFailed)
-        assert events[0].reason == Reason.CONFLICTING_DUPLICATE and "more than" in str(events[0].error)
+    conflict_in_every_order(landing, detail="more than")
 
 
 def test_copies_that_differ_only_in_header_extension_are_one_assembly() -> None:

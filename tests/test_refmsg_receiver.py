@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_arbitration import forge_same_crc  # tests/ is on sys.path (pytest's rootdir import mode)
 
 from refmsg import (
     RMH,
@@ -152,11 +153,8 @@ def test_conflicting_copies_overwrite_nothing_and_the_object_is_never_delivered(
 
 def test_a_copy_forged_to_the_same_crc_is_a_conflict_in_either_order(tmp_path: Path) -> None:
     payload = os.urandom(3000)
-    forged = bytearray(payload[:1000])
-    forged[:996] = bytes(b ^ 0x33 for b in forged[:996])
-    forged[996:] = _crc_fix(bytes(forged[:996]), checksum(CRC, payload[:1000]))
-    assert bytes(forged) != payload[:1000]
-    for first, second in ((payload[:1000], bytes(forged)), (bytes(forged), payload[:1000])):
+    forged = forge_same_crc(CRC, bytes(b ^ 0x33 for b in payload[:1000]), checksum(CRC, payload[:1000]))
+    for first, second in ((payload[:1000], forged), (forged, payload[:1000])):
         root = tmp_path / first[:4].hex()
         with Receiver(root) as rx:
             rx.receive(make(1000, payload[1000:2000]))
@@ -166,32 +164,6 @@ def test_a_copy_forged_to_the_same_crc_is_a_conflict_in_either_order(tmp_path: P
             with pytest.raises(ConflictError):
                 rx.receive(make(2000, payload[2000:], last=True, whole=payload))
         assert not (root / "obj.bin").exists()
-
-
-def _crc_fix(prefix: bytes, target: int) -> bytes:
-    """Four bytes that make CRC-32C(prefix + them) equal ``target`` (CRCs are linear over GF(2))."""
-    zero = checksum(CRC, prefix + bytes(4))
-    columns = [
-        checksum(CRC, bytes(len(prefix)) + (1 << b).to_bytes(4, "little")) ^ checksum(CRC, bytes(len(prefix) + 4))
-        for b in range(32)
-    ]
-    want, solution = zero ^ target, 0
-    basis: list[tuple[int, int]] = []
-    for b, col in enumerate(columns):
-        value, combo = col, 1 << b
-        for pv, pc in basis:
-            if value ^ pv < value:
-                value, combo = value ^ pv, combo ^ pc
-        if value:
-            basis.append((value, combo))
-            basis.sort(reverse=True)
-    for pv, pc in basis:
-        if want ^ pv < want:
-            want, solution = want ^ pv, solution ^ pc
-    assert want == 0
-    fixed = prefix + solution.to_bytes(4, "little")
-    assert checksum(CRC, fixed) == target
-    return fixed[-4:]
 
 
 def test_contradicting_last_and_ranges(tmp_path: Path) -> None:
