@@ -315,8 +315,8 @@ class Assembler:
                 self._release(group, [m], isinstance(result, MessageComplete))
                 del group.messages[m.seq]
                 if isinstance(result, MessageFailed):
-                    self._terminate(group, GroupInput.FAIL)
                     events.append(GroupFailed(group.group_id, result.reason, (result,), group.raws()))
+                    self._terminate(group, GroupInput.FAIL)  # after the raws: it discards stored bodies
                     return
                 events.append(result)
                 if group.last_seq is not None and len(group.delivered) == group.last_seq:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import os
 import struct
+import tempfile
 import zlib
 from collections import Counter
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +27,7 @@ from reassembly import (
     Rejected,
     Unfinished,
 )
+from reassembly.bodies import FileBodyStore, StoredBody
 from reassembly.events import Event
 from segmenter import ChecksumAlgorithm, Codec, MsgFlags, Reason, Segment, segment, segment_group
 from segmenter.checksum import checksum
@@ -93,13 +96,14 @@ def with_extension(raw: bytes, extension: bytes) -> bytes:
 
 
 # ---------------------------------------------------------------- summaries
-def summary(ev: Event) -> Any:
-    """Everything an event says, bytes included (payloads, original segments)."""
+def summary(ev: Event, store: Path | None = None) -> Any:
+    """Everything an event says, bytes included (payloads, also from a body store; original segments)."""
     if isinstance(ev, MessageComplete):
-        return ("complete", ev.group_id, ev.msg_seq_number, bytes(ev.payload), ev.msg_flags, ev.segments,
+        body = (store / ev.payload.location).read_bytes() if isinstance(ev.payload, StoredBody) else ev.payload
+        return ("complete", ev.group_id, ev.msg_seq_number, bytes(body), ev.msg_flags, ev.segments,
                 ev.duplicates, ev.stored_length, ev.original_length, ev.checksum)  # fmt: skip
     if isinstance(ev, GroupComplete):
-        return ("group", ev.group_id, tuple(summary(m) for m in ev.messages))
+        return ("group", ev.group_id, tuple(summary(m, store) for m in ev.messages))
     if isinstance(ev, Rejected):
         return (type(ev).__name__, ev.reason, ev.raw, ev.header, str(ev.error))
     if isinstance(ev, MessageFailed):
@@ -113,11 +117,16 @@ def summary(ev: Event) -> Any:
     return ("duplicate", ev)
 
 
-def judged(order: Iterable[bytes], *, unit_of_work: bool = True) -> Counter[Any]:
-    asm = Assembler(batch=True, unit_of_work=unit_of_work)
-    events = asm.receive_many(order)
-    events += asm.close()
-    return Counter(summary(e) for e in events)
+def judged(order: Iterable[bytes], *, unit_of_work: bool = True, stored: bool = False) -> Counter[Any]:
+    """Batch events as a multiset; ``stored``: every body in a FileBodyStore (the Spark large path)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        store = FileBodyStore(tmp, "t", threshold=0) if stored else None
+        asm = Assembler(batch=True, unit_of_work=unit_of_work, bodies=store)
+        events = asm.receive_many(order)
+        events += asm.close()
+        if store is not None:
+            store.close()
+        return Counter(summary(e, Path(tmp)) for e in events)
 
 
 def accounted(order: list[bytes], events: list[Event]) -> None:
@@ -203,6 +212,8 @@ def same_events_in_any_order(segments: list[bytes], rnd: Any, unit_of_work: bool
     expected = judged(segments, unit_of_work=unit_of_work)
     assert judged(shuffled, unit_of_work=unit_of_work) == expected
     assert judged(segments[::-1], unit_of_work=unit_of_work) == expected
+    in_store = judged(shuffled, unit_of_work=unit_of_work, stored=True)  # bodies in files: the same outcome
+    assert in_store == expected
     asm = Assembler(batch=True, unit_of_work=unit_of_work)
     accounted(shuffled, asm.receive_many(shuffled) + asm.close())
 
@@ -335,8 +346,6 @@ def test_a_segment_with_a_header_extension_comes_back_byte_for_byte() -> None:
 
 
 def test_quarantined_copies_are_the_bytes_that_arrived_also_from_a_body_store(tmp_path: Any) -> None:
-    from reassembly.bodies import FileBodyStore
-
     payload = os.urandom(3000)
     segs = segment(payload, HEADER_LENGTH + 500, group_id=GID)
     forged = with_extension(recomputed_copy(segs[2], 3).encode(), b"ext")
