@@ -228,7 +228,8 @@ def assemble_chunks(
     algorithm = ChecksumAlgorithm.parse(algorithm)
     state = ObjectState(name, algorithm, max_object_size)
     seen = Reference()  # applied bytes: views into the rows, never copied
-    for row in sorted((_as_row(r) for r in rows), key=lambda r: (r.offset, -r.length, bytes(r.data or b""))):
+    # Copies at the same place that differ raise the same ConflictError in either order: no byte key needed.
+    for row in sorted((_as_row(r) for r in rows), key=lambda r: (r.offset, -r.length)):
         if row.data is None:
             raise SegmentationError(
                 f"chunk at {row.offset} carries no data (header-only)", reason=Reason.STATE_ERROR, offset=row.offset

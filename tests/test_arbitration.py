@@ -345,6 +345,15 @@ def test_a_segment_with_a_header_extension_comes_back_byte_for_byte() -> None:
     assert isinstance(events[0], ConflictingDuplicate) and events[0].raw == forged
 
 
+def test_a_snapshot_keeps_the_original_bytes() -> None:
+    segs = segment(os.urandom(500), HEADER_LENGTH + 200, group_id=GID)
+    extended = [with_extension(s.encode(), b"kept") for s in segs]
+    asm = Assembler()
+    asm.receive_many(extended[:-1])
+    (unfinished,) = Assembler.restore(asm.snapshot()).close()
+    assert isinstance(unfinished, Unfinished) and sorted(unfinished.segments) == sorted(extended[:-1])
+
+
 def test_quarantined_copies_are_the_bytes_that_arrived_also_from_a_body_store(tmp_path: Any) -> None:
     payload = os.urandom(3000)
     segs = segment(payload, HEADER_LENGTH + 500, group_id=GID)
