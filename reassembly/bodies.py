@@ -150,19 +150,25 @@ class FileBodyStore:
     def body(self, key: MessageKey, pieces: Sequence[tuple[int, Any]], length: int) -> BinaryIO:
         files = self._files(key)
         for offset, piece in pieces:
-            occupant = files.at.get(offset)
-            if occupant is piece:
+            if files.at.get(offset) is piece:
                 continue
-            # A conflicting copy won: keep the displaced bytes (the caller still holds their
-            # handle, e.g. to quarantine them), then put the winner in place.
-            if occupant is not None:
-                moved = self._aside(key, files, bytes(occupant))
-                occupant.fd, occupant.position = moved.fd, moved.position
+            # Another copy won: keep the displaced bytes of every piece the winner overlaps (the
+            # caller still holds their handles, e.g. to quarantine them), then put the winner in place.
+            self._displace(key, files, offset, offset + piece.length, keep=piece)
             os.pwrite(files.body.fileno(), bytes(piece), offset)
             files.at[offset] = piece
+        self._displace(key, files, length, 1 << 63)  # the body is cut at ``length``
         files.body.truncate(length)
         files.body.seek(0)
         return files.body
+
+    def _displace(self, key: MessageKey, files: _Files, start: int, end: int, keep: _Piece | None = None) -> None:
+        """Move aside the pieces in the body at ``start`` or overlapping [start, end) (their handles follow)."""
+        for at, occupant in list(files.at.items()):
+            if occupant is not keep and (at == start or (at < end and start < at + occupant.length)):
+                moved = self._aside(key, files, bytes(occupant))
+                occupant.fd, occupant.position = moved.fd, moved.position
+                del files.at[at]
 
     def output(self, key: MessageKey) -> BinaryIO:
         files = self._files(key)

@@ -75,7 +75,8 @@ class ChecksumMismatch(Rejected):
 
 @dataclass(frozen=True)
 class ConflictingDuplicate(Rejected):
-    """Same position as a held segment, different bytes: the first copy is kept."""
+    """Same position as a used segment, different bytes: the copy that lost the arbitration
+    (or that came after its message was delivered)."""
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,8 @@ class GapReport:
 
 @dataclass(frozen=True)
 class MessageFailed:
-    """All segments arrived but the message is wrong (message checksum, decompression, size)."""
+    """All segments arrived but the message is wrong (message checksum, decompression, size), or two
+    assemblies of them pass every check (conflict, 9012): nothing is delivered."""
 
     group_id: bytes
     msg_seq_number: int

@@ -13,6 +13,8 @@ followed by more bytes than it claims is real damage and raises
 - RANGE (2): f64 time, u64 offset, u64 length, u32 checksum of those bytes
 - OBJECT (3): f64 time, u8 last, u8 has length, u64 length, u8 has checksum, u32 checksum
 - DONE (4): f64 time, u64 object length, u32 object checksum (0 when unknown)
+- CONFLICT (5): f64 time, u64 offset, u64 length of a verified chunk whose bytes differ from
+  those applied: the object is never delivered (two copies pass every check; no guess)
 
 Encoding and decoding are pure; :class:`JournalFile` does the I/O.
 """
@@ -30,11 +32,12 @@ from .errors import JournalError
 
 FRAME = struct.Struct(">IB")
 CRC_LENGTH = 4
-OPEN, RANGE, OBJECT, DONE = 1, 2, 3, 4
+OPEN, RANGE, OBJECT, DONE, CONFLICT = 1, 2, 3, 4, 5
 _OPEN = struct.Struct(">dB24sH")
 _RANGE = struct.Struct(">dQQI")
 _OBJECT = struct.Struct(">dBBQBI")
 _DONE = struct.Struct(">dQI")
+_CONFLICT = struct.Struct(">dQQ")
 MAX_PAYLOAD = 1 << 16
 
 
@@ -65,7 +68,13 @@ class DoneRecord(NamedTuple):
     object_checksum: int
 
 
-Record = OpenRecord | RangeRecord | ObjectRecord | DoneRecord
+class ConflictRecord(NamedTuple):
+    at: float
+    offset: int
+    length: int
+
+
+Record = OpenRecord | RangeRecord | ObjectRecord | DoneRecord | ConflictRecord
 
 
 def encode_record(record: Record) -> bytes:
@@ -87,6 +96,8 @@ def encode_record(record: Record) -> bytes:
                 record.object_checksum or 0,
             ),
         )
+    elif isinstance(record, ConflictRecord):
+        kind, payload = CONFLICT, _CONFLICT.pack(record.at, record.offset, record.length)
     else:
         kind, payload = DONE, _DONE.pack(record.at, record.object_length, record.object_checksum)
     body = FRAME.pack(len(payload), kind) + payload
@@ -105,6 +116,8 @@ def _decode_payload(kind: int, payload: bytes) -> Record:
         return ObjectRecord(at, bool(last), length if has_len else None, crc if has_crc else None)
     if kind == DONE:
         return DoneRecord(*_DONE.unpack(payload))
+    if kind == CONFLICT:
+        return ConflictRecord(*_CONFLICT.unpack(payload))
     raise JournalError(f"unknown journal record type {kind}", kind=kind)
 
 

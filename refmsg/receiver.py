@@ -37,7 +37,16 @@ from segmenter.checksum import DEFAULT_ALGORITHM, ChecksumAlgorithm, checksum
 from segmenter.errors import ChecksumError, ConflictError, Reason, SegmentationError
 
 from .errors import JournalError, PathError
-from .journal import DoneRecord, JournalFile, ObjectRecord, OpenRecord, RangeRecord, Record, read_journal
+from .journal import (
+    ConflictRecord,
+    DoneRecord,
+    JournalFile,
+    ObjectRecord,
+    OpenRecord,
+    RangeRecord,
+    Record,
+    read_journal,
+)
 from .message import ReferenceMessage, decode_message
 from .paths import RESERVED, check_final, open_parent, open_root, split_name
 from .state import DEFAULT_MAX_OBJECT_SIZE, ObjectState, Plan, Span, verify_chunk
@@ -118,6 +127,7 @@ class IncompleteObject(NamedTuple):
     object_length: int | None  # known once LAST (or a declaring chunk) arrived
     last_arrived: bool
     gaps: tuple[Span, ...]
+    conflict: bool = False  # two verified copies of a chunk differ: it will never be delivered
 
     def age(self, now: float) -> float:
         return now - self.first_seen
@@ -152,6 +162,8 @@ def _record_state(name: str, records: tuple[Record, ...], max_object_size: int) 
             state.applied.add(record.offset, record.offset + record.length)
         elif isinstance(record, ObjectRecord):
             state.note(record.last, record.object_length, record.object_checksum)
+        elif isinstance(record, ConflictRecord):
+            state.conflict = True
         elif isinstance(record, DoneRecord):
             state.note(True, record.object_length, record.object_checksum or state.object_checksum)
             state.applied.add(0, record.object_length)
@@ -270,16 +282,23 @@ class Receiver:
                 f"object {name!r} uses {state.algorithm.name}, this chunk {integrity.algorithm.name}", key=key
             )
         has_object = integrity is not None and integrity.has_object
-        plan = state.plan(
-            rmh.data_logical_offset,
-            len(data),
-            last=rmh.is_last,
-            object_length=integrity.object_length if has_object and integrity else None,
-            object_checksum=integrity.object_checksum if has_object and integrity else None,
-        )
-        if entry.done:
-            return self._redelivered(entry, plan, data, parts, key)
-        self._compare(entry.part_fd, plan, data, name)
+        try:
+            plan = state.plan(
+                rmh.data_logical_offset,
+                len(data),
+                last=rmh.is_last,
+                object_length=integrity.object_length if has_object and integrity else None,
+                object_checksum=integrity.object_checksum if has_object and integrity else None,
+            )
+            if entry.done:
+                return self._redelivered(entry, plan, data, parts, key)
+            self._compare(entry.part_fd, plan, data, name)
+        except ConflictError:
+            if not entry.done and not state.conflict:
+                # Two verified copies differ: no CRC can tell which is genuine, so neither is delivered.
+                entry.journal.append([ConflictRecord(self.clock(), rmh.data_logical_offset, len(data))])
+                state.conflict = True
+            raise
         records: list[Record] = []
         now = self.clock()
         view = memoryview(data)
@@ -489,6 +508,7 @@ class Receiver:
                     state.object_length,
                     state.last_arrived,
                     tuple(state.gaps()),
+                    state.conflict,
                 )
             )
         return out

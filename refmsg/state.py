@@ -10,12 +10,14 @@ says which of its bytes overlap applied ranges (to compare) and which are new
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from segmenter.checksum import DEFAULT_ALGORITHM, ChecksumAlgorithm, checksum
+from segmenter.coverage import RangeSet as RangeSet  # re-exported: refmsg's public name
+from segmenter.coverage import Reference
+from segmenter.coverage import Span as Span
 from segmenter.errors import (
     ChecksumError,
     ConflictError,
@@ -29,78 +31,6 @@ from segmenter.errors import (
 )
 
 DEFAULT_MAX_OBJECT_SIZE = 1 << 40  # 1 TiB
-
-
-class Span(NamedTuple):
-    """Half-open byte range [start, end)."""
-
-    start: int
-    end: int
-
-    @property
-    def length(self) -> int:
-        return self.end - self.start
-
-
-class RangeSet:
-    """Disjoint, merged half-open ranges, kept sorted."""
-
-    __slots__ = ("_ends", "_starts")
-
-    def __init__(self, spans: Iterable[tuple[int, int]] = ()) -> None:
-        self._starts: list[int] = []
-        self._ends: list[int] = []
-        for start, end in spans:
-            self.add(start, end)
-
-    def add(self, start: int, end: int) -> None:
-        if end <= start:
-            return
-        i = bisect.bisect_left(self._ends, start)  # first range that ends at or after start
-        j = bisect.bisect_right(self._starts, end)  # ranges [i, j) touch or overlap [start, end)
-        if i < j:
-            start = min(start, self._starts[i])
-            end = max(end, self._ends[j - 1])
-        self._starts[i:j] = [start]
-        self._ends[i:j] = [end]
-
-    def covered(self, start: int, end: int) -> list[Span]:
-        """The parts of [start, end) already present."""
-        out: list[Span] = []
-        i = bisect.bisect_right(self._ends, start)
-        while i < len(self._starts) and self._starts[i] < end:
-            out.append(Span(max(start, self._starts[i]), min(end, self._ends[i])))
-            i += 1
-        return out
-
-    def missing(self, start: int, end: int) -> list[Span]:
-        """The parts of [start, end) not yet present."""
-        out: list[Span] = []
-        cursor = start
-        for span in self.covered(start, end):
-            if span.start > cursor:
-                out.append(Span(cursor, span.start))
-            cursor = span.end
-        if cursor < end:
-            out.append(Span(cursor, end))
-        return out
-
-    def covers(self, start: int, end: int) -> bool:
-        return not self.missing(start, end)
-
-    def spans(self) -> tuple[Span, ...]:
-        return tuple(Span(s, e) for s, e in zip(self._starts, self._ends, strict=True))
-
-    @property
-    def total(self) -> int:
-        return sum(e - s for s, e in zip(self._starts, self._ends, strict=True))
-
-    @property
-    def max_end(self) -> int:
-        return self._ends[-1] if self._ends else 0
-
-    def __len__(self) -> int:
-        return len(self._starts)
 
 
 class Plan(NamedTuple):
@@ -131,11 +61,17 @@ class ObjectState:
     object_length: int | None = None
     object_checksum: int | None = None
     last_arrived: bool = False
+    conflict: bool = False  # two verified chunks disagreed: the object is never delivered
 
     @property
     def complete(self) -> bool:
-        """LAST has arrived and every byte of [0, object length) is applied."""
-        return self.last_arrived and self.object_length is not None and self.applied.covers(0, self.object_length)
+        """LAST has arrived and every byte of [0, object length) is applied (and no conflict)."""
+        return (
+            not self.conflict
+            and self.last_arrived
+            and self.object_length is not None
+            and self.applied.covers(0, self.object_length)
+        )
 
     def gaps(self) -> list[Span]:
         """Missing ranges up to the known (or largest seen) end."""
@@ -152,6 +88,11 @@ class ObjectState:
         object_checksum: int | None = None,
     ) -> Plan:
         """Validate a chunk against the state (nothing changes); raise on any contradiction."""
+        if self.conflict:
+            raise ConflictError(
+                f"object {self.name!r} is in conflict (two verified copies differ); nothing is delivered",
+                offset=offset,
+            )
         if offset < 0 or length < 0:
             raise OffsetError(f"chunk [{offset}, +{length}) out of range", offset=offset, length=length)
         end = offset + length
@@ -278,15 +219,16 @@ def assemble_chunks(
     """Validate the chunks of one object (any order, duplicates allowed) and return its bytes.
 
     Every chunk's data must match its checksum; overlapping chunks must agree
-    byte for byte; exactly one object length (from the LAST chunk) and one
-    object checksum; no gaps. With ``require_checksums`` every chunk must
+    byte for byte (two verified copies that differ are a conflict: nothing is
+    delivered, whatever the order, as in the receiver); exactly one object
+    length (from the LAST chunk) and one object checksum; no gaps. With ``require_checksums`` every chunk must
     carry a chunk checksum and some chunk the object checksum. Raises the
     first :class:`SegmentationError` found.
     """
     algorithm = ChecksumAlgorithm.parse(algorithm)
     state = ObjectState(name, algorithm, max_object_size)
-    starts: list[int] = []  # applied pieces, disjoint, sorted by start: views into the rows, never copied
-    pieces: list[memoryview] = []
+    seen = Reference()  # applied bytes: views into the rows, never copied
+    # Copies at the same place that differ raise the same ConflictError in either order: no byte key needed.
     for row in sorted((_as_row(r) for r in rows), key=lambda r: (r.offset, -r.length)):
         if row.data is None:
             raise SegmentationError(
@@ -301,23 +243,21 @@ def assemble_chunks(
             raise ChecksumError(f"chunk at {row.offset} has no checksum", offset=row.offset)
         verify_chunk(algorithm, data, row.chunk_checksum, row.offset)
         plan = state.plan(row.offset, row.length, last=bool(row.last), object_checksum=row.object_checksum)
-        for span in plan.compare:
-            if _gather(starts, pieces, span.start, span.end) != data[span.start - row.offset : span.end - row.offset]:
-                raise ConflictError(
-                    f"chunk at {row.offset}: bytes [{span.start}, {span.end}) differ from an earlier copy",
-                    offset=row.offset,
-                    start=span.start,
-                    end=span.end,
-                )
-        for span in plan.write:
-            at = bisect.bisect_left(starts, span.start)
-            starts.insert(at, span.start)
-            pieces.insert(at, data[span.start - row.offset : span.end - row.offset])
+        span = seen.disagreement(row.offset, data)
+        if span is not None:
+            raise ConflictError(
+                f"chunk at {row.offset}: bytes [{span.start}, {span.end}) differ from another verified copy;"
+                " nothing is delivered",
+                offset=row.offset,
+                start=span.start,
+                end=span.end,
+            )
+        seen.add(row.offset, data)
         state.commit(plan)
     if not state.complete:
         raise incomplete_error(state)
-    out = b"".join(pieces)
-    assert len(out) == state.object_length
+    assert state.object_length is not None
+    out = seen.read(0, state.object_length)
     if state.object_checksum is None:
         if require_checksums:
             raise ChecksumError("no chunk carries the object checksum", reason=Reason.MESSAGE_CHECKSUM_ERROR)
@@ -331,16 +271,3 @@ def assemble_chunks(
                 computed=actual,
             )
     return out
-
-
-def _gather(starts: list[int], pieces: list[memoryview], start: int, end: int) -> bytes:
-    """Bytes [start, end) of the applied pieces (the range is known to be covered)."""
-    out: list[memoryview] = []
-    i = bisect.bisect_right(starts, start) - 1
-    while start < end:
-        piece_start, piece = starts[i], pieces[i]
-        take = min(end, piece_start + len(piece))
-        out.append(piece[start - piece_start : take - piece_start])
-        start = take
-        i += 1
-    return b"".join(out)

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_arbitration import forge_same_crc  # tests/ is on sys.path (pytest's rootdir import mode)
 
 from refmsg import (
     RMH,
@@ -125,21 +126,44 @@ def test_identical_redelivery_is_a_noop(tmp_path: Path) -> None:
         assert rx.receive(msgs[0]).outcome == Outcome.APPLIED  # a new transfer
 
 
-def test_conflicting_redelivery_overwrites_nothing(tmp_path: Path) -> None:
+def test_conflicting_copies_overwrite_nothing_and_the_object_is_never_delivered(tmp_path: Path) -> None:
     payload = os.urandom(3000)
     part = tmp_path / ".refmsg" / "objects" / (IID.hex() + ".part")
     with Receiver(tmp_path) as rx:
         rx.receive(make(0, payload[:1000]))
         before = part.read_bytes()
-        with pytest.raises(ConflictError) as err:
+        with pytest.raises(ConflictError) as err:  # a second verified copy with other bytes: no guess
             rx.receive(make(0, b"\0" + payload[1:1000]))
         assert err.value.reason == Reason.CONFLICTING_DUPLICATE
-        with pytest.raises(ConflictError):  # overlaps the applied range with one differing byte, plus new bytes
-            rx.receive(make(999, b"?" + payload[1000:2000]))
-        assert part.read_bytes() == before  # the new bytes of the refused chunk were not written either
-        rx.receive(make(1000, payload[1000:2000]))
-        rx.receive(make(2000, payload[2000:], last=True, whole=payload))
-    assert (tmp_path / "obj.bin").read_bytes() == payload
+        with pytest.raises(ConflictError):  # from now on nothing of this object is taken
+            rx.receive(make(999, payload[999:2000]))
+        assert part.read_bytes() == before  # nothing written by refused chunks
+        with pytest.raises(ConflictError):
+            rx.receive(make(2000, payload[2000:], last=True, whole=payload))
+        (stuck,) = rx.incomplete()
+        assert stuck.conflict and stuck.applied == 1000
+    assert not (tmp_path / "obj.bin").exists()
+    with Receiver(tmp_path) as rx:  # the journal remembers the conflict across restarts
+        with pytest.raises(ConflictError):
+            rx.receive(make(1000, payload[1000:2000]))
+        assert [s.conflict for s in rx.purge(0)] == [True]
+        rx.receive(make(0, payload[:1000]))  # purged: a fresh transfer starts
+    assert not (tmp_path / "obj.bin").exists()
+
+
+def test_a_copy_forged_to_the_same_crc_is_a_conflict_in_either_order(tmp_path: Path) -> None:
+    payload = os.urandom(3000)
+    forged = forge_same_crc(CRC, bytes(b ^ 0x33 for b in payload[:1000]), checksum(CRC, payload[:1000]))
+    for first, second in ((payload[:1000], forged), (forged, payload[:1000])):
+        root = tmp_path / first[:4].hex()
+        with Receiver(root) as rx:
+            rx.receive(make(1000, payload[1000:2000]))
+            rx.receive(make(0, first))
+            with pytest.raises(ConflictError):
+                rx.receive(make(0, second))
+            with pytest.raises(ConflictError):
+                rx.receive(make(2000, payload[2000:], last=True, whole=payload))
+        assert not (root / "obj.bin").exists()
 
 
 def test_contradicting_last_and_ranges(tmp_path: Path) -> None:
@@ -150,10 +174,20 @@ def test_contradicting_last_and_ranges(tmp_path: Path) -> None:
             rx.receive(make(100, payload[100:250], last=True, whole=payload[:250]))
         with pytest.raises(OffsetError):
             rx.receive(make(250, payload[250:] + b"extra"))
-        with pytest.raises(ConflictError):
-            rx.receive(make(0, payload[:100], whole=payload, object_checksum=1234))
         rx.receive(make(0, payload[:200]))
     assert (tmp_path / "obj.bin").read_bytes() == payload
+
+
+def test_two_declared_object_checksums_are_a_conflict(tmp_path: Path) -> None:
+    payload = os.urandom(300)
+    with Receiver(tmp_path) as rx:
+        rx.receive(make(200, payload[200:], last=True, whole=payload))
+        with pytest.raises(ConflictError):  # which declaration is genuine? no guess
+            rx.receive(make(0, payload[:100], whole=payload, object_checksum=1234))
+        with pytest.raises(ConflictError):
+            rx.receive(make(0, payload[:200]))
+        assert [s.conflict for s in rx.incomplete()] == [True]
+    assert not (tmp_path / "obj.bin").exists()
 
 
 def test_wrong_whole_object_checksum_keeps_the_object_invisible(tmp_path: Path) -> None:

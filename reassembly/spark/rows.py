@@ -39,7 +39,7 @@ class Status:
     COMPLETE = "complete"
     INCOMPLETE = "incomplete"  # gaps or missing messages (2242 / 2241)
     CORRUPT = "corrupt"  # all pieces, but message checksum or decompression failed
-    CONFLICT = "conflict"  # incomplete, and conflicting copies were seen
+    CONFLICT = "conflict"  # two verified assemblies differ, or incomplete with conflicting copies seen
     INVALID = "invalid"  # every segment of it was rejected
     GROUP_FAILED = "group_failed"  # intact, but another message of its Unit-of-Work group failed
     TOO_BIG = "too_big"  # declared size above the limit (2030)
@@ -119,9 +119,10 @@ class GroupRows:
         acc.stored_length, acc.original_length = ev.stored_length, ev.original_length
         acc.segments_used = ev.segments
 
-    def _failed(self, ev: MessageFailed, status: str = Status.CORRUPT) -> None:
+    def _failed(self, ev: MessageFailed) -> None:
         acc = self._acc(ev.msg_seq_number)
-        acc.status, acc.reason = status, int(ev.reason)
+        conflict = ev.reason == Reason.CONFLICTING_DUPLICATE  # two assemblies passed every check
+        acc.status, acc.reason = Status.CONFLICT if conflict else Status.CORRUPT, int(ev.reason)
         self.quarantine += _raw_rows(ev.segments, ev.reason, str(ev.error))
 
     def add(self, ev: Event) -> None:

@@ -1,0 +1,177 @@
+"""What the assembler holds: limits, pieces (segments as they arrived), messages, groups, closed records.
+
+Plain records, no rules: the rules live in :mod:`reassembly.rules`, the
+building in :mod:`reassembly.build`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from segmenter.checksum import ChecksumAlgorithm
+from segmenter.coverage import RangeSet, gaps
+from segmenter.flags import Codec, group_bits
+from segmenter.wire import DEFAULT_MAX_SEGMENT_SIZE, UNKNOWN_LENGTH, Buffer, SegmentHeader
+
+from ._state import GroupState
+from .bodies import MessageKey
+from .events import GapReport
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds on what one assembler will hold. Defaults suit a single consumer process."""
+
+    max_message_size: int = 1 << 30  # declared original/stored length above this: 2030
+    max_segment_size: int = DEFAULT_MAX_SEGMENT_SIZE  # encoded segment above this: 2218
+    max_buffered_bytes: int = 2 << 30  # segment data held across all open groups
+    max_open_groups: int = 100_000
+    expiry_seconds: float | None = None  # incomplete groups older than this expire (needs a clock)
+    remember_closed: int = 100_000  # finished group ids kept to recognise late segments
+
+
+class Facts(NamedTuple):
+    """What every segment of one message must agree on (``None`` / UNKNOWN_LENGTH: not yet known)."""
+
+    codec: Codec | None = None
+    algorithm: ChecksumAlgorithm | None = None
+    group: int | None = None  # normalised group bits of MsgFlags
+    deferred: bool | None = None  # LENGTH_DEFERRED
+    stored_length: int = UNKNOWN_LENGTH
+    original_length: int = UNKNOWN_LENGTH
+    message_checksum: int | None = None
+
+
+class Piece:
+    """One segment as it arrived: its decoded header, its data, and its original header bytes.
+
+    ``head`` keeps the header exactly as received (extension bytes included), so
+    :attr:`raw` gives back the original segment, never a re-encoding. ``data`` is a
+    view into the caller's buffer, or a :class:`~reassembly.bodies.BodyStore` handle
+    (compares with buffers, converts with ``bytes()``).
+    """
+
+    __slots__ = ("data", "facts", "head", "header")
+
+    def __init__(self, header: SegmentHeader, data: Any, head: Buffer) -> None:
+        self.header, self.data, self.head = header, data, head
+        self.facts = Facts(
+            header.codec,
+            header.algorithm,
+            group_bits(header.msg_flags),
+            header.length_deferred,
+            header.stored_length,
+            header.original_length,
+            header.message_checksum,
+        )
+
+    @property
+    def offset(self) -> int:
+        return self.header.offset
+
+    @property
+    def end(self) -> int:
+        return self.header.offset + self.header.data_length
+
+    @property
+    def last(self) -> bool:
+        return self.header.is_last_segment
+
+    def buffer(self) -> Buffer:
+        """The data as a buffer (read from the store when it lives there)."""
+        data = self.data
+        return data if isinstance(data, (bytes, bytearray, memoryview)) else bytes(data)
+
+    @property
+    def raw(self) -> bytes:
+        """The original bytes of the segment."""
+        return b"".join((self.head, self.buffer()))
+
+    def key(self) -> tuple[int, int, bytes]:
+        """Canonical order of pieces: offset, length, then original bytes (arrival order never counts)."""
+        return (self.header.offset, self.header.data_length, self.raw)
+
+    def same_as(self, other: Piece) -> bool:
+        """Byte-identical segments (header as received, and data)."""
+        return self.header == other.header and self.head == other.head and self.data == other.data
+
+
+@dataclass
+class Message:
+    """Every piece held for one logical message, in any order, conflicting copies included."""
+
+    group_id: bytes
+    seq: int
+    stored: bool = False  # body kept in the BodyStore, not in memory
+    decoded: bool = False  # stored and decompressed into the store's output
+    at: dict[int, list[Piece]] = field(default_factory=dict)  # pieces by offset
+    present: RangeSet = field(default_factory=RangeSet)  # union of every piece's range
+    last_ends: set[int] = field(default_factory=set)  # ends of LAST pieces
+    duplicates: int = 0
+
+    @property
+    def key(self) -> MessageKey:
+        return (self.group_id, self.seq)
+
+    def pieces(self) -> Iterator[Piece]:
+        for ps in self.at.values():
+            yield from ps
+
+    def raws(self) -> tuple[bytes, ...]:
+        """Original bytes of every piece, in canonical order (offset, length, bytes)."""
+        return tuple(k[2] for k in sorted(p.key() for p in self.pieces()))
+
+    def held_bytes(self) -> int:
+        """Bytes held in memory (none for a stored body)."""
+        return 0 if self.stored else sum(p.header.data_length for p in self.pieces())
+
+    @property
+    def ready(self) -> bool:
+        """Some LAST piece's range is fully covered: worth looking for a complete candidate."""
+        return any(self.present.covers(0, end) for end in self.last_ends)
+
+    def gap_report(self) -> GapReport:
+        """Missing ranges of the union of every piece held, up to the stored length when every
+        piece declaring one agrees (else an open tail): the same for any arrival order."""
+        declared = {p.header.stored_length for p in self.pieces()} - {UNKNOWN_LENGTH}
+        end = next(iter(declared)) if len(declared) == 1 else None
+        return GapReport(
+            msg_seq_number=self.seq,
+            missing_ranges=gaps(self.present, end),
+            stored_length=end,
+            received_bytes=self.present.total,
+            last_segment_seen=bool(self.last_ends),
+        )
+
+
+Fingerprint = tuple[int, int, int]  # data_length, data_checksum, msg_flags
+
+
+def fingerprint(h: SegmentHeader) -> Fingerprint:
+    return (h.data_length, h.data_checksum, h.msg_flags)
+
+
+@dataclass
+class Group:
+    group_id: bytes
+    grouped: bool
+    first_seen: float
+    messages: dict[int, Message] = field(default_factory=dict)
+    last_seq: int | None = None
+    delivered: set[int] = field(default_factory=set)  # non-UoW: messages already delivered
+    fingerprints: dict[tuple[int, int], Fingerprint] = field(default_factory=dict)  # of delivered pieces
+    buffered: int = 0
+    state: GroupState = GroupState.OPEN
+
+    def raws(self) -> tuple[bytes, ...]:
+        return tuple(raw for _, m in sorted(self.messages.items()) for raw in m.raws())
+
+
+@dataclass
+class Closed:
+    """What is remembered of a finished group: its end state and what it delivered."""
+
+    state: GroupState
+    delivered: dict[tuple[int, int], Fingerprint]  # (MsgSeqNumber, Offset) of delivered pieces

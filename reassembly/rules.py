@@ -1,0 +1,233 @@
+"""The assembler's decisions: which pieces of a message win, why the others lose, what a group admits.
+
+Pure functions over what :mod:`reassembly.model` holds. Arbitration is
+:func:`segmenter.coverage.arbitrate` (the rule shared with ``refmsg``) fed with
+the segment's header facts; :func:`decide` sorts its input canonically first,
+so the outcome for a multiset of segments never depends on their order.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Collection
+from typing import TypeVar
+
+from segmenter.coverage import Arbitration, Outcome, Reference, arbitrate, tilings
+from segmenter.errors import (
+    ConflictError,
+    FlagsError,
+    HeaderError,
+    OffsetError,
+    OriginalLengthError,
+    Reason,
+    SegmentationError,
+    SequenceError,
+)
+from segmenter.flags import in_group, is_last_in_group
+from segmenter.wire import UNKNOWN_LENGTH, SegmentHeader
+
+from ._state import GroupInput
+from .model import Facts, Message, Piece
+
+P = TypeVar("P")
+
+# How a message's outcome ends its group (non-grouped messages and Unit-of-Work groups).
+OUTCOME_INPUT: dict[Outcome, GroupInput] = {
+    Outcome.COMPLETE: GroupInput.COMPLETE,
+    Outcome.CONFLICT: GroupInput.FAIL,
+    Outcome.FAILED: GroupInput.FAIL,
+}
+
+
+def _agree(known: int, new: int) -> int | None:
+    """Merge one length: UNKNOWN_LENGTH agrees with anything; ``None`` when they differ."""
+    if new in (UNKNOWN_LENGTH, known):
+        return known
+    return new if known == UNKNOWN_LENGTH else None
+
+
+def fits(facts: Facts, piece: Piece) -> Facts | None:
+    """``facts`` merged with the piece's header, or ``None`` when they contradict each other."""
+    own = piece.facts
+    if own == facts or facts.codec is None:  # the common case: every segment says the same
+        return own if facts.codec is None else facts
+    h = piece.header
+    if own[:4] != facts[:4]:
+        return None
+    stored = _agree(facts.stored_length, h.stored_length)
+    original = _agree(facts.original_length, h.original_length)
+    mcrc = facts.message_checksum
+    if h.message_checksum is not None:
+        if mcrc is not None and mcrc != h.message_checksum:
+            return None
+        mcrc = h.message_checksum
+    if stored is None or original is None:
+        return None
+    return facts._replace(stored_length=stored, original_length=original, message_checksum=mcrc)
+
+
+def canonical(msg: Message) -> dict[int, list[Piece]]:
+    """Pieces by offset, each list longest first, then by original bytes: arrival order erased."""
+    out: dict[int, list[Piece]] = {}
+    for offset in sorted(msg.at):
+        ps = msg.at[offset]
+        out[offset] = ps if len(ps) == 1 else sorted(ps, key=lambda p: (-p.header.data_length, p.raw))
+    return out
+
+
+def agree(by_offset: dict[int, list[Piece]]) -> bool:
+    """Every piece agrees byte for byte with every piece it overlaps (only overlaps are read)."""
+    ref = Reference()
+    for ps in by_offset.values():
+        for p in ps:
+            if ref.present.covered(p.offset, p.end) and ref.disagreement(p.offset, p.buffer()) is not None:
+                return False
+            ref.add(p.offset, p.buffer())
+    return True
+
+
+def _same(a: tuple[Piece, ...], b: tuple[Piece, ...]) -> bool:
+    """Byte-identical bodies (a re-segmentation of the same body)."""
+    i = j = 0
+    ia = ib = 0  # position inside a[i], b[j]
+    while i < len(a) and j < len(b):
+        va, vb = memoryview(a[i].buffer()), memoryview(b[j].buffer())
+        n = min(len(va) - ia, len(vb) - ib)
+        if va[ia : ia + n] != vb[ib : ib + n]:
+            return False
+        ia, ib = ia + n, ib + n
+        if ia == len(va):
+            i, ia = i + 1, 0
+        if ib == len(vb):
+            j, ib = j + 1, 0
+    return True
+
+
+def decide(msg: Message, verify: Callable[[tuple[Piece, ...], Facts], P]) -> Arbitration[Piece, Facts, P]:
+    """The outcome for a message's pieces (see :mod:`segmenter.coverage` for the rule)."""
+    pieces = canonical(msg)
+    candidates, cut_off = tilings(pieces, fits, Facts(), agree=agree(pieces))
+    return arbitrate(candidates, cut_off, verify=verify, same=_same, what=f"message {msg.seq}")
+
+
+def has_candidate(msg: Message) -> bool:
+    """A complete candidate exists (or the search is cut off: a conflict, also a decision)."""
+    pieces = canonical(msg)
+    candidates, cut_off = tilings(pieces, fits, Facts(), agree=agree(pieces))
+    return bool(candidates) or cut_off
+
+
+def misfit(piece: Piece, facts: Facts, winner: tuple[Piece, ...]) -> SegmentationError:
+    """Why a piece that is not part of the winning assembly does not fit it (a ConflictError when
+    it claims the position of a used piece with the same facts)."""
+    h = piece.header
+    seq = h.msg_seq_number
+    if fits(facts, piece) is None:
+        return _header_mismatch(h, facts)
+    starts = [p.offset for p in winner]
+    end = winner[-1].end
+    if h.offset >= end or h.end > end:
+        return OffsetError(
+            f"segment [{h.offset}, {h.end}) runs past the end {end} of message {seq}",
+            offset=h.offset,
+            end=h.end,
+            stored_length=end,
+        )
+    i = max(bisect.bisect_right(starts, h.offset) - 1, 0)
+    used = winner[i].header
+    if used.offset == h.offset:
+        return ConflictError(
+            f"different segment at offset {h.offset} of message {seq}; the verified assembly is kept",
+            offset=h.offset,
+            msg_seq_number=seq,
+            held_length=used.data_length,
+            new_length=h.data_length,
+            held_checksum=used.data_checksum,
+            new_checksum=h.data_checksum,
+        )
+    if h.is_last_segment:
+        return FlagsError(
+            f"LAST_SEGMENT at offset {h.offset}, the message ends at {end}", offset=h.offset, last_end=end
+        )
+    return OffsetError(
+        f"segment [{h.offset}, {h.end}) overlaps [{used.offset}, {used.end})",
+        offset=h.offset,
+        end=h.end,
+        other_offset=used.offset,
+        other_end=used.end,
+    )
+
+
+def _header_mismatch(h: SegmentHeader, facts: Facts) -> SegmentationError:
+    for name, known, new in (
+        ("stored_length", facts.stored_length, h.stored_length),
+        ("original_length", facts.original_length, h.original_length),
+    ):
+        if _agree(known, new) is None:
+            return OriginalLengthError(
+                f"{name} {new} differs from {known} in the message's other segments",
+                field=name,
+                expected=known,
+                actual=new,
+                offset=h.offset,
+            )
+    if h.message_checksum is not None and facts.message_checksum not in (None, h.message_checksum):
+        return HeaderError(
+            "message checksum differs from the message's other segments",
+            reason=Reason.HEADER_MISMATCH,
+            expected=facts.message_checksum,
+            actual=h.message_checksum,
+            offset=h.offset,
+        )
+    return HeaderError(
+        "codec, checksum algorithm, group flags or LENGTH_DEFERRED differ from the message's other segments",
+        reason=Reason.HEADER_MISMATCH,
+        msg_seq_number=h.msg_seq_number,
+        offset=h.offset,
+    )
+
+
+def group_refusal(
+    grouped: bool, last_seq: int | None, seqs: Collection[int], seq: int, flags: int
+) -> SegmentationError | None:
+    """Why a group does not admit a message with these MsgFlags, given what it holds (``None``: admitted).
+
+    Streaming applies it to each segment on arrival; batch mode to each message's
+    winning flags in MsgSeqNumber order (the lowest number's flags decide ``grouped``).
+    """
+    if in_group(flags) != grouped:
+        return FlagsError("MSG_IN_GROUP flags disagree within the group", msg_flags=flags, msg_seq_number=seq)
+    if not grouped:
+        if seq != 1:
+            return SequenceError("a message not in a group must have MsgSeqNumber 1", msg_seq_number=seq)
+        return None
+    if last_seq is not None and seq > last_seq:
+        return SequenceError(
+            f"MsgSeqNumber {seq} is beyond the group's last message {last_seq}",
+            msg_seq_number=seq,
+            last_seq_number=last_seq,
+        )
+    if is_last_in_group(flags):
+        if last_seq is not None and last_seq != seq:
+            return FlagsError(
+                f"LAST_MSG_IN_GROUP repeated: on {seq}, already on {last_seq}",
+                msg_seq_number=seq,
+                last_seq_number=last_seq,
+            )
+        beyond = max((s for s in seqs if s > seq), default=None)
+        if beyond is not None:
+            return SequenceError(
+                f"LAST_MSG_IN_GROUP on {seq} but message {beyond} exists",
+                msg_seq_number=seq,
+                highest_seq_number=beyond,
+            )
+    elif last_seq == seq:
+        return FlagsError("message is LAST_MSG_IN_GROUP in other segments", msg_seq_number=seq)
+    return None
+
+
+def lone_refusal(h: SegmentHeader) -> SegmentationError | None:
+    """A segment of a message not in a group must have MsgSeqNumber 1 (judged alone, on arrival)."""
+    if not in_group(h.msg_flags) and h.msg_seq_number != 1:
+        return SequenceError("a message not in a group must have MsgSeqNumber 1", msg_seq_number=h.msg_seq_number)
+    return None
