@@ -150,6 +150,7 @@ class Segmenter:
                 repeat(message_crc),
                 repeat(HEADER_LENGTH),
                 repeat(False),
+                repeat(b""),  # extension
             ),
         )
         yield from map(tuple.__new__, repeat(Segment), zip(headers, pieces, strict=True))
