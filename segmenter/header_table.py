@@ -407,7 +407,7 @@ def _render(e: Expr | int, env: Mapping[str, Any], names: Mapping[str, str], sql
     if isinstance(e, int):
         return str(e)
     if isinstance(e, Name):
-        return names.get(e.name, e.name)
+        return names.get(e.name, f"`{e.name}`" if sql else e.name)
     if isinstance(e, Const):
         value = constant(e.name, env)
         if isinstance(value, bytes):

@@ -34,10 +34,11 @@ class ReassemblyOptions:
     unit_of_work: bool = True  # MQ groups: deliver all messages of a group or none
     max_message_size: int = 1 << 30  # declared sizes above this are rejected (2030)
     partitions: int | None = None  # shuffle partitions (default: spark.sql.shuffle.partitions)
-    # Messages declaring more than large_message_bytes (or deferring their length) are streamed
-    # into files under payload_dir (a filesystem every executor sees) instead of being built as
-    # one value; their rows carry payload_path (relative to payload_dir). None: every message is
-    # built in memory (Spark caps a value at 2 GiB).
+    # With payload_dir set, segments at offsets >= large_message_bytes travel in their own
+    # aggregates, and a message with any such segment is judged by its task's assembler, which
+    # streams bodies declaring more than large_message_bytes (or deferring their length) into
+    # files under payload_dir (a filesystem every executor sees); their rows carry payload_path
+    # (relative to payload_dir). None: every message is built in memory (Spark caps a value at 2 GiB).
     payload_dir: str | None = None
     large_message_bytes: int = 128 << 20
     jvm_fast_path: bool = True  # False: every group through the Python assembler (same rows, slower)
@@ -100,12 +101,14 @@ def reassemble(
         df = encode_columns(df, columns or ColumnNames())
         raw_column = "segment"
     threshold = opts.large_message_bytes if opts.payload_dir is not None else None
-    routed = jvm.route(decode_segments(df, raw_column, opts.max_message_size), threshold)
+    limits = opts.limits()
+    decoded = decode_segments(df, raw_column, limits.max_message_size, limits.max_segment_size)
+    routed = jvm.route(decoded, threshold)
     n = opts.partitions or int(df.sparkSession.conf.get("spark.sql.shuffle.partitions"))
     agg = jvm.aggregate(routed, n)
     clean = F.expr(jvm.CLEAN) if opts.jvm_fast_path else F.lit(False)
-    judge = make_judge(opts.limits(), opts.unit_of_work, opts.payload_dir, threshold)
-    job = F.when(~clean, F.struct("header_ok", "pk", F.col("bk").isNotNull().alias("large"), "blob", "meta"))
+    judge = make_judge(limits, opts.unit_of_work, opts.payload_dir, threshold)
+    job = F.when(~clean, F.struct("routable", "pk", F.col("bk").isNotNull().alias("large"), "blob", "meta"))
     rows = agg.select("*", judge(job).alias("r"))
     # NULL element: the row's clean message, written from the JVM columns.
     out = rows.select("*", F.explode(F.coalesce("r", F.array(F.lit(None)))).alias("q"))
