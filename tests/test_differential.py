@@ -202,7 +202,7 @@ def test_spark_reports_what_the_in_process_assembler_reports(
 
 
 @pytest.mark.slow
-@settings(max_examples=150, **_SETTINGS)  # type: ignore[arg-type]
+@settings(max_examples=40, **_SETTINGS)  # type: ignore[arg-type]
 @given(rows=landing())
 def test_spark_reports_what_the_in_process_assembler_reports_many(
     spark: Any, tmp_path_factory: pytest.TempPathFactory, rows: list[bytes | None]

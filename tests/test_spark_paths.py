@@ -171,3 +171,38 @@ def test_message_mode_delivers_the_intact_messages_of_an_incomplete_group(spark:
     assert status == {1: "complete", 2: "incomplete", 3: "complete"}
     uow = {r.msg_seq_number: r.status for r in rows_of(spark, tmp_path / "g.parquet") if r.kind == "message"}
     assert uow == {1: "incomplete", 2: "incomplete", 3: "incomplete"}
+
+
+@pytest.mark.parametrize("options", [{}, {"jvm_fast_path": False}, {"large_message_bytes": 100}])
+def test_any_value_a_binary_column_holds_is_quarantined_never_a_crash(
+    spark: Any, tmp_path: Path, options: dict[str, Any]
+) -> None:
+    good = [s.encode() for s in Segmenter(200).segment(b"kept" * 100)]
+    whole = good[0]
+    bad: list[bytes | None] = [
+        None,
+        None,
+        b"",
+        b"S",
+        b"SGMT",
+        whole[:9],
+        whole[:10],
+        whole[:83],
+        whole[:84],
+        whole[:-1],
+        whole + b"!",
+        os.urandom(500),
+        b"SGMT" + os.urandom(200),
+    ]
+    path = tmp_path / "odd.parquet"
+    pq.write_table(pa.table({"segment": pa.array([*good, *bad], pa.binary())}), path)
+    if "large_message_bytes" in options:
+        options = {**options, "payload_dir": str(tmp_path / "payloads")}
+    rows = rows_of(spark, path, **options)
+    messages = [r for r in rows if r.kind == "message"]
+    quarantine = [r for r in rows if r.kind == "quarantine"]
+    assert [(m.status, m.segments_used) for m in messages] == [("complete", len(good))]
+    assert len(quarantine) == len(bad) and all(q.reason and q.reason_name != "NONE" for q in quarantine)
+    assert sorted((q.raw or b"") for q in quarantine if q.raw is not None) == sorted(b for b in bad if b is not None)
+    nulls = [q for q in quarantine if q.raw is None]
+    assert len(nulls) == 2 and {q.reason_name for q in nulls} == {"TRUNCATED"}
