@@ -8,6 +8,11 @@ any decoder, Spark SQL included, can verify it with a standard function.
 Decoding validates everything before trusting anything: lengths are checked
 against the buffer and the configured limits before any allocation, and every
 failure is a :class:`~segmenter.errors.SegmentationError` subclass.
+
+The fields and rules are one table, :mod:`segmenter.header_table`;
+``check_prefix``, ``decode_header``, ``decode_segment`` and
+``_check_header_fields`` are generated from it and compiled once at import
+(``GENERATED_SOURCE`` holds their source), as the Spark SQL is.
 """
 
 from __future__ import annotations

@@ -2,13 +2,16 @@
 
 Data path (one scan, one shuffle, one aggregate; see ``jvm.py`` and ``judge.py``):
 
-1. Headers are decoded in the JVM (``decode.py``) and each row gets its keys.
+1. Headers are decoded in the JVM (``decode.py``, SQL generated from
+   ``segmenter.header_table``) and each row gets its keys: its GroupId when its
+   framing holds, else a hash of its bytes (``jvm.py``). With ``payload_dir``,
+   rows at offsets from ``large_message_bytes`` on also get a per-offset key.
 2. One shuffle by GroupId; one aggregate concatenates each message's (or MQ
    group's) data in the JVM and collects its headers.
 3. A message that passes the JVM's narrow clean test (the common case) is
    written from the JVM: its bytes never cross into Python.
 4. Everything else (gaps, duplicates, conflicts, bad checksums, zstd, MQ groups,
-   rows that are not segments, large messages) goes to the same
+   rows that are not segments, NULL rows, large messages) goes to the same
    :class:`~reassembly.assembler.Assembler` the in-process consumer uses, in a
    scalar Arrow UDF: one implementation of the rules, so the Spark output is what
    a Python consumer would report, and ``jvm_fast_path=False`` (everything through
