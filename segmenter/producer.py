@@ -166,6 +166,7 @@ class Segmenter:
                 chain(repeat(None, final), (message_crc,)),  # only the last segment carries it
                 repeat(HEADER_LENGTH),
                 repeat(False),
+                repeat(b""),  # extension
             ),
         )
         yield from map(tuple.__new__, repeat(Segment), zip(headers, pieces, strict=True))

@@ -8,16 +8,22 @@ any decoder, Spark SQL included, can verify it with a standard function.
 Decoding validates everything before trusting anything: lengths are checked
 against the buffer and the configured limits before any allocation, and every
 failure is a :class:`~segmenter.errors.SegmentationError` subclass.
+
+The fields and rules are one table, :mod:`segmenter.header_table`;
+``check_prefix``, ``decode_header``, ``decode_segment`` and
+``_check_header_fields`` are generated from it and compiled once at import
+(``GENERATED_SOURCE`` holds their source), as the Spark SQL is.
 """
 
 from __future__ import annotations
 
 import struct
 import zlib
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
+from . import header_table
 from .checksum import ChecksumAlgorithm, checksum, checksum_function
-from .errors import (
+from .errors import (  # noqa: F401 (the generated decoder raises these)
     ChecksumError,
     FlagsError,
     HeaderError,
@@ -28,14 +34,15 @@ from .errors import (
     SegmentLengthZeroError,
     SequenceError,
 )
-from .flags import KNOWN_FLAGS, Codec, is_last_segment, is_segment
+from .flags import KNOWN_FLAGS, Codec, MsgFlags, is_last_segment  # noqa: F401 (named by the header table)
 
 Buffer = bytes | bytearray | memoryview
 
 MAGIC = b"SGMT"
 VERSION = 1
-HEADER = struct.Struct(">4sBBBBHHI24sIIQQQII")  # everything but the header checksum
-HEADER_LENGTH = HEADER.size + 4  # 84
+HEADER = struct.Struct(header_table.struct_format(header_table.FIELDS))  # the fixed fields (no header checksum)
+HEADER_LENGTH = header_table.HEADER_LENGTH  # 84: fixed fields and header checksum, no extension
+PREFIX_LENGTH = header_table.PREFIX_LENGTH  # 10: magic .. header_length, enough to frame a header
 MAX_HEADER_LENGTH = 4096  # a v1 reader skips extension bytes up to this
 UNKNOWN_LENGTH = 0xFFFF_FFFF_FFFF_FFFF  # like MQOL_UNDEFINED: not known when this segment was cut
 MAX_LENGTH = (1 << 63) - 1  # lengths above this are refused (signed 64-bit in Spark/Arrow)
@@ -46,7 +53,10 @@ LENGTH_DEFERRED = 0x02  # header_flags bit: the producer did not know the length
 KNOWN_HEADER_FLAGS = HAS_MESSAGE_CHECKSUM | LENGTH_DEFERRED
 DEFAULT_MAX_SEGMENT_SIZE = 100 * 1024 * 1024  # MQ's largest MAXMSGL
 _HEADER_CRC = checksum_function(ChecksumAlgorithm.CRC32)
-_PREFIX = struct.Struct(">4sBBBBH")  # magic .. header_length: enough to frame a header
+_PREFIX = struct.Struct(header_table.struct_format(header_table.PREFIX_FIELDS))
+_FIXED = HEADER
+_CODECS = {int(c): c for c in Codec}
+_ALGORITHMS = {int(a): a for a in ChecksumAlgorithm}
 _pack_body = HEADER.pack
 _pack_u32 = struct.Struct(">I").pack
 # Same CRC-32/IEEE as _HEADER_CRC: for 80 bytes the per-call overhead dominates, and zlib's is lower than isal's.
@@ -71,6 +81,9 @@ class SegmentHeader(NamedTuple):
     # Set in every segment of a message whose OriginalLength was not known when it was cut;
     # without it every segment declares OriginalLength, so a consumer can route by size per row.
     length_deferred: bool = False
+    # Header bytes between the fixed fields and the header checksum (header_length > 84): carried
+    # opaquely by v1 readers and written back by pack (header_length = 84 + len(extension)).
+    extension: bytes = b""
 
     @property
     def end(self) -> int:
@@ -84,7 +97,7 @@ class SegmentHeader(NamedTuple):
     def pack(self) -> bytes:
         """The header bytes (version 1 layout, header checksum included)."""
         # One unpack instead of thirteen attribute loads: pack runs once per segment on the send path.
-        gid, seq, offset, length, original, stored, flags, codec, algo, data_crc, message_crc, _, deferred = self
+        gid, seq, offset, length, original, stored, flags, codec, algo, data_crc, message_crc, _, deferred, ext = self
         if message_crc is None:
             hflags = 0
             message_crc = 0
@@ -98,7 +111,7 @@ class SegmentHeader(NamedTuple):
             algo,
             codec,
             hflags,
-            HEADER_LENGTH,
+            HEADER_LENGTH + len(ext),
             0,
             flags,
             gid,
@@ -110,6 +123,8 @@ class SegmentHeader(NamedTuple):
             data_crc,
             message_crc,
         )
+        if ext:
+            body += ext
         return body + _pack_u32(_small_crc32(body))
 
 
@@ -131,136 +146,6 @@ class Segment(NamedTuple):
         return self.header.header_length + self.header.data_length
 
 
-def _check_header_fields(h: SegmentHeader, max_message_size: int) -> None:
-    """Range and consistency rules that need no data."""
-    if len(h.group_id) != GROUP_ID_LENGTH:
-        raise HeaderError("GroupId must be 24 bytes", reason=Reason.GROUP_ID_ERROR, length=len(h.group_id))
-    if not 1 <= h.msg_seq_number <= MAX_SEQ_NUMBER:
-        raise SequenceError(
-            f"MsgSeqNumber {h.msg_seq_number} outside 1..{MAX_SEQ_NUMBER}", msg_seq_number=h.msg_seq_number
-        )
-    flags = h.msg_flags
-    if flags & ~KNOWN_FLAGS:
-        raise FlagsError(f"unknown MsgFlags bits 0x{flags & ~KNOWN_FLAGS:x}", msg_flags=flags)
-    for name in ("original_length", "stored_length"):
-        value = getattr(h, name)
-        if value != UNKNOWN_LENGTH and value > max_message_size:
-            raise MessageTooBigError(
-                f"declared {name} {value} exceeds the limit {max_message_size}",
-                declared=value,
-                limit=max_message_size,
-                field=name,
-            )
-    if h.offset > MAX_LENGTH or h.end > MAX_LENGTH:
-        raise OffsetError(f"offset {h.offset} out of range", offset=h.offset)
-    if not is_segment(flags) and h.offset != 0:
-        raise OffsetError("an unsegmented message must have offset 0", offset=h.offset)
-    last = is_last_segment(flags)
-    if h.data_length == 0 and not last:
-        raise SegmentLengthZeroError(
-            "only the last segment of a message may be empty", offset=h.offset, msg_seq_number=h.msg_seq_number
-        )
-    stored = h.stored_length
-    if stored != UNKNOWN_LENGTH:
-        if h.end > stored:
-            raise OffsetError(
-                f"segment [{h.offset}, {h.end}) runs past the stored length {stored}",
-                offset=h.offset,
-                end=h.end,
-                stored_length=stored,
-            )
-        if last and h.end != stored:
-            raise OriginalLengthError(
-                f"last segment ends at {h.end}, stored length is {stored}", end=h.end, stored_length=stored
-            )
-    elif last:
-        raise OriginalLengthError("the last segment must carry the stored length", offset=h.offset)
-    if h.original_length == UNKNOWN_LENGTH and not h.length_deferred:
-        raise OriginalLengthError(
-            "OriginalLength must be declared in every segment unless the LENGTH_DEFERRED header flag is set",
-            offset=h.offset,
-            msg_seq_number=h.msg_seq_number,
-        )
-    if last and (h.original_length == UNKNOWN_LENGTH or h.message_checksum is None):
-        raise OriginalLengthError(
-            "the last segment must carry the original length and the message checksum", offset=h.offset
-        )
-    if h.codec == Codec.NONE and UNKNOWN_LENGTH not in (h.original_length, stored) and h.original_length != stored:
-        raise OriginalLengthError(
-            f"uncompressed message: original length {h.original_length} != stored length {stored}",
-            original_length=h.original_length,
-            stored_length=stored,
-        )
-
-
-def check_prefix(buf: Buffer, max_header_length: int = MAX_HEADER_LENGTH) -> int:
-    """Check magic, version and header length (the first 10 bytes); return the header length."""
-    magic, version, _, _, _, header_length = _PREFIX.unpack_from(buf)
-    if magic != MAGIC:
-        raise HeaderError(f"bad magic {bytes(magic)!r}", reason=Reason.BAD_MAGIC)
-    if version != VERSION:
-        raise HeaderError(f"unsupported version {version}", reason=Reason.UNSUPPORTED_VERSION, version=version)
-    if not HEADER_LENGTH <= header_length <= max_header_length:
-        raise HeaderError(
-            f"header length {header_length} outside {HEADER_LENGTH}..{max_header_length}",
-            reason=Reason.HEADER_LENGTH_ERROR,
-            header_length=header_length,
-        )
-    return int(header_length)
-
-
-def decode_header(
-    buf: Buffer, *, max_message_size: int = MAX_LENGTH, max_header_length: int = MAX_HEADER_LENGTH
-) -> SegmentHeader:
-    """Parse and validate a header from the start of ``buf`` (data not needed)."""
-    view = memoryview(buf)
-    if len(view) < _PREFIX.size:
-        raise HeaderError(f"{len(view)} bytes cannot hold a segment header", reason=Reason.TRUNCATED, length=len(view))
-    header_length = check_prefix(view, max_header_length)
-    _, _, algo, codec, hflags, _ = _PREFIX.unpack_from(view)
-    if len(view) < header_length:
-        raise HeaderError(
-            f"{len(view)} bytes, header declares {header_length}",
-            reason=Reason.TRUNCATED,
-            length=len(view),
-            header_length=header_length,
-        )
-    expected = int.from_bytes(view[header_length - 4 : header_length], "big")
-    actual = _HEADER_CRC(view[: header_length - 4], 0)
-    if actual != expected:
-        raise ChecksumError(
-            "header checksum mismatch", reason=Reason.HEADER_CHECKSUM_ERROR, expected=expected, actual=actual
-        )
-    fields = HEADER.unpack_from(view)
-    if fields[6] != 0 or hflags & ~KNOWN_HEADER_FLAGS:
-        raise HeaderError("reserved header bits are set", reason=Reason.RESERVED_FIELD_ERROR)
-    try:
-        algorithm = ChecksumAlgorithm(algo)
-    except ValueError:
-        raise HeaderError(f"unknown checksum algorithm {algo}", reason=Reason.UNKNOWN_CHECKSUM) from None
-    try:
-        codec_id = Codec(codec)
-    except ValueError:
-        raise HeaderError(f"unknown codec {codec}", reason=Reason.UNKNOWN_CODEC) from None
-    header = SegmentHeader(
-        group_id=fields[8],
-        msg_seq_number=fields[9],
-        offset=fields[11],
-        data_length=fields[10],
-        original_length=fields[12],
-        stored_length=fields[13],
-        msg_flags=fields[7],
-        codec=codec_id,
-        algorithm=algorithm,
-        data_checksum=fields[14],
-        message_checksum=fields[15] if hflags & HAS_MESSAGE_CHECKSUM else None,
-        header_length=header_length,
-        length_deferred=bool(hflags & LENGTH_DEFERRED),
-    )
-    _check_header_fields(header, max_message_size)
-    return header
-
-
 def verify_data(header: SegmentHeader, data: Buffer) -> None:
     """Raise :class:`ChecksumError` unless ``data`` matches the header's data checksum."""
     actual = checksum(header.algorithm, data)
@@ -275,37 +160,30 @@ def verify_data(header: SegmentHeader, data: Buffer) -> None:
         )
 
 
-def decode_segment(
-    buf: Buffer,
-    *,
-    max_segment_size: int = DEFAULT_MAX_SEGMENT_SIZE,
-    max_message_size: int = MAX_LENGTH,
-    verify: bool = True,
-) -> Segment:
-    """Decode one whole encoded segment; the data is a view into ``buf`` (no copy)."""
-    view = memoryview(buf)
-    if view.ndim != 1 or view.itemsize != 1:
-        view = view.cast("B")
-    if len(view) > max_segment_size:
-        raise MessageTooBigError(
-            f"segment of {len(view)} bytes exceeds the limit {max_segment_size}",
-            reason=Reason.MSG_TOO_BIG_FOR_CHANNEL,
-            length=len(view),
-            limit=max_segment_size,
-        )
-    header = decode_header(view, max_message_size=max_message_size)
-    present = len(view) - header.header_length
-    if present != header.data_length:
-        raise HeaderError(
-            f"header declares {header.data_length} data bytes, {present} present",
-            reason=Reason.TRUNCATED,
-            declared=header.data_length,
-            present=present,
-        )
-    data = view[header.header_length :]
-    if verify:
-        verify_data(header, data)
-    return Segment(header, data)
+GENERATED_SOURCE = header_table.python_source(globals())
+exec(compile(GENERATED_SOURCE, "<segmenter.header_table>", "exec"), globals())  # our own table, compiled once
+
+if TYPE_CHECKING:  # the generated functions' signatures, for type checkers
+
+    def _check_header_fields(h: SegmentHeader, max_message_size: int) -> None:
+        """Range and consistency rules that need no data."""
+
+    def check_prefix(buf: Buffer, max_header_length: int = MAX_HEADER_LENGTH) -> int:
+        """Check magic, version and header length (the first 10 bytes); return the header length."""
+
+    def decode_header(
+        buf: Buffer, *, max_message_size: int = MAX_LENGTH, max_header_length: int = MAX_HEADER_LENGTH
+    ) -> SegmentHeader:
+        """Parse and validate a header from the start of ``buf`` (data not needed)."""
+
+    def decode_segment(
+        buf: Buffer,
+        *,
+        max_segment_size: int = DEFAULT_MAX_SEGMENT_SIZE,
+        max_message_size: int = MAX_LENGTH,
+        verify: bool = True,
+    ) -> Segment:
+        """Decode one whole encoded segment; the data is a view into ``buf`` (no copy)."""
 
 
 def make_header(

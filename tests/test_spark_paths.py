@@ -16,7 +16,8 @@ from reassembly.spark import ReassemblyOptions, decode_segments, reassemble
 from reassembly.spark.testdata import Dataset, generate, write_parquet
 from segmenter import ChecksumAlgorithm, Codec, SegmentationError, Segmenter
 from segmenter.checksum import checksum
-from segmenter.wire import HEADER, HEADER_LENGTH, decode_segment
+from segmenter.header_table import FIELDS
+from segmenter.wire import HEADER, HEADER_LENGTH, UNKNOWN_LENGTH, check_prefix, decode_segment
 
 pytestmark = pytest.mark.spark
 
@@ -102,6 +103,7 @@ def _mutant(rng: random.Random, good: list[bytes]) -> bytes:
     the header checksum recomputed: only the field rules can tell."""
     big = [0, 1, 83, 100, 5000, MAX, MAX + 1, 2**63 - 1, 2**63, 2**64 - 1]
     choices: dict[int, list[Any]] = {
+        1: [1, 1, 1, 2],
         2: [1, 2, 3],
         3: [0, 1, 2],
         4: [0, 1, 2, 3, 4],
@@ -112,6 +114,7 @@ def _mutant(rng: random.Random, good: list[bytes]) -> bytes:
         11: big,
         12: big,
         13: big,
+        5: [84, 84, 84, 84, 83, 85, 4097],
     }
     raw = rng.choice(good)
     fields = list(HEADER.unpack_from(raw))
@@ -124,6 +127,16 @@ def _mutant(rng: random.Random, good: list[bytes]) -> bytes:
     return body + checksum(ChecksumAlgorithm.CRC32, body).to_bytes(4, "big") + data
 
 
+def _framed(raw: bytes) -> bool:
+    """Routable, by hand: the prefix holds, the header is present and its checksum matches."""
+    try:
+        hl = check_prefix(raw)
+    except SegmentationError:
+        return False
+    sealed = int.from_bytes(raw[hl - 4 : hl], "big")
+    return len(raw) >= hl and checksum(ChecksumAlgorithm.CRC32, raw[: hl - 4]) == sealed
+
+
 def test_jvm_header_rules_route_exactly_like_the_python_decoder(spark: Any, tmp_path: Path) -> None:
     rng = random.Random(5)
     good = [s.encode() for p in (b"", b"x" * 100, os.urandom(5000)) for s in Segmenter(1000).segment(p)]
@@ -132,9 +145,9 @@ def test_jvm_header_rules_route_exactly_like_the_python_decoder(spark: Any, tmp_
     good += [s.encode() for s in Segmenter(1000).segment_group([b"a" * 100, b"b" * 2000])]
     raws = [_mutant(rng, good) for _ in range(3000)]
     pq.write_table(pa.table({"segment": pa.array(raws, pa.binary())}), tmp_path / "h.parquet")
-    got = [
-        r.header_ok for r in decode_segments(spark.read.parquet(str(tmp_path / "h.parquet")), "segment", MAX).collect()
-    ]
+    decoded = decode_segments(spark.read.parquet(str(tmp_path / "h.parquet")), "segment", MAX).collect()
+    got = [r.header_ok for r in decoded]
+    assert [r.routable for r in decoded] == [_framed(raw) for raw in raws]
     expected, why = [], []
     for raw in raws:
         try:
@@ -171,3 +184,73 @@ def test_message_mode_delivers_the_intact_messages_of_an_incomplete_group(spark:
     assert status == {1: "complete", 2: "incomplete", 3: "complete"}
     uow = {r.msg_seq_number: r.status for r in rows_of(spark, tmp_path / "g.parquet") if r.kind == "message"}
     assert uow == {1: "incomplete", 2: "incomplete", 3: "incomplete"}
+
+
+@pytest.mark.parametrize("options", [{}, {"jvm_fast_path": False}, {"large_message_bytes": 100}])
+def test_any_value_a_binary_column_holds_is_quarantined_never_a_crash(
+    spark: Any, tmp_path: Path, options: dict[str, Any]
+) -> None:
+    good = [s.encode() for s in Segmenter(200).segment(b"kept" * 100)]
+    whole = good[0]
+    bad: list[bytes | None] = [
+        None,
+        None,
+        b"",
+        b"S",
+        b"SGMT",
+        whole[:9],
+        whole[:10],
+        whole[:83],
+        whole[:84],
+        whole[:-1],
+        whole + b"!",
+        os.urandom(500),
+        b"SGMT" + os.urandom(200),
+    ]
+    path = tmp_path / "odd.parquet"
+    pq.write_table(pa.table({"segment": pa.array([*good, *bad], pa.binary())}), path)
+    if "large_message_bytes" in options:
+        options = {**options, "payload_dir": str(tmp_path / "payloads")}
+    rows = rows_of(spark, path, **options)
+    messages = [r for r in rows if r.kind == "message"]
+    quarantine = [r for r in rows if r.kind == "quarantine"]
+    assert [(m.status, m.segments_used) for m in messages] == [("complete", len(good))]
+    assert len(quarantine) == len(bad) and all(q.reason and q.reason_name != "NONE" for q in quarantine)
+    assert sorted((q.raw or b"") for q in quarantine if q.raw is not None) == sorted(b for b in bad if b is not None)
+    nulls = [q for q in quarantine if q.raw is None]
+    assert len(nulls) == 2 and {q.reason_name for q in nulls} == {"TRUNCATED"}
+
+
+def _reseal(raw: bytes, **changes: int) -> bytes:
+    index = {f.name: i for i, f in enumerate(FIELDS)}
+    fields = list(HEADER.unpack_from(raw))
+    for name, value in changes.items():
+        fields[index[name]] = value
+    body = HEADER.pack(*fields)
+    return body + checksum(ChecksumAlgorithm.CRC32, body).to_bytes(4, "big") + raw[HEADER_LENGTH:]
+
+
+@pytest.mark.parametrize("large", [False, True])
+def test_a_forged_segment_never_splits_its_message_and_too_big_messages_keep_their_row(
+    spark: Any, tmp_path: Path, large: bool
+) -> None:
+    """One row per (GroupId, MsgSeqNumber), whatever one segment's header claims (issue 8, routing)."""
+    small = [s.encode() for s in Segmenter(300).segment(os.urandom(1000))]
+    forged = [
+        _reseal(small[1], original_length=MAX - 1, stored_length=MAX - 1),  # another size, still valid alone
+        _reseal(small[2], header_flags=small[2][7] | 2, original_length=UNKNOWN_LENGTH),  # LENGTH_DEFERRED
+        _reseal(small[0], original_length=1 << 40),  # too big
+    ]
+    too_big = [s.encode() for s in Segmenter(300).segment(os.urandom(MAX + 100))]
+    rows = [*small, *forged, *too_big]
+    pq.write_table(pa.table({"segment": pa.array(rows, pa.binary())}), tmp_path / "f.parquet")
+    options: dict[str, Any] = {"payload_dir": str(tmp_path / "p"), "large_message_bytes": 500} if large else {}
+    out = rows_of(spark, tmp_path / "f.parquet", **options)
+    messages = [r for r in out if r.kind == "message"]
+    keys = [(r.group_id, r.msg_seq_number) for r in messages]
+    assert len(keys) == len(set(keys)) == 2
+    status = {r.group_id: (r.status, r.reason) for r in messages}
+    gid_small, gid_big = (decode_segment(x[0]).header.group_id for x in (small, too_big))
+    assert status[gid_small] == ("complete", 0)
+    assert status[gid_big] == ("too_big", 2030)
+    assert len([r for r in out if r.kind == "quarantine"]) == len(forged) + len(too_big)

@@ -19,6 +19,7 @@ import pyarrow as pa
 from ..assembler import Assembler, Limits
 from ..bodies import FileBodyStore
 from ..events import Event
+from .jvm import SK_HEADER
 from .rows import Row, event_rows, reassemble_group, reject_rows
 from .schema import OUTPUT_ARROW, OUTPUT_FIELDS
 
@@ -34,13 +35,22 @@ def views(arr: pa.Array) -> list[memoryview]:
     return [values[pos[i] : pos[i + 1]] for i in range(len(arr))]
 
 
-def originals(blob: memoryview, meta: list[dict[str, Any]], header_ok: bool) -> list[bytes]:
-    """The original rows of one aggregated row: ``header || piece`` in ``sk`` order."""
-    out, pos = [], 0
+def originals(blob: memoryview, meta: list[dict[str, Any]], routable: bool) -> list[bytes | None]:
+    """The original rows of one aggregated row (``header || piece`` in ``sk`` order; None for a NULL row).
+
+    A far row's stub in a main aggregate is skipped: its piece travels in its own aggregate.
+    """
+    out: list[bytes | None] = []
+    pos = 0
     for m in meta:
+        if m["far"]:
+            continue
+        if m["is_null"]:
+            out.append(None)
+            continue
         piece = blob[pos : pos + m["plen"]]
         pos += m["plen"]
-        out.append(bytes(m["sk"][12:]) + piece if header_ok else bytes(piece))
+        out.append(bytes(m["sk"][SK_HEADER:]) + piece if routable else bytes(piece))
     return out
 
 
@@ -56,8 +66,8 @@ class _Large:
         self.asm = Assembler(limits, batch=True, unit_of_work=unit_of_work, bodies=self.store)
         self.events: list[Event] = []
 
-    def feed(self, raws: list[bytes]) -> None:
-        self.events += self.asm.receive_many(raws)
+    def feed(self, raws: list[bytes | None]) -> None:
+        self.events += self.asm.receive_many(raw for raw in raws if raw is not None)
 
     def close(self) -> list[Row]:
         events = self.events + self.asm.close()
@@ -66,7 +76,11 @@ class _Large:
 
 
 def make_judge(limits: Limits, unit_of_work: bool, payload_dir: str | None, threshold: int | None) -> Any:
-    """The UDF: ``struct(header_ok, pk, large, blob, meta)`` (NULL for clean rows) -> output rows."""
+    """The UDF: ``struct(routable, pk, large, blob, meta)`` (NULL for clean rows) -> output rows.
+
+    ``large``: a per-offset aggregate. Its rows, and every row of a main aggregate that has far
+    rows, go to the task's large assembler, which judges those messages when the task's input ends.
+    """
     from pyspark.sql.functions import arrow_udf  # type: ignore[attr-defined]
 
     def judge_rows(arr: pa.StructArray, large: list[_Large]) -> list[list[Row | None] | None]:
@@ -74,17 +88,18 @@ def make_judge(limits: Limits, unit_of_work: bool, payload_dir: str | None, thre
         if arr.null_count == len(arr):
             return out
         valid = arr.is_valid().to_pylist()
-        ok = arr.field("header_ok").to_pylist()
+        ok = arr.field("routable").to_pylist()
         big = arr.field("large").to_pylist()
         blobs = views(arr.field("blob"))
         metas = arr.field("meta")
         for i, is_valid in enumerate(valid):
             if not is_valid:
                 continue
-            raws = originals(blobs[i], metas[i].as_py(), ok[i])
+            meta = metas[i].as_py()
+            raws = originals(blobs[i], meta, ok[i])
             if not ok[i]:
                 out[i] = list[Row | None](reject_rows(raws, limits))
-            elif big[i]:
+            elif big[i] or any(m["far"] for m in meta):
                 if not large:
                     assert payload_dir is not None and threshold is not None
                     large.append(_Large(limits, unit_of_work, payload_dir, threshold))

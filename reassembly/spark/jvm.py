@@ -1,39 +1,59 @@
-"""The JVM side of the Spark path: routing keys, one aggregate per group, and the clean test.
+"""The JVM side of the Spark path: routing keys, one aggregate per message, and the clean test.
 
-Every input row lands in exactly one aggregated row, keyed by
-``(header_ok, pk, bk)``:
+Routing reads only what can be trusted. A *routable* row (its framing holds:
+magic, version, header length, header checksum; see ``segmenter.header_table``)
+goes by its GroupId, whatever else its header claims; every other row (NULL
+included) by a hash of its bytes, to be quarantined by the Python decoder with
+its exact reason. No other rule decides routing: a too-big, badly flagged or
+inconsistent segment reaches its message's aggregate and the assembler judges it
+there, so one (GroupId, MsgSeqNumber) can never be split into two outcomes.
 
-* a message or MQ group (``pk`` = GroupId, ``bk`` NULL): its data concatenated
-  in the JVM (``blob``, ordered by ``sk``) plus one small ``meta`` struct per row;
-* one position of a large message (``bk`` = Offset): streamed to a file in Python;
-* identical rows that are not segments at all (``header_ok`` false, ``pk`` a hash
-  of the bytes): quarantined by the Python decoder with their exact reason.
+Aggregates are keyed by ``(routable, pk, bk)``:
+
+* the main aggregate of a message or MQ group (``pk`` = GroupId, ``bk`` NULL):
+  its data concatenated in the JVM (``blob``, ordered by ``sk``) plus one small
+  ``meta`` struct per row;
+* with ``payload_dir`` set, a row whose Offset is at or beyond
+  ``large_message_bytes`` is *far*: it is emitted twice (an ``explode`` of a
+  two-element int array, never of the payload), once into the main aggregate
+  without its piece (its meta only) and once into a per-offset aggregate
+  (``bk`` = the Offset bytes) carrying the piece. Both hash by ``pk`` so they
+  land in one task. The split goes by offset, not by a declared length
+  (declared lengths are forgeable): an aggregate value holds at most the pieces
+  below the threshold (plus copies of them) whatever the headers say.
 
 ``sk`` (MsgSeqNumber, Offset, then the header bytes) orders ``blob`` and
-``meta`` identically, so Python can rebuild every original row as
-``header || piece`` from one aggregated row (copies with equal keys have
-identical headers, so which piece goes with which header does not matter).
+``meta`` identically, so Python rebuilds every original row as
+``header || piece`` from one aggregated row.
 
-:func:`clean` is deliberately narrow: a single message (not in an MQ group), no
-codec, CRC-32/IEEE, every segment's checksum verified here, pieces contiguous
-from offset 0 with exactly one LAST segment at the end, header fields that agree,
-and the whole-message CRC of the concatenation equal to the declared one. Such a
-message is complete by every rule of the Python assembler, so it is written
-without leaving the JVM; anything else goes to the assembler itself, which is the
-authority on what is wrong. Tests check both paths give identical rows.
+:data:`CLEAN` is deliberately narrow: every row passes every rule of the header
+table (the ``header_ok`` column, generated from the table with the same limits
+as the assembler), a single message (not in an MQ group) with no far row, no
+codec, CRC-32/IEEE with every segment's checksum verified here, pieces
+contiguous from offset 0 with exactly one LAST segment at the end, header fields
+that agree, and the whole-message CRC of the concatenation equal to the declared
+one. Such a message is complete by every rule of the Python assembler, so it is
+written without leaving the JVM; anything else goes to the assembler itself.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-# Per-row facts the clean test reads (all small); Python needs only sk and plen.
+from segmenter import header_table as table
+from segmenter.checksum import ChecksumAlgorithm
+from segmenter.flags import Codec
+
+# Per-row facts the clean test reads (all small); Python needs sk, plen, far and is_null.
 _META = (
     "sk",
     "plen",
+    "far",
+    "is_null",
+    "header_ok",
     "data_ok",
     "is_last",
-    "msg_flags",
+    "in_group",
     "codec",
     "algorithm",
     "msg_seq_number",
@@ -44,47 +64,61 @@ _META = (
     "message_checksum",
     "length_deferred",
 )
+_SEQ, _OFFSET = table.FIELD["msg_seq_number"], table.FIELD["offset"]
+SK_HEADER = _SEQ.width + _OFFSET.width  # the header bytes start here in sk
+
+
+def _bytes_of(field: table.Field) -> str:
+    return f"substring(raw, {field.offset + 1}, {field.width})"
 
 
 def route(decoded: Any, large_message_bytes: int | None) -> Any:
-    """Add the keys, the sort key ``sk``, the ``piece`` of each row, and ``large``.
+    """Add the keys ``pk`` / ``bk``, the sort key ``sk``, each row's ``piece``, ``far`` and ``null``.
 
-    ``large``: a message not in a group whose segments declare an OriginalLength above
-    ``large_message_bytes`` or defer it (every segment says so: see the wire format's
-    LENGTH_DEFERRED), so all its rows route alike without being gathered first.
+    Far rows (offset at or past ``large_message_bytes``) come out twice: see the module doc.
     """
     from pyspark.sql import functions as F
 
     if large_message_bytes is None:
-        large = F.lit(False)
-    else:
-        large = F.expr(f"header_ok AND NOT in_group AND (length_deferred OR original_length > {large_message_bytes})")
-    return decoded.select(
+        far = F.lit(False)
+    else:  # an offset too large for a long (NULL) is far too
+        far = F.expr(f"routable AND coalesce(offset >= {large_message_bytes}, true)")
+    routed = decoded.select(
         "*",
-        large.alias("large"),
-        F.expr("CASE WHEN header_ok THEN group_id ELSE CAST(CAST(xxhash64(raw) AS STRING) AS BINARY) END").alias("pk"),
+        far.alias("far"),
+        F.expr("raw IS NULL").alias("is_null"),
+        F.expr("CASE WHEN routable THEN group_id ELSE CAST(CAST(xxhash64(raw) AS STRING) AS BINARY) END").alias("pk"),
+        # Rows that are not routable are ordered by their bytes: two rows whose hashes collide stay in step.
         F.expr(
-            "CASE WHEN header_ok THEN concat(substring(raw, 41, 4), substring(raw, 49, 8), "
-            "substring(raw, 1, length(raw) - data_length)) ELSE X'' END"
+            f"CASE WHEN routable THEN concat({_bytes_of(_SEQ)}, {_bytes_of(_OFFSET)}, substring(raw, 1, header_length))"
+            " ELSE coalesce(raw, X'') END"
         ).alias("sk"),
-        F.expr("CASE WHEN header_ok THEN data ELSE raw END").alias("piece"),
-    ).select(
-        "*",
-        F.when(F.col("large"), F.col("offset")).alias("bk"),
-        F.expr("length(piece)").alias("plen"),
+        F.expr("CASE WHEN routable THEN data ELSE raw END").alias("piece"),
     )
+    if large_message_bytes is not None:
+        routed = routed.select(
+            "*", F.explode(F.expr("CASE WHEN far THEN array(0, 1) ELSE array(0) END")).alias("copy")
+        ).select(
+            *[c for c in routed.columns if c not in ("far", "piece")],
+            F.expr("far AND copy = 0").alias("far"),
+            F.expr("CASE WHEN far AND copy = 0 THEN CAST(NULL AS BINARY) ELSE piece END").alias("piece"),
+            F.expr(f"CASE WHEN copy = 1 THEN {_bytes_of(_OFFSET)} END").alias("bk"),
+        )
+    else:
+        routed = routed.select("*", F.lit(None).cast("binary").alias("bk"))
+    return routed.select("*", F.expr("coalesce(length(piece), 0)").alias("plen"))
 
 
 def aggregate(routed: Any, partitions: int) -> Any:
-    """One shuffle (by GroupId, so a group and a large message stay in one task), one aggregate."""
+    """One shuffle (by ``pk``, so a group and its far rows stay in one task), one aggregate."""
     from pyspark.sql import functions as F
 
     meta = ", ".join(_META)
     return (
         routed.repartition(partitions, "pk")
-        .groupBy("header_ok", "pk", "bk")
+        .groupBy("routable", "pk", "bk")
         .agg(
-            F.expr("listagg(piece, X'') WITHIN GROUP (ORDER BY sk)").alias("blob"),
+            F.expr("listagg(piece, X'') WITHIN GROUP (ORDER BY sk, plen)").alias("blob"),
             F.expr(f"array_sort(collect_list(struct({meta})))").alias("meta"),
         )
         .withColumn("n", F.size("meta"))
@@ -92,9 +126,10 @@ def aggregate(routed: Any, partitions: int) -> Any:
     )
 
 
-CLEAN = """coalesce(
-  header_ok AND bk IS NULL
-  AND forall(meta, m -> m.data_ok AND m.codec = 0 AND m.algorithm = 1 AND m.msg_flags & 24 = 0
+CLEAN = f"""coalesce(
+  routable AND bk IS NULL
+  AND forall(meta, m -> m.header_ok AND NOT m.far AND m.data_ok AND NOT m.in_group
+      AND m.codec = {int(Codec.NONE)} AND m.algorithm = {int(ChecksumAlgorithm.CRC32)}
       AND m.msg_seq_number = 1 AND m.length_deferred = last.length_deferred
       AND (m.stored_length IS NULL OR m.stored_length = last.stored_length)
       AND (m.original_length IS NULL OR m.original_length = last.original_length)

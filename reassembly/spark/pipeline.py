@@ -2,13 +2,16 @@
 
 Data path (one scan, one shuffle, one aggregate; see ``jvm.py`` and ``judge.py``):
 
-1. Headers are decoded in the JVM (``decode.py``) and each row gets its keys.
+1. Headers are decoded in the JVM (``decode.py``, SQL generated from
+   ``segmenter.header_table``) and each row gets its keys: its GroupId when its
+   framing holds, else a hash of its bytes (``jvm.py``). With ``payload_dir``,
+   rows at offsets from ``large_message_bytes`` on also get a per-offset key.
 2. One shuffle by GroupId; one aggregate concatenates each message's (or MQ
    group's) data in the JVM and collects its headers.
 3. A message that passes the JVM's narrow clean test (the common case) is
    written from the JVM: its bytes never cross into Python.
 4. Everything else (gaps, duplicates, conflicts, bad checksums, zstd, MQ groups,
-   rows that are not segments, large messages) goes to the same
+   rows that are not segments, NULL rows, large messages) goes to the same
    :class:`~reassembly.assembler.Assembler` the in-process consumer uses, in a
    scalar Arrow UDF: one implementation of the rules, so the Spark output is what
    a Python consumer would report, and ``jvm_fast_path=False`` (everything through
@@ -34,10 +37,11 @@ class ReassemblyOptions:
     unit_of_work: bool = True  # MQ groups: deliver all messages of a group or none
     max_message_size: int = 1 << 30  # declared sizes above this are rejected (2030)
     partitions: int | None = None  # shuffle partitions (default: spark.sql.shuffle.partitions)
-    # Messages declaring more than large_message_bytes (or deferring their length) are streamed
-    # into files under payload_dir (a filesystem every executor sees) instead of being built as
-    # one value; their rows carry payload_path (relative to payload_dir). None: every message is
-    # built in memory (Spark caps a value at 2 GiB).
+    # With payload_dir set, segments at offsets >= large_message_bytes travel in their own
+    # aggregates, and a message with any such segment is judged by its task's assembler, which
+    # streams bodies declaring more than large_message_bytes (or deferring their length) into
+    # files under payload_dir (a filesystem every executor sees); their rows carry payload_path
+    # (relative to payload_dir). None: every message is built in memory (Spark caps a value at 2 GiB).
     payload_dir: str | None = None
     large_message_bytes: int = 128 << 20
     jvm_fast_path: bool = True  # False: every group through the Python assembler (same rows, slower)
@@ -100,12 +104,14 @@ def reassemble(
         df = encode_columns(df, columns or ColumnNames())
         raw_column = "segment"
     threshold = opts.large_message_bytes if opts.payload_dir is not None else None
-    routed = jvm.route(decode_segments(df, raw_column, opts.max_message_size), threshold)
+    limits = opts.limits()
+    decoded = decode_segments(df, raw_column, limits.max_message_size, limits.max_segment_size)
+    routed = jvm.route(decoded, threshold)
     n = opts.partitions or int(df.sparkSession.conf.get("spark.sql.shuffle.partitions"))
     agg = jvm.aggregate(routed, n)
     clean = F.expr(jvm.CLEAN) if opts.jvm_fast_path else F.lit(False)
-    judge = make_judge(opts.limits(), opts.unit_of_work, opts.payload_dir, threshold)
-    job = F.when(~clean, F.struct("header_ok", "pk", F.col("bk").isNotNull().alias("large"), "blob", "meta"))
+    judge = make_judge(limits, opts.unit_of_work, opts.payload_dir, threshold)
+    job = F.when(~clean, F.struct("routable", "pk", F.col("bk").isNotNull().alias("large"), "blob", "meta"))
     rows = agg.select("*", judge(job).alias("r"))
     # NULL element: the row's clean message, written from the JVM columns.
     out = rows.select("*", F.explode(F.coalesce("r", F.array(F.lit(None)))).alias("q"))

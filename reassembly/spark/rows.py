@@ -69,7 +69,7 @@ def _length(value: int) -> int | None:
     return None if value == UNKNOWN_LENGTH else value
 
 
-def _quarantine(raw: bytes, reason: int, detail: str, header: SegmentHeader | None) -> Row:
+def _quarantine(raw: bytes | None, reason: int, detail: str, header: SegmentHeader | None) -> Row:
     return {
         "kind": "quarantine",
         "group_id": header.group_id if header else None,
@@ -226,20 +226,29 @@ def event_rows(events: Iterable[Event]) -> list[Row]:
     return [row for acc in groups.values() for row in acc.rows()]
 
 
+def null_row() -> Row:
+    """The quarantine row of a NULL value: a row with no bytes at all is not a segment."""
+    return _quarantine(None, Reason.TRUNCATED, "NULL value: no segment bytes", None)
+
+
 def reassemble_group(
-    segments: Iterable[Buffer | Segment], limits: Limits | None = None, *, unit_of_work: bool = True
+    segments: Iterable[Buffer | Segment | None], limits: Limits | None = None, *, unit_of_work: bool = True
 ) -> list[Row]:
-    """All output rows for the segments of one group (any order, duplicates, faults)."""
+    """All output rows for the segments of any number of groups (any order, duplicates, faults, NULLs)."""
     asm = Assembler(limits, batch=True, unit_of_work=unit_of_work)
-    events = asm.receive_many(segments)
-    return event_rows(events + asm.close())
+    items = list(segments)
+    events = asm.receive_many(s for s in items if s is not None)
+    return event_rows(events + asm.close()) + [null_row() for s in items if s is None]
 
 
-def reject_rows(raws: Iterable[Buffer], limits: Limits | None = None) -> list[Row]:
-    """Quarantine rows for segments whose header Spark could not decode (exact reason from the decoder)."""
+def reject_rows(raws: Iterable[Buffer | None], limits: Limits | None = None) -> list[Row]:
+    """Quarantine rows for rows Spark could not route (exact reason from the decoder; NULL rows too)."""
     asm = Assembler(limits)
     rows: list[Row] = []
     for raw in raws:
+        if raw is None:
+            rows.append(null_row())
+            continue
         acc = GroupRows(None)
         for ev in asm.receive(raw):
             acc.add(ev)

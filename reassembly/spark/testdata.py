@@ -19,8 +19,9 @@ import zstandard
 from segmenter.checksum import ChecksumAlgorithm, checksum
 from segmenter.errors import Reason
 from segmenter.flags import Codec, MsgFlags
+from segmenter.header_table import FIELD
 from segmenter.producer import Segmenter, new_group_id
-from segmenter.wire import Segment, decode_segment, make_header
+from segmenter.wire import HEADER_LENGTH, Segment, decode_header, decode_segment, make_header
 
 FAULTS = (
     "duplicate",
@@ -73,7 +74,7 @@ def generate(
     """Segments of ``n_messages`` messages (plus ``groups`` MQ groups), faults injected if asked."""
     rng = random.Random(seed)
     ds = Dataset()
-    data_size = segment_size - 84
+    data_size = segment_size - HEADER_LENGTH
     plain = Segmenter(segment_size)
     zstd = Segmenter(segment_size, codec=Codec.ZSTD)
     for i in range(n_messages):
@@ -92,14 +93,14 @@ def generate(
             segs.append(_conflicting_copy(segs[1], rng))
         elif fault == "drop" and len(segs) > 2:
             dropped = segs.pop(1)
-            start = int.from_bytes(dropped[48:56], "big")
-            ok = Expected("incomplete", Reason.INCOMPLETE_MSG, None, ((start, start + len(dropped) - 84),))
+            start = decode_header(dropped).offset
+            ok = Expected("incomplete", Reason.INCOMPLETE_MSG, None, ((start, start + len(dropped) - HEADER_LENGTH),))
         elif fault == "data_flip":
             intact = segs[-1]
             segs[-1] = _flip(intact, len(intact) - 1)
             segs.append(intact)  # a good redelivery completes it; the flipped copy is quarantined
         elif fault == "header_flip":
-            segs[0] = _flip(segs[0], 50)
+            segs[0] = _flip(segs[0], FIELD["offset"].offset + 2)  # a bit of the Offset
             ok = Expected("incomplete", Reason.INCOMPLETE_MSG, None, ((0, data_size),))
         elif fault == "truncate":
             segs[0] = segs[0][: len(segs[0]) // 2]
@@ -113,17 +114,17 @@ def generate(
         elif fault == "zstd_bomb":
             segs = [_bomb()]
             ds.rows += segs
-            bomb_gid = segs[0][16:40]
+            bomb_gid = decode_header(segs[0]).group_id
             ds.expected[(bomb_gid, 1)] = Expected("corrupt", Reason.DECOMPRESSION_ERROR)
             continue
         ds.rows += segs
-        ds.expected[(segs[-1][16:40], 1)] = ok
+        ds.expected[(decode_header(segs[-1]).group_id, 1)] = ok
     for g in range(groups):
         payloads = [rng.randbytes(rng.randrange(1, data_size * 3)) for _ in range(4)]
         gid = new_group_id()
         segs = [s.encode() for s in plain.segment_group(payloads, group_id=gid)]
         if faults and g % 2 == 1:
-            segs = [s for s in segs if int.from_bytes(s[40:44], "big") != 3]  # message 3 lost
+            segs = [s for s in segs if decode_header(s).msg_seq_number != 3]  # message 3 lost
             for n in range(1, 5):
                 ds.expected[(gid, n)] = Expected("incomplete", Reason.INCOMPLETE_GROUP)
         else:
