@@ -1,4 +1,4 @@
-"""``reassemble refmsg``: rebuild objects from MQ reference messages (MQRMH + inline chunk data) with Spark.
+"""The refmsg job (``reassemble refmsg``): rebuild objects from MQ reference messages (MQRMH + chunk data).
 
 Each row holds one encoded reference message. Messages are decoded and
 verified by ``refmsg.decode_message`` (header, integrity block, chunk
@@ -11,16 +11,16 @@ not be used is in ``quarantine/`` with its original bytes and reason.
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 from segmenter.checksum import DEFAULT_ALGORITHM
 from segmenter.errors import Reason, SegmentationError
+
+from ..jobs import SparkSettings, has_parquet, open_job, write_split
 
 OBJECT_DDL = (
     "kind string, dest_name string, object_instance_id binary, status string, reason int, reason_name string, "
@@ -170,25 +170,23 @@ def reassemble_objects(df: Any, message_column: str = "message") -> Any:
     return good.groupBy("dest_name", "object_instance_id").applyInArrow(_object_fn, OBJECT_DDL).unionByName(bad)
 
 
-def run_refmsg(args: argparse.Namespace) -> int:
-    """The ``refmsg`` subcommand: same atomic output and summary conventions as ``run``."""
-    from .cli import JobError, Progress, _atomic_dir, _progress_on, first_line, open_job, write_split
-
-    _, out, spark, df = open_job(args, args.message_column)
+def run_refmsg(pattern: str, output: str, *, column: str, overwrite: bool, settings: SparkSettings) -> str:
+    """The ``refmsg`` job: same atomic output and one-line errors as ``run``; returns its report."""
+    job = open_job(pattern, output, overwrite=overwrite, column=column, settings=settings)
+    rows_in = job.df.count()
     start = time.monotonic()
-    with _atomic_dir(out) as tmp, Progress(spark, _progress_on(args)):
-        try:
-            write_split(
-                reassemble_objects(df, args.message_column), tmp, {"object": "objects", "quarantine": "quarantine"}
-            )
-        except Exception as exc:
-            raise JobError(f"job failed: {first_line(exc)}") from None
-    objs = spark.read.parquet(str(out / "objects")).groupBy("status").count().collect() if _has(out / "objects") else []
-    q = spark.read.parquet(str(out / "quarantine")).count() if _has(out / "quarantine") else 0
-    print("objects by status: " + (", ".join(f"{r.status} {r['count']}" for r in objs) or "none"))
-    print(f"quarantined messages: {q}; {time.monotonic() - start:.1f} s; output: {out}/objects  {out}/quarantine")
-    return 0
-
-
-def _has(path: Path) -> bool:
-    return any(path.glob("*.parquet"))
+    with job.writing() as tmp:
+        write_split(reassemble_objects(job.df, column), tmp, {"object": "objects", "quarantine": "quarantine"})
+    out, spark = job.out, job.spark
+    objs = spark.read.parquet(str(out / "objects")) if has_parquet(out / "objects") else None
+    by_status = objs.groupBy("status").count().collect() if objs is not None else []
+    used = (objs.agg({"chunks": "sum"}).first()[0] or 0) if objs is not None else 0
+    q = spark.read.parquet(str(out / "quarantine")).count() if has_parquet(out / "quarantine") else 0
+    holds = "holds" if rows_in == used + q else "BROKEN"
+    return "\n".join(
+        [
+            "objects by status: " + (", ".join(f"{r.status} {r['count']}" for r in by_status) or "none"),
+            f"messages: {rows_in} in = {used} in objects + {q} quarantined: {holds}",
+            f"{time.monotonic() - start:.1f} s; output: {out}/objects  {out}/quarantine",
+        ]
+    )
