@@ -22,10 +22,7 @@ from segmenter.errors import Reason, SegmentationError
 
 from ..jobs import SparkSettings, has_parquet, open_job, write_split
 
-OBJECT_DDL = (
-    "kind string, dest_name string, object_instance_id binary, status string, reason int, reason_name string, "
-    "size bigint, data binary, chunks int, detail string, raw binary"
-)
+_DDL_TYPES = {pa.string(): "string", pa.binary(): "binary", pa.int32(): "int", pa.int64(): "bigint"}
 OBJECT_ARROW = pa.schema(
     [
         ("kind", pa.string()),
@@ -41,17 +38,18 @@ OBJECT_ARROW = pa.schema(
         ("raw", pa.binary()),
     ]
 )
+# A message keyed by its object (or its reason when it cannot be decoded): a subset of the object row.
 _KEYED = pa.schema(
-    [
-        ("dest_name", pa.string()),
-        ("object_instance_id", pa.binary()),
-        ("raw", pa.binary()),
-        ("reason", pa.int32()),
-        ("reason_name", pa.string()),
-        ("detail", pa.string()),
-    ]
+    [OBJECT_ARROW.field(n) for n in ("dest_name", "object_instance_id", "raw", "reason", "reason_name", "detail")]
 )
-_KEYED_DDL = "dest_name string, object_instance_id binary, raw binary, reason int, reason_name string, detail string"
+
+
+def _ddl(schema: pa.Schema) -> str:
+    return ", ".join(f"{f.name} {_DDL_TYPES[f.type]}" for f in schema)
+
+
+OBJECT_DDL = _ddl(OBJECT_ARROW)
+_KEYED_DDL = _ddl(_KEYED)
 
 
 def _row(kind: str, **values: Any) -> dict[str, Any]:
