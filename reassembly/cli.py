@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import shutil
 import sys
 import tempfile
@@ -251,6 +252,11 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if not getattr(args, "verbose", False):
+        # py4j logs tracebacks through the root logger (on Ctrl-C, on a lost JVM): the one line replaces them
+        root = logging.getLogger()
+        root.addHandler(logging.NullHandler())
+        root.setLevel(logging.CRITICAL + 1)
     try:
         return _dispatch(args)
     except KeyboardInterrupt:

@@ -14,6 +14,7 @@ import glob
 import os
 import re
 import shutil
+import signal
 import socket
 import sys
 import threading
@@ -98,6 +99,11 @@ def open_session(settings: SparkSettings) -> Any:
         raise JobError(f"cannot start Spark with master {settings.master}: {first_line(exc)}{hint}") from None
     if hasattr(spark, "sparkContext"):  # our own one-line errors replace Java stack traces
         spark.sparkContext.setLogLevel("WARN" if settings.verbose else "OFF")
+    if threading.current_thread() is threading.main_thread():
+        # pyspark's handler cancels jobs through the JVM connection the main thread is blocked
+        # in (a re-entrant call that fails and logs tracebacks); a plain KeyboardInterrupt lets
+        # atomic_dir stop Spark and remove the hidden output instead.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     return spark
 
 
