@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from reassembly.cli import first_line
+from reassembly.jobs import first_line
 from reassembly.session import get_session
 
 from .sparkbench import approaches

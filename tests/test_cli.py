@@ -5,8 +5,12 @@ from __future__ import annotations
 import io
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -40,6 +44,8 @@ def test_run_writes_messages_and_quarantine_and_prints_a_summary(landing: Path, 
     assert done.returncode == 0, done.stderr[-2000:]
     assert "messages by status" in done.stdout and "quarantined segments by reason" in done.stdout
     assert "MiB/s" in done.stdout
+    assert re.search(r"^segments: (\d+) in = \d+ used \+ \d+ quarantined \+ \d+ duplicates: holds$", done.stdout, re.M)
+    assert done.stderr == ""  # no Spark start-up lines (hostname, NativeCodeLoader, log4j), no worker chatter
     messages = pq.read_table(out / "messages").to_pylist()
     quarantine = pq.read_table(out / "quarantine").to_pylist()
     assert {m["status"] for m in messages} >= {"complete", "incomplete", "corrupt"}
@@ -47,9 +53,17 @@ def test_run_writes_messages_and_quarantine_and_prints_a_summary(landing: Path, 
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left behind
 
 
+def one_error_line(done: subprocess.CompletedProcess[str]) -> str:
+    """The run's stderr is exactly one ``reassemble: error:`` line, which is returned."""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("reassemble: error: "), done.stderr[-3000:]
+    assert not lines[0].rstrip().endswith(":")
+    return lines[0]
+
+
 def test_bad_arguments_and_missing_input_are_one_line_errors(tmp_path: Path) -> None:
     bad = reassemble("run")
-    assert bad.returncode == 2 and "usage:" in bad.stderr
+    assert bad.returncode == 2 and "the following arguments are required" in one_error_line(bad)
     missing = reassemble("run", str(tmp_path / "nope"), str(tmp_path / "out"))
     assert missing.returncode == 1
     assert missing.stderr.strip().splitlines() == [f"reassemble: error: input not found: {tmp_path / 'nope'}"]
@@ -98,6 +112,54 @@ def test_a_column_that_is_not_binary_is_a_one_line_error(tmp_path: Path) -> None
     assert not (tmp_path / "out").exists()
 
 
+SIZE_OPTIONS = [
+    ("run", "--max-message-size"),
+    ("run", "--large-message-bytes"),
+    ("run", "--partitions"),
+    ("refmsg", "--max-message-size"),
+    ("refmsg", "--partitions"),
+    ("demo", "--messages"),
+    ("demo", "--segments-per-message"),
+    ("demo", "--segment-size"),
+    ("demo", "--large-message-bytes"),
+    ("demo", "--max-message-size"),
+]
+
+
+def test_every_size_and_count_option_rejects_zero_negative_and_junk(tmp_path: Path) -> None:
+    """Argparse refuses them (exit 2, one line) before anything starts: -1 used to quarantine everything."""
+    for command, option in SIZE_OPTIONS:
+        places = [str(tmp_path / "in"), str(tmp_path / "out")] if command != "demo" else []
+        for value in ("-1", "0", "12x", "-9223372036854775808"):
+            done = reassemble(command, *places, f"{option}={value}")
+            line = one_error_line(done)
+            assert done.returncode == 2 and option in line and value in line, (command, option, value, line)
+    assert "at least 128" in one_error_line(reassemble("demo", "--segment-size", "84"))  # not even a header
+
+
+def test_a_malformed_master_is_a_usage_error_in_one_line(tmp_path: Path) -> None:
+    for master in ("bogus://x", "spark://", "spark://host", "spark://host:99999", "local[x]", "sc:/x"):
+        done = reassemble("run", str(tmp_path), str(tmp_path / "out"), "--master", master)
+        assert done.returncode == 2 and "not a Spark master URL" in one_error_line(done), master
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("scheme", ["spark", "sc"])
+def test_a_master_where_nothing_listens_fails_fast_in_one_line(landing: Path, tmp_path: Path, scheme: str) -> None:
+    port = free_port()
+    done = reassemble(
+        "run", str(landing), str(tmp_path / "out"), "--master", f"{scheme}://127.0.0.1:{port}", timeout=60
+    )
+    assert done.returncode == 1
+    assert f"no Spark master answers at {scheme}://127.0.0.1:{port}: " in one_error_line(done)
+    assert list(tmp_path.iterdir()) == []  # nothing claimed, nothing written
+
+
 def test_existing_output_needs_overwrite(landing: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
@@ -118,6 +180,8 @@ def test_refmsg_command_rebuilds_objects(tmp_path: Path) -> None:
     out = tmp_path / "out"
     done = reassemble("refmsg", str(src), str(out))
     assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stderr == ""
+    assert f"messages: {len(rows)} in = " in done.stdout and "quarantined: holds" in done.stdout
     objects = {o["dest_name"]: o for o in pq.read_table(out / "objects").to_pylist()}
     assert objects["docs/a.bin"]["status"] == "complete" and objects["docs/a.bin"]["data"] == whole
     assert objects["b.bin"]["status"] != "complete"
@@ -129,7 +193,7 @@ def test_demo_checks_itself() -> None:
     done = reassemble("demo", "--messages", "30", "--segments-per-message", "3", "--segment-size", "2048")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert re.search(r"check: (\d+)/\1 messages as expected", done.stdout), done.stdout[-1500:]
-    assert "duplicates: holds" in done.stdout
+    assert "duplicates: holds" in done.stdout and "segments accounted for: yes" in done.stdout
 
 
 def test_demo_with_large_messages_streams_them_to_payload_files(tmp_path: Path) -> None:
@@ -142,3 +206,116 @@ def test_demo_with_large_messages_streams_them_to_payload_files(tmp_path: Path) 
     messages = pq.read_table(tmp_path / "out" / "messages").to_pylist()
     files = {m["payload_path"] for m in messages if m["payload_path"]}
     assert files and files == {p.name for p in (tmp_path / "out" / "payloads").iterdir()}
+
+
+def _tree(root: Path) -> dict[str, bytes | None]:
+    """Every path under ``root`` (symlinks not followed) with its bytes: to prove nothing was touched."""
+    return {
+        str(p.relative_to(root)): p.read_bytes() if p.is_file() and not p.is_symlink() else None
+        for p in sorted(root.rglob("*"))
+    }
+
+
+# (input, output) relative to a work directory holding landing/ (3 files) and link -> landing.
+OVERLAPS = [
+    ("landing", "landing"),  # the issue's example: replaced with --overwrite
+    ("landing/", "landing"),  # trailing slash
+    ("landing", "./landing/."),
+    ("landing", "landing/../landing"),  # `..`
+    ("landing", "{abs}/landing"),  # absolute against relative
+    ("link", "landing"),  # the input through a symlink
+    ("landing", "link"),  # the output through a symlink
+    ("landing", "landing/out"),  # inside: the next run reads its own output
+    ("landing", "landing/deeper/out"),
+    ("link/", "landing/out"),
+    ("landing", "."),  # a parent: the input would be deleted
+    ("landing/part-0000.parquet", "landing"),  # a file input and its directory
+    ("landing/part-0000.parquet", "landing/part-0000.parquet"),
+    ("landing/part-0000.parquet", "{abs}"),
+    ("landing/*.parquet", "landing"),  # a glob and its directory
+    ("landing/*.parquet", "landing/x.parquet"),  # not an input yet, but the same glob would read it
+    ("landing/part-*", "landing/part-9999"),
+    ("link/*.parquet", "landing/new.parquet"),
+]
+
+
+def test_an_output_overlapping_the_input_is_refused_and_nothing_is_touched(landing: Path, tmp_path: Path) -> None:
+    """Each shape once (a process each), alternating the commands that write and --overwrite."""
+    work = tmp_path / "work"
+    (work / "landing").mkdir(parents=True)
+    for f in landing.iterdir():
+        (work / "landing" / f.name).write_bytes(f.read_bytes())
+    (work / "link").symlink_to("landing")
+    before = _tree(tmp_path)
+    for i, (source, target) in enumerate(OVERLAPS):
+        command, overwrite = ("run", "refmsg")[i % 2], ((), ("--overwrite",))[i // 2 % 2]
+        argv = [command, source.format(abs=work), target.format(abs=work), *overwrite, "--master", "spark://0.0.0.0:9"]
+        done = subprocess.run(
+            [sys.executable, "-m", "reassembly", *argv], capture_output=True, text=True, timeout=120, cwd=work
+        )
+        line = one_error_line(done)
+        assert done.returncode == 2 and "choose an output outside" in line, (argv, line)
+        assert _tree(tmp_path) == before, argv  # no hidden temporary either
+
+
+def test_an_output_beside_the_input_is_accepted_even_through_a_shared_prefix(landing: Path, tmp_path: Path) -> None:
+    """`landing2` starts with `landing` but is not inside it: a string prefix is not a parent."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "landing").symlink_to(landing)
+    (work / "link").symlink_to(work)
+    from reassembly.jobs import claim_output, inputs
+
+    pattern = str(work / "landing" / "*.parquet")
+    assert claim_output(str(work / "landing2"), False, pattern, inputs(pattern)) == work / "landing2"
+    assert claim_output(str(work / "landing.parquet"), False, pattern, inputs(pattern)) == work / "landing.parquet"
+    assert claim_output(str(work / "link" / "out"), False, pattern, inputs(pattern)) == work / "link" / "out"
+
+
+def test_ctrl_c_cleans_up_the_hidden_output_and_exits_130(tmp_path: Path) -> None:
+    """SIGINT to the whole process group, as a terminal's Ctrl-C sends it, while Spark writes."""
+    ds = generate(n_messages=300, segments_per_message=8, segment_size=16 * 1024, groups=2)
+    data = write_parquet(ds, tmp_path / "in", files=4)
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "reassembly", "run", str(data), str(work / "out"), "--no-progress"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not list(work.glob(".out.tmp-*")) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert list(work.glob(".out.tmp-*")), "the job never started writing"
+        os.killpg(proc.pid, signal.SIGINT)
+        _, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, stderr[-3000:]
+    assert stderr.strip().splitlines() == ["reassemble: interrupted"], stderr[-3000:]
+    assert list(work.iterdir()) == []  # neither OUTPUT nor the hidden temporary
+
+
+def test_first_line_names_the_root_cause_of_a_python_worker_error(spark: object) -> None:
+    """A worker's error text starts with a header ending in a colon; the line must carry the cause."""
+    from reassembly.jobs import first_line
+
+    def fail(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            if batch.num_rows:
+                raise ValueError("segment 3 has no header")
+            yield batch
+
+    df = spark.range(4).mapInArrow(fail, "id long")  # type: ignore[attr-defined]
+    with pytest.raises(Exception) as caught:
+        df.collect()
+    line = first_line(caught.value)
+    assert "ValueError: segment 3 has no header" in line and "\n" not in line, line
+    with pytest.raises(Exception) as missing:
+        spark.read.parquet("/no/such/landing")  # type: ignore[attr-defined]
+    assert "/no/such/landing" in first_line(missing.value) and not first_line(missing.value).endswith(":")

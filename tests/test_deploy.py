@@ -1,12 +1,15 @@
-"""The job where users run it: a real standalone cluster, Spark Connect, and a machine without Java."""
+"""The job where users run it: a built wheel, a real standalone cluster, Spark Connect, a machine without Java."""
 
 from __future__ import annotations
 
+import configparser
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +21,63 @@ from reassembly.spark.testdata import generate, write_parquet
 pytestmark = pytest.mark.cluster
 
 SPARK_HOME = Path(__import__("pyspark").__file__).parent
+REPO = Path(__file__).resolve().parent.parent
+LIBRARY = ("segmenter", "reassembly", "refmsg")  # bench and tests are not installed
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel pip builds from a copy of the source (so no build/ or egg-info lands in the tree)."""
+    src, dist = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("dist")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, src / name)
+    for name in (*LIBRARY, "bench", "tests"):
+        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (built,) = dist.glob("*.whl")
+    return built
+
+
+def test_the_wheel_holds_every_module_of_the_library_and_its_type_markers(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    source = {str(p.relative_to(REPO)) for top in LIBRARY for p in (REPO / top).rglob("*.py")}
+    assert "reassembly/spark/__init__.py" in source  # the subpackage a wheel once left out
+    assert {n for n in names if n.endswith(".py")} == source
+    assert {f"{top}/py.typed" for top in LIBRARY} <= names
+
+
+def test_the_wheel_entry_points_resolve_to_its_own_code(wheel: Path, tmp_path: Path) -> None:
+    names = zipfile.ZipFile(wheel).namelist()
+    (meta,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+    entry_points = configparser.ConfigParser()
+    entry_points.read_string(zipfile.ZipFile(wheel).read(meta).decode())
+    scripts = dict(entry_points["console_scripts"])
+    assert set(scripts) == {"reassemble"}
+    check = (
+        "import importlib, sys\n"
+        "for target in sys.argv[1:]:\n"
+        "    module, _, attr = target.partition(':')\n"
+        "    m = importlib.import_module(module)\n"
+        "    assert callable(getattr(m, attr)), target\n"
+        "    assert m.__file__.startswith(sys.path[1]), m.__file__\n"
+        "    print('resolved', target)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", check, *scripts.values()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,  # not the repository: its packages must come from the wheel
+        env={**os.environ, "PYTHONPATH": str(wheel)},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("resolved") == len(scripts)
 
 
 def free_port() -> int:

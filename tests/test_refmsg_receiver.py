@@ -409,7 +409,7 @@ def _frame(body: bytes) -> bytes:
 
 def _start(root: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "refmsg.receiver_cli", "--root", str(root)],
+        [sys.executable, "-m", "reassembly", "receive", "--root", str(root)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         cwd=REPO,

@@ -1,4 +1,4 @@
-"""``reassemble refmsg``: rebuild objects from MQ reference messages (MQRMH + inline chunk data) with Spark.
+"""The refmsg job (``reassemble refmsg``): rebuild objects from MQ reference messages (MQRMH + chunk data).
 
 Each row holds one encoded reference message. Messages are decoded and
 verified by ``refmsg.decode_message`` (header, integrity block, chunk
@@ -11,10 +11,8 @@ not be used is in ``quarantine/`` with its original bytes and reason.
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -22,10 +20,9 @@ import pyarrow as pa
 from segmenter.checksum import DEFAULT_ALGORITHM
 from segmenter.errors import Reason, SegmentationError
 
-OBJECT_DDL = (
-    "kind string, dest_name string, object_instance_id binary, status string, reason int, reason_name string, "
-    "size bigint, data binary, chunks int, detail string, raw binary"
-)
+from ..jobs import SparkSettings, has_parquet, open_job, write_split
+
+_DDL_TYPES = {pa.string(): "string", pa.binary(): "binary", pa.int32(): "int", pa.int64(): "bigint"}
 OBJECT_ARROW = pa.schema(
     [
         ("kind", pa.string()),
@@ -41,17 +38,18 @@ OBJECT_ARROW = pa.schema(
         ("raw", pa.binary()),
     ]
 )
+# A message keyed by its object (or its reason when it cannot be decoded): a subset of the object row.
 _KEYED = pa.schema(
-    [
-        ("dest_name", pa.string()),
-        ("object_instance_id", pa.binary()),
-        ("raw", pa.binary()),
-        ("reason", pa.int32()),
-        ("reason_name", pa.string()),
-        ("detail", pa.string()),
-    ]
+    [OBJECT_ARROW.field(n) for n in ("dest_name", "object_instance_id", "raw", "reason", "reason_name", "detail")]
 )
-_KEYED_DDL = "dest_name string, object_instance_id binary, raw binary, reason int, reason_name string, detail string"
+
+
+def _ddl(schema: pa.Schema) -> str:
+    return ", ".join(f"{f.name} {_DDL_TYPES[f.type]}" for f in schema)
+
+
+OBJECT_DDL = _ddl(OBJECT_ARROW)
+_KEYED_DDL = _ddl(_KEYED)
 
 
 def _row(kind: str, **values: Any) -> dict[str, Any]:
@@ -170,25 +168,23 @@ def reassemble_objects(df: Any, message_column: str = "message") -> Any:
     return good.groupBy("dest_name", "object_instance_id").applyInArrow(_object_fn, OBJECT_DDL).unionByName(bad)
 
 
-def run_refmsg(args: argparse.Namespace) -> int:
-    """The ``refmsg`` subcommand: same atomic output and summary conventions as ``run``."""
-    from .cli import JobError, Progress, _atomic_dir, _progress_on, first_line, open_job, write_split
-
-    _, out, spark, df = open_job(args, args.message_column)
+def run_refmsg(pattern: str, output: str, *, column: str, overwrite: bool, settings: SparkSettings) -> str:
+    """The ``refmsg`` job: same atomic output and one-line errors as ``run``; returns its report."""
+    job = open_job(pattern, output, overwrite=overwrite, column=column, settings=settings)
+    rows_in = job.df.count()
     start = time.monotonic()
-    with _atomic_dir(out) as tmp, Progress(spark, _progress_on(args)):
-        try:
-            write_split(
-                reassemble_objects(df, args.message_column), tmp, {"object": "objects", "quarantine": "quarantine"}
-            )
-        except Exception as exc:
-            raise JobError(f"job failed: {first_line(exc)}") from None
-    objs = spark.read.parquet(str(out / "objects")).groupBy("status").count().collect() if _has(out / "objects") else []
-    q = spark.read.parquet(str(out / "quarantine")).count() if _has(out / "quarantine") else 0
-    print("objects by status: " + (", ".join(f"{r.status} {r['count']}" for r in objs) or "none"))
-    print(f"quarantined messages: {q}; {time.monotonic() - start:.1f} s; output: {out}/objects  {out}/quarantine")
-    return 0
-
-
-def _has(path: Path) -> bool:
-    return any(path.glob("*.parquet"))
+    with job.writing() as tmp:
+        write_split(reassemble_objects(job.df, column), tmp, {"object": "objects", "quarantine": "quarantine"})
+    out, spark = job.out, job.spark
+    objs = spark.read.parquet(str(out / "objects")) if has_parquet(out / "objects") else None
+    by_status = objs.groupBy("status").count().collect() if objs is not None else []
+    used = (objs.agg({"chunks": "sum"}).first()[0] or 0) if objs is not None else 0
+    q = spark.read.parquet(str(out / "quarantine")).count() if has_parquet(out / "quarantine") else 0
+    holds = "holds" if rows_in == used + q else "BROKEN"
+    return "\n".join(
+        [
+            "objects by status: " + (", ".join(f"{r.status} {r['count']}" for r in by_status) or "none"),
+            f"messages: {rows_in} in = {used} in objects + {q} quarantined: {holds}",
+            f"{time.monotonic() - start:.1f} s; output: {out}/objects  {out}/quarantine",
+        ]
+    )
