@@ -95,7 +95,7 @@ def test_cuts_never_change_the_final_rows(rng: random.Random, cuts: int) -> None
     rows = [*segs, segs[0], _conflicting_copy(segs[1], rng)]
     rng.shuffle(rows)
     held: list[bytes] = []
-    at = sorted(rng.sample(range(1, len(rows)), min(cuts, len(rows) - 1))) + [len(rows)]
+    at = [*sorted(rng.sample(range(1, len(rows)), min(cuts, len(rows) - 1))), len(rows)]
     start = 0
     for end in at:
         held += rows[start:end]

@@ -284,10 +284,7 @@ def start(
     """Start writing ``stream`` (from :func:`reassemble_stream`) to ``out``; ``trigger`` is
     ``available-now`` or a processing-time interval such as ``10 seconds``."""
     writer = stream.writeStream.foreachBatch(BatchWriter(out, on_batch)).option("checkpointLocation", checkpoint)
-    if trigger == "available-now":
-        writer = writer.trigger(availableNow=True)
-    else:
-        writer = writer.trigger(processingTime=trigger)
+    writer = writer.trigger(availableNow=True) if trigger == "available-now" else writer.trigger(processingTime=trigger)
     return writer.start()
 
 
