@@ -74,6 +74,10 @@ def _parser() -> argparse.ArgumentParser:
     ref.add_argument("--message-column", default="message")
     ref.add_argument("--overwrite", action="store_true")
     common(ref)
+
+    from .spark.stream_job import add_stream_parser  # streaming job (issue 10): its own module
+
+    add_stream_parser(sub)
     return p
 
 
@@ -344,6 +348,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "demo":
             return run_demo(args)
+        if args.command == "stream":
+            from .spark.stream_job import run_stream
+
+            return run_stream(args)
         from .refmsg_job import run_refmsg
 
         return int(run_refmsg(args))
