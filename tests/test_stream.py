@@ -170,27 +170,15 @@ def test_accounting_identity_over_the_whole_run(landing: tuple[Path, Landing]) -
 FILES = 6
 
 
+def stream_command(base: Path, *options: str) -> list[str]:
+    """``reassemble stream`` on ``base``'s landing directory, output and checkpoint."""
+    landing, out, checkpoint = (str(base / d) for d in ("landing", "out", "checkpoint"))
+    return [sys.executable, "-m", "reassembly", "stream", landing, out, "--checkpoint", checkpoint, *options]
+
+
 def _command(base: Path, trigger: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "reassembly",
-        "stream",
-        str(base / "landing"),
-        str(base / "out"),
-        "--checkpoint",
-        str(base / "checkpoint"),
-        "--trigger",
-        trigger,
-        "--max-files-per-trigger",
-        "1",
-        "--expire-after",
-        "300s",
-        "--watermark",
-        "0s",
-        "--partitions",
-        "2",
-    ]
+    one_file = ["--max-files-per-trigger", "1", "--partitions", "2"]
+    return stream_command(base, "--trigger", trigger, *one_file, "--expire-after", "300s", "--watermark", "0s")
 
 
 def _start(base: Path, trigger: str) -> subprocess.Popen[str]:

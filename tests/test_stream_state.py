@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from reassembly.assembler import Limits
 from reassembly.events import Cause
 from reassembly.spark.rows import reassemble_group
-from reassembly.spark.stream_state import KIND_DUPLICATE, judge, late_rows, reject_now, undecodable
+from reassembly.spark.stream_state import KIND_DUPLICATE, judge, late_rows, reject_now, take, undecodable
 from reassembly.spark.testdata import _conflicting_copy
 from segmenter import Reason
 from segmenter.producer import Segmenter, new_group_id
@@ -41,6 +41,17 @@ def test_expiry_reports_exact_missing_ranges_and_returns_held_bytes() -> None:
     assert msg["status"] == "incomplete" and msg["reason"] == Reason.INCOMPLETE_MSG
     assert msg["missing_ranges"] == [{"start": 216, "end": 432}, {"start": 648, "end": 1000}]
     assert sorted(r["raw"] for r in verdict.rows if r["kind"] == "quarantine") == sorted(held)
+
+
+def test_the_byte_bound_evicts_before_storing() -> None:
+    _, segs = _message()
+    held = segs[:2]
+    bound = sum(map(len, segs[:3]))
+    assert take(held, segs[2:3], sum(map(len, held)), bound, LIMITS, True) is None
+    verdict = take(held, segs[2:4], sum(map(len, held)), bound, LIMITS, True)
+    assert verdict is not None and verdict.state == "evicted"
+    q = [r for r in verdict.rows if r["kind"] == "quarantine"]
+    assert len(q) == 4 and all("evicted" in r["detail"] for r in q)
 
 
 def test_failure_waits_for_a_good_copy() -> None:

@@ -34,7 +34,7 @@ from segmenter.wire import GROUP_ID_LENGTH, HEADER
 from ..events import Cause
 from .pipeline import ReassemblyOptions
 from .schema import OUTPUT_DDL, OUTPUT_FIELDS
-from .stream_state import KIND_DUPLICATE, judge, late_rows, reject_now, undecodable
+from .stream_state import KIND_DUPLICATE, judge, late_rows, reject_now, take, undecodable
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -106,10 +106,7 @@ def _processor(opts: StreamOptions) -> Any:
                 deadline = first + expire_ms
                 self.handle.registerTimer(deadline)
             last = max(last, *times)
-            if held_bytes + new_bytes > opts.max_held_bytes:
-                verdict = judge(held + good, limits, uow, Cause.EVICTED)
-            else:
-                verdict = judge(held + good, limits, uow)
+            verdict = take(held, good, held_bytes, opts.max_held_bytes, limits, uow)
             if verdict is None:
                 self.held.appendList([(r,) for r in good])
                 self.info.update((first, deadline, held_bytes + new_bytes, last))

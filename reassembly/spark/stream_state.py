@@ -90,6 +90,20 @@ def judge(raws: Sequence[bytes], limits: Limits, unit_of_work: bool, final: Caus
     return Verdict(_plain(event_rows(events)), asm.snapshot(), state)
 
 
+def take(
+    held: Sequence[bytes],
+    new: Sequence[bytes],
+    held_bytes: int,
+    max_held_bytes: int,
+    limits: Limits,
+    unit_of_work: bool,
+) -> Verdict | None:
+    """New segments for an undecided key: judged with what it holds, or, if holding them all would pass
+    ``max_held_bytes``, decided at once as evicted (the bound is checked before anything is stored)."""
+    over = held_bytes + sum(len(r) for r in new) > max_held_bytes
+    return judge([*held, *new], limits, unit_of_work, Cause.EVICTED if over else None)
+
+
 def late_rows(tombstone: bytes, state: str, raws: Iterable[bytes], limits: Limits, unit_of_work: bool) -> list[Row]:
     """Rows for segments of a decided key: duplicates (counted), conflicts and ``late`` (quarantined)."""
     asm = Assembler.restore(tombstone, limits, unit_of_work=unit_of_work)
@@ -129,4 +143,4 @@ def _plain(rows: list[Row]) -> list[Row]:
     return rows
 
 
-__all__ = ["KIND_DUPLICATE", "Verdict", "judge", "late_rows", "reject_now", "undecodable"]
+__all__ = ["KIND_DUPLICATE", "Verdict", "judge", "late_rows", "reject_now", "take", "undecodable"]
