@@ -122,6 +122,10 @@ def _parser() -> argparse.ArgumentParser:
     rx = sub.add_parser("receive", help="a refmsg receiver: framed reference messages on stdin, JSON lines out")
     rx.add_argument("--root", required=True, help="directory the objects are written under")
     rx.add_argument("--allow-plain", action="store_true", help="accept MQRMHs without the integrity block")
+
+    from .spark.stream_job import add_stream_parser  # streaming job (issue 10): its own module
+
+    add_stream_parser(sub)
     return p
 
 
@@ -243,6 +247,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _demo(args)
     if args.command == "receive":
         return _receive(args)
+    if args.command == "stream":
+        from .spark.stream_job import run_stream
+
+        return run_stream(args)
     from .spark.refmsg import run_refmsg
 
     settings = _settings(args)

@@ -1,12 +1,14 @@
 """Spark reassembly: functions over DataFrames of segments (needs pyspark).
 
-``reassemble(df)`` returns messages and quarantine; ``decode_segments(df)``
+``reassemble(df)`` returns messages and quarantine; ``reassemble_stream(df)``
+does the same on a streaming DataFrame (README "Streaming reassembly"); ``decode_segments(df)``
 turns the encoded form into columns in the JVM. See README "Spark reassembly".
 """
 
 from .decode import decode_segments
 from .pipeline import ReassemblyOptions, ReassemblyResult, reassemble
 from .schema import MESSAGE_COLUMNS, OUTPUT_ARROW, OUTPUT_DDL, QUARANTINE_COLUMNS, ColumnNames
+from .stream import StreamOptions, reassemble_stream  # streaming (issue 10)
 
 __all__ = [
     "MESSAGE_COLUMNS",
@@ -16,6 +18,8 @@ __all__ = [
     "ColumnNames",
     "ReassemblyOptions",
     "ReassemblyResult",
+    "StreamOptions",
     "decode_segments",
     "reassemble",
+    "reassemble_stream",
 ]

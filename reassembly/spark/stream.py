@@ -1,0 +1,297 @@
+"""``reassemble_stream``: segments that keep arriving, reassembled on Spark's arbitrary state.
+
+Keyed by GroupId, ``transformWithState`` (Row API, RocksDB state store, event
+time). Per key the state holds the raw segments received so far (list state,
+bounded in bytes), their first event time, and after the key is decided a small
+tombstone. What is decided and how is in :mod:`.stream_state` (the batch
+assembler, re-run on the held segments when new ones arrive), so the rows
+are the batch job's rows for the same segments.
+
+Time is event time only (timers fire when the watermark passes them): this is
+what lets ``trigger(availableNow=True)`` end, and makes a replayed batch
+decide exactly as the first attempt did.
+
+:class:`BatchWriter` is the exactly-once sink: ``foreachBatch`` writing each
+micro-batch into ``batch=N`` folders, committed by a marker file; a batch
+replayed after a crash (same id, same input, same state version: the same
+rows) finds its marker and is skipped, or, without it, is written again from
+scratch.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from segmenter.wire import GROUP_ID_LENGTH, HEADER
+
+from ..events import Cause
+from .pipeline import ReassemblyOptions
+from .schema import OUTPUT_DDL, OUTPUT_FIELDS
+from .stream_state import KIND_DUPLICATE, judge, late_rows, reject_now, take, undecodable
+
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+# Where the GroupId sits in a header, derived from the wire format's own struct (no literal offset).
+_GROUP_ID_AT = struct.calcsize(HEADER.format[: HEADER.format.index(f"{GROUP_ID_LENGTH}s")])
+
+FOLDERS = {"message": "messages", "quarantine": "quarantine", KIND_DUPLICATE: "duplicates"}
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    """How to reassemble a stream. Times are event time, in seconds."""
+
+    reassembly: ReassemblyOptions = field(default_factory=ReassemblyOptions)  # unit_of_work, max_message_size
+    expire_after: float = 3600.0  # an undecided key leaves as incomplete this long after its first segment
+    watermark: float = 600.0  # how far event time may run behind the newest seen (Spark drops rows older)
+    tombstone: float = 86400.0  # how long a decided key is remembered to judge late segments
+    max_held_bytes: int = 256 << 20  # raw bytes held per key; a key that would exceed it is evicted first
+
+
+_HELD = "raw binary"
+_INFO = "first_ms long, deadline_ms long, held_bytes long, last_ms long"
+_TOMB = "blob binary, state string, deadline_ms long"
+_NAMES = tuple(name for name, _, _ in OUTPUT_FIELDS)
+
+
+def _processor(opts: StreamOptions) -> Any:
+    """The stateful processor (built here so pyspark is imported only when a stream is set up)."""
+    from pyspark.sql import Row
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    limits = opts.reassembly.limits()
+    uow = opts.reassembly.unit_of_work
+    expire_ms, tomb_ms = int(opts.expire_after * 1000), int(opts.tombstone * 1000)
+
+    def out(rows: list[dict[str, Any]]) -> Iterator[Any]:
+        for r in rows:
+            yield Row(**{n: r.get(n) for n in _NAMES})
+
+    class Reassembler(StatefulProcessor):  # type: ignore[misc]
+        def init(self, handle: Any) -> None:
+            self.handle = handle
+            self.held = handle.getListState("held", _HELD)
+            self.info = handle.getValueState("info", _INFO)
+            self.tomb = handle.getValueState("tomb", _TOMB)
+
+        def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
+            raws, times = [], []
+            for r in rows:
+                raws.append(bytes(r.raw))
+                times.append(r.event_ms)
+            unreadable = [undecodable(raw) for raw in raws]
+            good = [raw for raw, u in zip(raws, unreadable, strict=True) if not u]
+            result = reject_now([raw for raw, u in zip(raws, unreadable, strict=True) if u], limits)
+            if good and self.tomb.exists():
+                blob, state, _ = self.tomb.get()
+                result += late_rows(bytes(blob), state, good, limits, uow)
+            elif good:
+                result += self._take(good, times)
+            return out(result)
+
+        def _take(self, good: list[bytes], times: list[int]) -> list[dict[str, Any]]:
+            new_bytes = sum(len(r) for r in good)
+            if self.info.exists():
+                first, deadline, held_bytes, last = self.info.get()
+                held = [bytes(r[0]) for r in self.held.get()]
+            else:
+                first, held_bytes, last, held = min(times), 0, min(times), []
+                deadline = first + expire_ms
+                self.handle.registerTimer(deadline)
+            last = max(last, *times)
+            verdict = take(held, good, held_bytes, opts.max_held_bytes, limits, uow)
+            if verdict is None:
+                self.held.appendList([(r,) for r in good])
+                self.info.update((first, deadline, held_bytes + new_bytes, last))
+                return []
+            self._decided(verdict.tombstone, verdict.state, deadline, last)
+            return verdict.rows
+
+        def _decided(self, tombstone: bytes, state: str, deadline: int, last: int) -> None:
+            self.handle.deleteTimer(deadline)
+            self.held.clear()
+            self.info.clear()
+            until = max(last, deadline) + tomb_ms
+            self.tomb.update((tombstone, state, until))
+            self.handle.registerTimer(until)
+
+        def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[Any]:
+            at = expiredTimerInfo.getExpiryTimeInMs()
+            if self.info.exists():
+                _, deadline, _, last = self.info.get()
+                if deadline == at:
+                    verdict = judge([bytes(r[0]) for r in self.held.get()], limits, uow, Cause.EXPIRED)
+                    assert verdict is not None  # a final cause always decides
+                    self._decided(verdict.tombstone, verdict.state, deadline, last)
+                    return out(verdict.rows)
+            elif self.tomb.exists() and self.tomb.get()[2] <= at:
+                self.tomb.clear()
+            return iter(())
+
+        def close(self) -> None:
+            pass
+
+    return Reassembler()
+
+
+def reassemble_stream(
+    df: Any,
+    *,
+    event_time: str = "event_time",
+    raw_column: str = "segment",
+    options: StreamOptions | None = None,
+) -> Any:
+    """Reassemble a streaming DataFrame of encoded segments; returns the stream of output rows.
+
+    ``event_time`` names a timestamp column of ``df`` (for a file source, e.g.
+    ``_metadata.file_modification_time`` selected as a column; for Kafka, the
+    record ``timestamp``). Rows are the batch job's combined schema
+    (:data:`~reassembly.spark.schema.OUTPUT_DDL`); ``kind`` is ``message``,
+    ``quarantine`` or ``duplicate`` (an identical copy of a segment whose
+    message had already left: counted, no bytes). The session must use the
+    RocksDB state store provider (:data:`ROCKSDB`).
+    """
+    from pyspark.sql import functions as F
+
+    opts = options or StreamOptions()
+    conf = df.sparkSession.conf.get("spark.sql.streaming.stateStore.providerClass", "")
+    if conf != ROCKSDB:
+        raise ValueError(f"streaming reassembly needs spark.sql.streaming.stateStore.providerClass={ROCKSDB}")
+    rows = df.select(
+        F.col(raw_column).alias("raw"),
+        F.col(event_time).cast("timestamp").alias("event_time"),
+    ).withWatermark("event_time", f"{int(opts.watermark * 1000)} milliseconds")
+    keyed = rows.select(
+        F.coalesce(F.substring("raw", _GROUP_ID_AT + 1, GROUP_ID_LENGTH), F.expr("X''")).alias("key"),
+        "raw",
+        F.expr("unix_millis(event_time)").alias("event_ms"),
+        "event_time",
+    )
+    return keyed.groupBy("key").transformWithState(
+        statefulProcessor=_processor(opts),
+        outputStructType=OUTPUT_DDL,
+        outputMode="Append",
+        timeMode="EventTime",
+    )
+
+
+class BatchWriter:
+    """``foreachBatch`` sink, idempotent by batch id: OUTPUT/{messages,quarantine,duplicates}/batch=N.
+
+    A batch is written to OUTPUT/_incoming/batch=N, its folders renamed into
+    place, then OUTPUT/_commits/N marks it done. A replay of a committed batch
+    is skipped; a replay of an uncommitted one first removes what the crashed
+    attempt left. Readers that must never see a batch being renamed read only
+    the batches listed in ``_commits``.
+    """
+
+    def __init__(self, out: Path, on_batch: Callable[[int, Counter[str]], None] | None = None) -> None:
+        self.out = out
+        self.on_batch = on_batch
+        for name in (*FOLDERS.values(), "_commits", "_incoming"):
+            (out / name).mkdir(parents=True, exist_ok=True)
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        marker = self.out / "_commits" / str(batch_id)
+        if marker.exists():
+            return
+        part = f"batch={batch_id}"
+        tmp = self.out / "_incoming" / part
+        for stale in (tmp, *(self.out / f / part for f in FOLDERS.values())):
+            shutil.rmtree(stale, ignore_errors=True)
+        df.write.partitionBy("kind").parquet(str(tmp))
+        counts = _counts(tmp)
+        for kind, folder in FOLDERS.items():
+            src = tmp / f"kind={kind}"
+            if src.exists():
+                src.rename(self.out / folder / part)
+        shutil.rmtree(tmp)
+        pending = marker.with_name(f".{batch_id}.tmp")
+        pending.write_text(_summary(counts))
+        os.replace(pending, marker)
+        if self.on_batch is not None:
+            self.on_batch(batch_id, counts)
+
+
+def _counts(tmp: Path) -> Counter[str]:
+    """Rows of one written batch by kind and status (read back from its Parquet: the batch is not recomputed)."""
+    import pyarrow.parquet as pq
+
+    counts: Counter[str] = Counter()
+    for kind in FOLDERS:
+        for f in sorted((tmp / f"kind={kind}").glob("*.parquet")):
+            cols = pq.read_table(f, columns=["status", "reason_name"]).to_pydict()
+            for status, reason in zip(cols["status"], cols["reason_name"], strict=True):
+                if kind == "message":
+                    counts[f"message:{status}"] += 1
+                elif kind == "quarantine":
+                    counts["quarantine"] += 1
+                    counts["late"] += reason == "LATE_SEGMENT"
+                else:
+                    counts["duplicate"] += 1
+    return counts
+
+
+def _summary(counts: Counter[str]) -> str:
+    return "".join(f"{k} {v}\n" for k, v in sorted(counts.items()))
+
+
+def committed_batches(out: Path) -> list[int]:
+    """The batch ids whose output is complete (what a reader should read)."""
+    return sorted(int(p.name) for p in (out / "_commits").iterdir() if p.name.isdigit())
+
+
+def read_committed(out: Path, kind: str) -> list[dict[str, Any]]:
+    """Every committed row of one kind (``message``, ``quarantine``, ``duplicate``), with its ``batch``."""
+    import pyarrow.parquet as pq
+
+    rows: list[dict[str, Any]] = []
+    for n in committed_batches(out):
+        for f in sorted((out / FOLDERS[kind] / f"batch={n}").glob("*.parquet")):
+            rows += [{**r, "batch": n} for r in pq.read_table(f).to_pylist()]
+    return rows
+
+
+def file_source(
+    spark: Any, path: str, *, raw_column: str = "segment", event_time: str | None = None, max_files: int | None = None
+) -> Any:
+    """A landing directory of Parquet files as a stream, with ``event_time``: the named column, or by
+    default each file's modification time (its arrival, from the source's metadata)."""
+    from pyspark.sql import functions as F
+
+    schema = f"`{raw_column}` binary" + (f", `{event_time}` timestamp" if event_time else "")
+    reader = spark.readStream.schema(schema)
+    if max_files is not None:
+        reader = reader.option("maxFilesPerTrigger", max_files)
+    df = reader.parquet(path)
+    t = F.col(event_time) if event_time else F.col("_metadata.file_modification_time")
+    return df.select(F.col(raw_column).alias("segment"), t.alias("event_time"))
+
+
+def start(
+    stream: Any, out: Path, checkpoint: str, trigger: str, on_batch: Callable[[int, Counter[str]], None] | None = None
+) -> Any:
+    """Start writing ``stream`` (from :func:`reassemble_stream`) to ``out``; ``trigger`` is
+    ``available-now`` or a processing-time interval such as ``10 seconds``."""
+    writer = stream.writeStream.foreachBatch(BatchWriter(out, on_batch)).option("checkpointLocation", checkpoint)
+    writer = writer.trigger(availableNow=True) if trigger == "available-now" else writer.trigger(processingTime=trigger)
+    return writer.start()
+
+
+__all__ = [
+    "ROCKSDB",
+    "BatchWriter",
+    "StreamOptions",
+    "committed_batches",
+    "file_source",
+    "read_committed",
+    "reassemble_stream",
+    "start",
+]

@@ -1,0 +1,200 @@
+"""``reassemble stream INPUT OUTPUT --checkpoint DIR``: the streaming job over a landing directory.
+
+Reads Parquet files as they land (event time: each file's modification time,
+or ``--event-time COLUMN``), writes OUTPUT/messages, OUTPUT/quarantine and
+OUTPUT/duplicates in committed ``batch=N`` folders (see
+:class:`~reassembly.spark.stream.BatchWriter`), prints one status line per
+micro-batch, and on Ctrl-C stops at the next batch boundary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import sys
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any, TextIO
+
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_WORDS = {"millisecond": "ms", "second": "s", "minute": "m", "hour": "h", "day": "d"}
+
+
+class StreamJobError(Exception):
+    """A failure to report in one line."""
+
+
+def seconds(text: str) -> float:
+    """``90``, ``30s``, ``10m``, ``1h``, ``2d``, ``500ms`` or ``10 minutes`` -> seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", text.lower())
+    if m is None:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 30s, 10m, 1h, 2d)")
+    unit = m.group(2).rstrip("s") if len(m.group(2)) > 2 else m.group(2)
+    unit = _WORDS.get(unit, unit) or "s"
+    if unit not in _UNITS:
+        raise argparse.ArgumentTypeError(f"unknown unit in {text!r} (ms, s, m, h, d)")
+    return float(m.group(1)) * _UNITS[unit]
+
+
+def _trigger(text: str) -> str:
+    if text == "available-now":
+        return text
+    return f"{int(seconds(text) * 1000)} milliseconds"
+
+
+def add_stream_parser(sub: Any) -> argparse.ArgumentParser:
+    """The ``stream`` subcommand on the ``reassemble`` parser's subparsers."""
+    p: argparse.ArgumentParser = sub.add_parser("stream", help="reassemble a landing directory as it fills")
+    p.add_argument("input", help="directory that Parquet files of segments land in")
+    p.add_argument("output", help="directory for messages/, quarantine/, duplicates/ (created; reused on restart)")
+    p.add_argument("--checkpoint", required=True, help="Spark checkpoint directory (keep it to resume exactly once)")
+    p.add_argument(
+        "--trigger",
+        type=_trigger,
+        default="available-now",
+        help="available-now (process what is there, then stop; default) or an interval such as 10s (run until Ctrl-C)",
+    )
+    p.add_argument("--expire-after", type=seconds, default=3600.0, help="incomplete this long after its first segment")
+    p.add_argument("--watermark", type=seconds, default=600.0, help="allowed event-time lateness (default 10m)")
+    p.add_argument("--tombstone", type=seconds, default=86400.0, help="how long finished groups are remembered")
+    p.add_argument(
+        "--max-held-bytes", type=int, default=256 << 20, help="segment bytes held per group (default 256 MiB)"
+    )
+    p.add_argument("--event-time", default=None, help="timestamp column (default: each file's modification time)")
+    p.add_argument("--raw-column", default="segment", help="binary column holding encoded segments")
+    p.add_argument("--max-files-per-trigger", type=int, default=None, help="files per micro-batch (default all)")
+    p.add_argument("--master", default="local[2]", help="Spark master (default local[2]; spark://host:port)")
+    p.add_argument("--partitions", type=int, default=8, help="state partitions (fixed by the first run's checkpoint)")
+    p.add_argument("--max-message-size", type=int, default=1 << 30, help="bytes; larger declared sizes: 2030")
+    return p
+
+
+def _check_paths(args: argparse.Namespace) -> Path:
+    if not os.path.isdir(args.input):
+        raise StreamJobError(f"input not found (a directory): {args.input}")
+    out = Path(args.output)
+    if out.exists() and any(out.iterdir()) and not (out / "_commits").is_dir():
+        raise StreamJobError(f"output exists and is not a stream output: {args.output}")
+    if not out.parent.exists():
+        raise StreamJobError(f"output parent directory does not exist: {out.parent}")
+    return out
+
+
+def status_line(batch: int, counts: Counter[str], progress: Any) -> str:
+    """One line per micro-batch: rows in, messages out by status, late, state rows/bytes, watermark."""
+    statuses = ", ".join(f"{k.split(':', 1)[1]} {v}" for k, v in sorted(counts.items()) if k.startswith("message:"))
+    ops = progress.stateOperators if progress is not None else []
+    rows_in = progress.numInputRows if progress is not None else 0
+    wm = progress.eventTime.get("watermark", "-") if progress is not None else "-"
+    dropped = sum(o.numRowsDroppedByWatermark for o in ops)
+    state = f"{sum(o.numRowsTotal for o in ops)} rows {sum(o.memoryUsedBytes for o in ops) / (1 << 20):.1f} MiB"
+    return (
+        f"batch {batch}: {rows_in} rows in; messages {statuses or 'none'}; quarantined {counts['quarantine']}"
+        f" (late {counts['late']}); duplicates {counts['duplicate']}; state {state}; watermark {wm}"
+        + (f"; DROPPED by watermark {dropped}" if dropped else "")
+    )
+
+
+class _Lines:
+    """Joins a batch's written counts (from the sink) with its progress (from Spark) into one line each."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.counts: dict[int, Counter[str]] = {}
+        self.printed = -1
+        self.lock = threading.Lock()
+
+    def batch(self, batch_id: int, counts: Counter[str]) -> None:
+        with self.lock:
+            self.counts[batch_id] = counts
+
+    def flush(self, query: Any) -> None:
+        for p in query.recentProgress:
+            if p.batchId > self.printed:
+                self.printed = p.batchId
+                with self.lock:
+                    counts = self.counts.pop(p.batchId, Counter())
+                print(status_line(p.batchId, counts, p), file=self.out, flush=True)
+
+
+def _quiet_stdout() -> TextIO:
+    """Our own stdout, with file descriptor 1 sent to /dev/null for Spark's children.
+
+    The JVM and its Python state workers inherit fd 1 and print several lines
+    per batch; the status lines go to a duplicate of the original stdout.
+    """
+    sys.stdout.flush()
+    ours = os.fdopen(os.dup(1), "w", buffering=1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+    return ours
+
+
+def run_stream(args: argparse.Namespace) -> int:
+    """The ``stream`` command; returns the exit code (errors reported in one line)."""
+    try:
+        return _run(args)
+    except StreamJobError as exc:
+        print(f"reassemble: error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ..session import get_session
+    from .pipeline import ReassemblyOptions
+    from .stream import ROCKSDB, StreamOptions, file_source, reassemble_stream, start
+
+    out = _check_paths(args)
+    lines = _Lines(_quiet_stdout())
+    spark = get_session(
+        args.master,
+        app_name="reassemble-stream",
+        conf={
+            "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
+            "spark.sql.shuffle.partitions": str(args.partitions),
+        },
+    )
+    if hasattr(spark, "sparkContext"):
+        spark.sparkContext.setLogLevel("OFF")
+    options = StreamOptions(
+        reassembly=ReassemblyOptions(max_message_size=args.max_message_size),
+        expire_after=args.expire_after,
+        watermark=args.watermark,
+        tombstone=args.tombstone,
+        max_held_bytes=args.max_held_bytes,
+    )
+    df = file_source(
+        spark, args.input, raw_column=args.raw_column, event_time=args.event_time, max_files=args.max_files_per_trigger
+    )
+    query = start(reassemble_stream(df, options=options), out, args.checkpoint, args.trigger, lines.batch)
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        while query.isActive:
+            query.awaitTermination(0.5)
+            lines.flush(query)
+            if stop.is_set() and not query.status["isTriggerActive"]:
+                query.stop()  # between batches: nothing half-written (and a replay would be skipped anyway)
+        lines.flush(query)
+        error = query.exception()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if error is not None:
+        raise StreamJobError(f"stream failed: {_first_line(str(error))}")
+    print(
+        f"output: {out}/messages  {out}/quarantine  {out}/duplicates (committed batches: {out}/_commits)",
+        file=lines.out,
+    )
+    return 0
+
+
+def _first_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return (lines[0] if lines else "unknown error")[:400]
+
+
+__all__ = ["StreamJobError", "add_stream_parser", "run_stream", "seconds", "status_line"]
