@@ -145,7 +145,8 @@ def _conflicting_copy(raw: bytes, rng: random.Random) -> bytes:
 def _lying_checksum(seg: Segmenter, payload: bytes) -> list[Segment]:
     out = []
     for s in seg.segment(payload):
-        h = s.header._replace(message_checksum=(s.header.message_checksum or 0) ^ 0xFFFF)
+        carried = s.header.message_checksum  # only the last segment carries it
+        h = s.header._replace(message_checksum=None if carried is None else carried ^ 0xFFFF)
         out.append(Segment(h, s.data))
     return out
 
