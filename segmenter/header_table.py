@@ -526,13 +526,6 @@ def python_source(env: Mapping[str, Any]) -> str:
 
 
 # ----------------------------------------------------------------- Spark SQL
-def constants() -> dict[str, Any]:
-    """The namespace constants are resolved in: segmenter.wire and segmenter.flags."""
-    from . import flags, wire
-
-    return {**vars(flags), **vars(wire)}
-
-
 def _sql_uint(raw: str, start: str, width: int) -> str:
     """Unsigned big-endian integer of ``width`` bytes at the 1-based SQL position ``start``.
 

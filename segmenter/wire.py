@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import struct
 import zlib
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from . import header_table
+from . import flags, header_table
 from .checksum import ChecksumAlgorithm, checksum, checksum_function
 from .errors import (  # noqa: F401 (the generated decoder raises these)
     ChecksumError,
@@ -285,3 +285,11 @@ class SegmentStreamDecoder:
                 reason=Reason.TRUNCATED,
                 pending=len(self._buf),
             )
+
+
+def table_constants() -> dict[str, Any]:
+    """The names the header table's rules resolve in (for SQL): this module's constants and segmenter.flags'.
+
+    Here, not in the table, so the table imports nothing of ours and wire -> table stays one-way.
+    """
+    return {**vars(flags), **globals()}

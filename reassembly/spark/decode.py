@@ -12,7 +12,7 @@ from typing import Any
 
 from segmenter import header_table as table
 from segmenter.checksum import ChecksumAlgorithm
-from segmenter.wire import DEFAULT_MAX_SEGMENT_SIZE, MAX_HEADER_LENGTH, MAX_LENGTH
+from segmenter.wire import DEFAULT_MAX_SEGMENT_SIZE, MAX_HEADER_LENGTH, MAX_LENGTH, table_constants
 
 _TYPES = {"msg_seq_number": "INT"}  # output column types other than BIGINT
 
@@ -39,7 +39,7 @@ def decode_segments(
     """
     from pyspark.sql import functions as F
 
-    env = table.constants()
+    env = table_constants()
     fields = table.sql_fields("raw")
     ints = [f.name for f in table.FIELDS if f.kind == "int"]
     d = df.select(F.col(raw_column).alias("raw"))
