@@ -137,7 +137,7 @@ class IncompleteError(SegmentationError):
 
 
 class ConflictError(SegmentationError):
-    """Two copies of the same position carry different bytes; the first is kept."""
+    """Two copies of one position carry different bytes: the checks decide; if both pass, neither is delivered."""
 
     default_reason = Reason.CONFLICTING_DUPLICATE
 
