@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, Phase, event, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from reassembly.spark import ReassemblyOptions, reassemble
@@ -27,7 +27,7 @@ from reassembly.spark.rows import reassemble_group
 from reassembly.spark.schema import OUTPUT_FIELDS
 from segmenter import ChecksumAlgorithm, Codec, SegmentationError, Segmenter
 from segmenter.checksum import checksum
-from segmenter.header_table import FIELD, FIELDS
+from segmenter.header_table import FIELDS
 from segmenter.wire import HEADER, HEADER_LENGTH, LENGTH_DEFERRED, UNKNOWN_LENGTH, Segment, check_prefix, decode_segment
 
 pytestmark = pytest.mark.spark
@@ -133,8 +133,10 @@ def mutate(draw: st.DrawFn, rows: list[bytes | None]) -> list[bytes | None]:
         bad = raw[: draw(st.integers(0, len(raw) - 1))]
     elif op == "defer":
         flags = raw[7] ^ LENGTH_DEFERRED
-        bad = reseal(raw, header_flags=flags) if draw(st.booleans()) else reseal(
-            raw, header_flags=flags, original_length=UNKNOWN_LENGTH
+        bad = (
+            reseal(raw, header_flags=flags)
+            if draw(st.booleans())
+            else reseal(raw, header_flags=flags, original_length=UNKNOWN_LENGTH)
         )
     else:
         return rows
@@ -174,21 +176,6 @@ def spark_rows(spark: Any, path: Path, **options: Any) -> list[dict[str, Any]]:
     return [r.asDict(recursive=True) for r in result.combined.collect()]
 
 
-def spark_order(rows: list[bytes | None]) -> list[bytes | None]:
-    """The rows in the order Spark feeds them to the assembler: by GroupId, then (sk, piece length) per message."""
-    seq, offset = FIELD["msg_seq_number"], FIELD["offset"]
-
-    def key(raw: bytes | None) -> tuple[bytes, bytes, int]:
-        if raw is None or not _framed(raw):
-            return b"", b"", 0
-        hl = check_prefix(raw)
-        fields = (raw[f.offset : f.offset + f.width] for f in (seq, offset))
-        gid = FIELD["group_id"]
-        return raw[gid.offset : gid.offset + gid.width], b"".join(fields) + raw[:hl], len(raw) - hl
-
-    return sorted(rows, key=key)
-
-
 def in_process(rows: list[bytes | None]) -> list[str]:
     return canonical(reassemble_group(rows, ReassemblyOptions(max_message_size=MAX).limits()))
 
@@ -196,17 +183,12 @@ def in_process(rows: list[bytes | None]) -> list[str]:
 def check(spark: Any, rows: list[bytes | None], tmp: Path) -> None:
     path = tmp / "landing.parquet"
     pq.write_table(pa.table({"segment": pa.array(rows, pa.binary())}), path)
-    expected = in_process(spark_order(rows))
-    # Arbitration between conflicting copies is order-dependent today (the first arrival wins:
-    # see test_in_process_outcome_does_not_depend_on_arrival_order). Spark's order is the sorted one.
-    order_independent = in_process(rows) == expected
-    event("order-independent" if order_independent else "order-dependent (compared in Spark's order)")
+    expected = in_process(rows)  # arbitration is order-independent: any order gives this
     assert canonical(spark_rows(spark, path)) == expected, "JVM fast path on"
     assert canonical(spark_rows(spark, path, jvm_fast_path=False)) == expected, "JVM fast path off"
-    if order_independent:  # the large path feeds a task's aggregates to one assembler in no fixed order
-        files = tmp / "payloads"
-        large = spark_rows(spark, path, payload_dir=str(files), large_message_bytes=150)
-        assert canonical(large, files) == expected, "large-message path"
+    files = tmp / "payloads"
+    large = spark_rows(spark, path, payload_dir=str(files), large_message_bytes=150)
+    assert canonical(large, files) == expected, "large-message path"
 
 
 # No shrinking: each example costs three Spark jobs; a failure prints its rows as drawn.
@@ -234,13 +216,7 @@ def test_spark_reports_what_the_in_process_assembler_reports_many(
     check(spark, rows, tmp_path_factory.mktemp("differential"))
 
 
-@pytest.mark.xfail(
-    reason="order-dependent arbitration: among conflicting copies of a position (different bytes or length,"
-    " or a LENGTH_DEFERRED/codec/flags mismatch: HEADER_MISMATCH) the first arrival wins; being made"
-    " order-independent in reassembly/assembler.py by another change",
-    strict=False,
-)
-@settings(max_examples=300, **_SETTINGS)  # type: ignore[arg-type]
+@settings(max_examples=200, **_SETTINGS)  # type: ignore[arg-type]
 @given(rows=landing(), data=st.data())
 def test_in_process_outcome_does_not_depend_on_arrival_order(rows: list[bytes | None], data: st.DataObject) -> None:
     assert in_process(data.draw(st.permutations(rows))) == in_process(rows)
