@@ -167,10 +167,17 @@ def _run(args: argparse.Namespace) -> int:
         tombstone=args.tombstone,
         max_held_bytes=args.max_held_bytes,
     )
-    df = file_source(
-        spark, args.input, raw_column=args.raw_column, event_time=args.event_time, max_files=args.max_files_per_trigger
-    )
-    query = start(reassemble_stream(df, options=options), out, args.checkpoint, args.trigger, lines.batch)
+    try:
+        df = file_source(
+            spark,
+            args.input,
+            raw_column=args.raw_column,
+            event_time=args.event_time,
+            max_files=args.max_files_per_trigger,
+        )
+        query = start(reassemble_stream(df, options=options), out, args.checkpoint, args.trigger, lines.batch)
+    except Exception as exc:  # a bad column name, an unusable checkpoint: one line, not a Java stack trace
+        raise StreamJobError(f"cannot start the stream: {_first_line(str(exc))}") from None
     stop = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
