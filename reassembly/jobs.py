@@ -119,7 +119,11 @@ def inputs(pattern: str) -> list[str]:
     return paths
 
 
-def _overlap(out: Path, path: Path) -> str | None:
+def overlap(out: Path, path: Path) -> str | None:
+    """How ``out`` overlaps ``path`` ("is the input", "is inside the input", "contains the input"), or None.
+
+    Compare resolved paths (``Path.resolve()``): symlinks, ``..`` and relative paths must not hide an overlap.
+    """
     if out == path:
         return "is the input"
     if path in out.parents:
@@ -154,7 +158,7 @@ def claim_output(output: str, overwrite: bool, pattern: str, paths: Sequence[str
     out = Path(output)
     real = out.resolve()
     for p in paths:
-        why = _overlap(real, Path(p).resolve())
+        why = overlap(real, Path(p).resolve())
         if why:
             raise UsageError(f"output {output} {why} {p}: choose an output outside the input")
     if glob.has_magic(pattern) and _matches(pattern, out):

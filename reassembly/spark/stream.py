@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import struct
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from segmenter.wire import GROUP_ID_LENGTH, HEADER
+from segmenter.header_table import FIELD
+from segmenter.wire import GROUP_ID_LENGTH
 
 from ..events import Cause
 from .pipeline import ReassemblyOptions
@@ -38,8 +38,8 @@ from .stream_state import KIND_DUPLICATE, judge, late_rows, reject_now, take, un
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
-# Where the GroupId sits in a header, derived from the wire format's own struct (no literal offset).
-_GROUP_ID_AT = struct.calcsize(HEADER.format[: HEADER.format.index(f"{GROUP_ID_LENGTH}s")])
+# Where the GroupId sits in a header: from the header table, like every decoder (no literal offset).
+_GROUP_ID_AT = FIELD["group_id"].offset
 
 FOLDERS = {"message": "messages", "quarantine": "quarantine", KIND_DUPLICATE: "duplicates"}
 

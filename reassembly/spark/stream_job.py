@@ -4,7 +4,10 @@ Reads Parquet files as they land (event time: each file's modification time,
 or ``--event-time COLUMN``), writes OUTPUT/messages, OUTPUT/quarantine and
 OUTPUT/duplicates in committed ``batch=N`` folders (see
 :class:`~reassembly.spark.stream.BatchWriter`), prints one status line per
-micro-batch, and on Ctrl-C stops at the next batch boundary.
+micro-batch, and on Ctrl-C stops at the next batch boundary. Errors are
+:class:`~reassembly.jobs.JobError` (one line, exit code 1) or
+:class:`~reassembly.jobs.UsageError` (exit code 2, checked before Spark starts):
+the command's ``main`` reports them like every other job's.
 """
 
 from __future__ import annotations
@@ -19,12 +22,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..jobs import JobError, SparkSettings, UsageError, first_line, master_endpoints, open_session, overlap
+
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _WORDS = {"millisecond": "ms", "second": "s", "minute": "m", "hour": "h", "day": "d"}
-
-
-class StreamJobError(Exception):
-    """A failure to report in one line."""
 
 
 def seconds(text: str) -> float:
@@ -69,17 +70,35 @@ def add_stream_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--master", default="local[2]", help="Spark master (default local[2]; spark://host:port)")
     p.add_argument("--partitions", type=int, default=8, help="state partitions (fixed by the first run's checkpoint)")
     p.add_argument("--max-message-size", type=int, default=1 << 30, help="bytes; larger declared sizes: 2030")
+    p.add_argument("--verbose", action="store_true", help="show Spark's own output")
     return p
 
 
-def _check_paths(args: argparse.Namespace) -> Path:
+def check_args(args: argparse.Namespace) -> Path:
+    """The output to write, or a one-line error; touches nothing and starts no Spark.
+
+    OUTPUT and --checkpoint must lie outside INPUT (and INPUT outside them), compared after
+    resolving symlinks, ``..`` and relative paths: a stream would read its own output as new
+    segments forever, or its checkpoint files as input. OUTPUT and --checkpoint must not overlap
+    either (each is deleted to start over; neither writer expects the other's files).
+    """
+    try:
+        master_endpoints(args.master)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     if not os.path.isdir(args.input):
-        raise StreamJobError(f"input not found (a directory): {args.input}")
-    out = Path(args.output)
+        raise JobError(f"input not found (a directory): {args.input}")
+    source, out, checkpoint = Path(args.input).resolve(), Path(args.output), Path(args.checkpoint).resolve()
+    for name, path in (("output", args.output), ("checkpoint", args.checkpoint)):
+        why = overlap(Path(path).resolve(), source)
+        if why:
+            raise UsageError(f"{name} {path} {why} {args.input}: choose a {name} outside the input")
+    if overlap(out.resolve(), checkpoint):
+        raise UsageError(f"output {args.output} and checkpoint {args.checkpoint} overlap: keep them apart")
     if out.exists() and any(out.iterdir()) and not (out / "_commits").is_dir():
-        raise StreamJobError(f"output exists and is not a stream output: {args.output}")
+        raise JobError(f"output exists and is not a stream output: {args.output}")
     if not out.parent.exists():
-        raise StreamJobError(f"output parent directory does not exist: {out.parent}")
+        raise JobError(f"output parent directory does not exist: {out.parent}")
     return out
 
 
@@ -135,31 +154,16 @@ def _quiet_stdout() -> TextIO:
 
 
 def run_stream(args: argparse.Namespace) -> int:
-    """The ``stream`` command; returns the exit code (errors reported in one line)."""
-    try:
-        return _run(args)
-    except StreamJobError as exc:
-        print(f"reassemble: error: {exc}", file=sys.stderr)
-        return 1
-
-
-def _run(args: argparse.Namespace) -> int:
-    from ..session import get_session
+    """The ``stream`` command: exit code 0, or JobError / UsageError for the command to report."""
     from .pipeline import ReassemblyOptions
     from .stream import ROCKSDB, StreamOptions, file_source, reassemble_stream, start
 
-    out = _check_paths(args)
-    lines = _Lines(_quiet_stdout())
-    spark = get_session(
-        args.master,
-        app_name="reassemble-stream",
-        conf={
-            "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
-            "spark.sql.shuffle.partitions": str(args.partitions),
-        },
-    )
-    if hasattr(spark, "sparkContext"):
-        spark.sparkContext.setLogLevel("OFF")
+    out = check_args(args)
+    lines = _Lines(sys.stdout if args.verbose else _quiet_stdout())
+    spark = open_session(SparkSettings(args.master, args.partitions, verbose=args.verbose))
+    # session SQL confs, read when the query starts (a shared session keeps its other settings)
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+    spark.conf.set("spark.sql.shuffle.partitions", str(args.partitions))
     options = StreamOptions(
         reassembly=ReassemblyOptions(max_message_size=args.max_message_size),
         expire_after=args.expire_after,
@@ -177,7 +181,7 @@ def _run(args: argparse.Namespace) -> int:
         )
         query = start(reassemble_stream(df, options=options), out, args.checkpoint, args.trigger, lines.batch)
     except Exception as exc:  # a bad column name, an unusable checkpoint: one line, not a Java stack trace
-        raise StreamJobError(f"cannot start the stream: {_first_line(str(exc))}") from None
+        raise JobError(f"cannot start the stream: {first_line(exc)}") from None
     stop = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
@@ -191,7 +195,7 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGINT, previous)
     if error is not None:
-        raise StreamJobError(f"stream failed: {_first_line(str(error))}")
+        raise JobError(f"stream failed: {first_line(error)}")
     print(
         f"output: {out}/messages  {out}/quarantine  {out}/duplicates (committed batches: {out}/_commits)",
         file=lines.out,
@@ -199,9 +203,4 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _first_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return (lines[0] if lines else "unknown error")[:400]
-
-
-__all__ = ["StreamJobError", "add_stream_parser", "run_stream", "seconds", "status_line"]
+__all__ = ["add_stream_parser", "check_args", "run_stream", "seconds", "status_line"]
