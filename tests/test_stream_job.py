@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from reassembly.cli import main
-from reassembly.spark.stream_job import seconds
+from reassembly.jobs import JobError, UsageError
+from reassembly.spark.stream_job import add_stream_parser, check_args, seconds
 
 
 @pytest.mark.parametrize(
@@ -30,22 +30,39 @@ def test_bad_durations(text: str) -> None:
         seconds(text)
 
 
-def test_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    ck = str(tmp_path / "ck")
-    assert main(["stream", str(tmp_path / "missing"), str(tmp_path / "out"), "--checkpoint", ck]) == 1
-    assert capsys.readouterr().err.strip().startswith("reassemble: error: input not found")
+def reassemble(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The command as a real process (nothing imports the command module)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "reassembly", *args], capture_output=True, text=True, timeout=120, cwd=cwd, check=False
+    )
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("reassemble: error: "), done.stderr[-3000:]
+    return done
+
+
+def stream_args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_stream_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["stream", *argv])
+
+
+def test_errors_are_one_line(tmp_path: Path) -> None:
+    done = reassemble("stream", "missing", "out", "--checkpoint", "ck", cwd=tmp_path)
+    assert done.returncode == 1 and "input not found" in done.stderr
     (tmp_path / "landing").mkdir()
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "something").touch()
-    assert main(["stream", str(tmp_path / "landing"), str(tmp_path / "taken"), "--checkpoint", ck]) == 1
-    assert "not a stream output" in capsys.readouterr().err
+    done = reassemble("stream", "landing", "taken", "--checkpoint", "ck", cwd=tmp_path)
+    assert done.returncode == 1 and "not a stream output" in done.stderr
+    done = reassemble("stream", "landing", "out", "--checkpoint", "ck", "--master", "nowhere", cwd=tmp_path)
+    assert done.returncode == 2 and "not a Spark master URL" in done.stderr
 
 
 @pytest.fixture
 def landing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """tmp_path/landing with a file in it, tmp_path/link -> landing, and tmp_path the working directory."""
     (tmp_path / "landing" / "sub").mkdir(parents=True)
-    (tmp_path / "landing" / "part-0.parquet").write_bytes(b"not read: the check runs before Spark")
+    (tmp_path / "landing" / "part-0.parquet").write_bytes(b"never read: the check runs before Spark starts")
     (tmp_path / "link").symlink_to(tmp_path / "landing")
     monkeypatch.chdir(tmp_path)
     return tmp_path / "landing"
@@ -56,49 +73,48 @@ def _tree(root: Path) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("output", "checkpoint", "says"),
+    ("source", "output", "checkpoint", "says"),
     [
-        ("landing", "ck", "output landing is the input"),
-        ("landing/out", "ck", "output landing/out is inside the input"),
-        (".", "elsewhere/ck", "output . contains the input"),  # the input inside the output
-        ("link/out", "ck", "output link/out is inside the input"),  # via a symlink
-        ("landing/sub/../out", "ck", "is inside the input"),  # via ..
-        ("out", "landing/ck", "checkpoint landing/ck is inside the input"),
-        ("out", "link", "checkpoint link is the input"),
-        ("out", "out", "output out and checkpoint out overlap"),
-        ("out", "out/ck", "overlap"),
-        ("ck/out", "ck", "overlap"),
+        ("landing", "landing", "ck", "output landing is the input"),
+        ("landing", "landing/out", "ck", "output landing/out is inside the input"),
+        ("landing", ".", "elsewhere/ck", "output . contains the input"),  # the input inside the output
+        ("landing", "link/out", "ck", "output link/out is inside the input"),  # via a symlink
+        ("link", "landing/out", "ck", "is inside the input"),  # the input via a symlink
+        ("landing", "landing/sub/../out", "ck", "is inside the input"),  # via ..
+        ("landing/sub/..", "out/../landing/x", "ck", "is inside the input"),
+        ("landing", "out", "landing/ck", "checkpoint landing/ck is inside the input"),
+        ("landing", "out", "link", "checkpoint link is the input"),
+        ("landing/sub", "out", "landing", "checkpoint landing contains the input"),
+        ("landing", "out", "out", "output out and checkpoint out overlap"),
+        ("landing", "out", "out/ck", "overlap"),
+        ("landing", "ck/out", "ck", "overlap"),
     ],
 )
 def test_output_and_checkpoint_must_lie_outside_the_input(
-    landing: Path, output: str, checkpoint: str, says: str, capsys: pytest.CaptureFixture[str]
+    landing: Path, source: str, output: str, checkpoint: str, says: str
 ) -> None:
     before = _tree(landing.parent)
-    assert main(["stream", "landing", output, "--checkpoint", checkpoint]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("reassemble: error: ") and err.count("\n") == 1
-    assert says in err
+    with pytest.raises(UsageError, match=says) as refused:
+        check_args(stream_args(source, output, "--checkpoint", checkpoint))
+    assert "\n" not in str(refused.value)
     assert _tree(landing.parent) == before  # nothing created, nothing removed
 
 
-def test_input_given_through_the_symlink_is_the_same_input(landing: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["stream", "link", "landing/out", "--checkpoint", "ck"]) == 2
-    assert "is inside the input" in capsys.readouterr().err
+def test_apart_from_the_input_and_each_other_is_accepted(landing: Path) -> None:
+    assert check_args(stream_args("landing", "out", "--checkpoint", "ck")) == Path("out")
+    assert check_args(stream_args("link/sub", "landing/out", "--checkpoint", "landing/ck")) == Path("landing/out")
+    (landing.parent / "out").mkdir()
+    (landing.parent / "out" / "stray").touch()
+    with pytest.raises(JobError, match="not a stream output") as refused:
+        check_args(stream_args("landing", "out", "--checkpoint", "ck"))
+    assert not isinstance(refused.value, UsageError)
 
 
-def test_a_malformed_master_is_a_usage_error(landing: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["stream", "landing", "out", "--checkpoint", "ck", "--master", "nowhere"]) == 2
-    assert "not a Spark master URL" in capsys.readouterr().err
-
-
-def test_the_refusal_as_a_real_process(landing: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "reassembly", "stream", str(landing), str(landing / "out"), "--checkpoint", "ck"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 2
-    assert done.stderr.startswith("reassemble: error: output ") and done.stderr.count("\n") == 1
-    assert not (landing / "out").exists() and not (landing.parent / "ck").exists()
+def test_the_refusal_is_exit_code_2_and_touches_nothing(landing: Path) -> None:
+    before = _tree(landing.parent)
+    done = reassemble("stream", str(landing), str(landing / "out"), "--checkpoint", "ck", cwd=landing.parent)
+    assert done.returncode == 2 and done.stderr.startswith("reassemble: error: output ")
+    assert "is inside the input" in done.stderr
+    done = reassemble("stream", "landing", "out", "--checkpoint", "link/ck", cwd=landing.parent)
+    assert done.returncode == 2 and "checkpoint link/ck is inside the input" in done.stderr
+    assert _tree(landing.parent) == before
