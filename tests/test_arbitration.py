@@ -88,7 +88,9 @@ def resealed(seg: Segment, **changes: Any) -> Segment:
 
 
 def with_extension(raw: bytes, extension: bytes) -> bytes:
-    """The same segment with header-extension bytes (header_length > 84), as docs/wire-format.md allows."""
+    """The same segment with header-extension bytes (header_length > 84), as docs/wire-format.md allows:
+    ``extension`` as the value of a record readers skip (type 0xC5)."""
+    extension = struct.pack(">BH", 0xC5, len(extension)) + extension
     fields = bytearray(raw[:80])
     struct.pack_into(">H", fields, 8, HEADER_LENGTH + len(extension))
     head = bytes(fields) + extension
