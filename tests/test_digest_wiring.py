@@ -341,3 +341,13 @@ def test_spark_plans_do_not_show_the_keys(spark: Any, tmp_path: Path) -> None:
     for key in (K1, K2):
         for pad in hmac_pads(key):
             assert pad.hex() not in plan.lower()
+
+
+def test_the_command_refuses_a_bad_keyring_before_spark_starts(tmp_path: Path, capsys: Any) -> None:
+    from reassembly.cli import main
+
+    ring = tmp_path / "ring.json"
+    ring.write_text(f'{{"keys": {{"k1": "{K1.hex()}", "k2": "00"}}}}')  # k2 too short
+    assert main(["run", str(tmp_path / "in"), str(tmp_path / "out"), "--hmac-keyring", str(ring)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("reassemble: error: keyring") and K1.hex() not in err and "'k2'" in err
