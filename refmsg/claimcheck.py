@@ -50,7 +50,7 @@ from .header import (
     STRUC_ID,
     RmhFlags,
 )
-from .integrity import Integrity, ObjectCheck
+from .integrity import Integrity
 from .message import ReferenceMessage, decode_message
 from .paths import open_parent, open_regular, open_root, split_name
 
@@ -343,14 +343,14 @@ def _open_checked(claim: Claim, store: ObjectStore, max_size: int) -> StoredObje
 def _verified_pieces(claim: Claim, stream: BinaryIO, chunk_size: int, digest: DigestPolicy) -> Iterator[bytes]:
     """The object in pieces of at most ``chunk_size``, never reading past ``claim.length``.
 
-    The checksum (and the digests: :class:`~refmsg.integrity.ObjectCheck`) is
+    The checksum (and the digests ``digest`` checks) is
     updated as each piece is read; the last piece is yielded only once the
     whole object matched, so no consumer ever holds all of a wrong object.
     Growth after the size check is harmless (not read); a stream that ends
     early is an OBJECT_SIZE_ERROR. A digest ``digest`` demands and the claim
     lacks is refused before anything is read.
     """
-    check = ObjectCheck(claim.algorithm, None, claim.digests, digest)
+    hasher = digest.verifier(claim.digests)  # refuses a demanded digest the claim lacks
     crc: Callable[[bytes, int], int] = checksum_function(claim.algorithm)
     value, done = 0, 0
     held = b""
@@ -368,7 +368,7 @@ def _verified_pieces(claim: Claim, stream: BinaryIO, chunk_size: int, digest: Di
                 expected=claim.length,
             )
         value = crc(piece, value)
-        check.update(piece)
+        hasher.update(piece)
         done += len(piece)
         if held:
             yield held
@@ -382,7 +382,7 @@ def _verified_pieces(claim: Claim, stream: BinaryIO, chunk_size: int, digest: Di
             expected=claim.checksum,
             length=claim.length,
         )
-    check.finish()
+    digest.check(claim.digests, hasher.digests())
     if held:
         yield held
 
