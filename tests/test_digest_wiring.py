@@ -351,3 +351,6 @@ def test_the_command_refuses_a_bad_keyring_before_spark_starts(tmp_path: Path, c
     assert main(["run", str(tmp_path / "in"), str(tmp_path / "out"), "--hmac-keyring", str(ring)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("reassemble: error: keyring") and K1.hex() not in err and "'k2'" in err
+    stream_args = ["stream", str(tmp_path), str(tmp_path / "sout"), "--checkpoint", str(tmp_path / "ck")]
+    assert main([*stream_args, "--hmac-keyring", str(ring)]) == 2  # the stream job reads it before Spark too
+    assert K1.hex() not in capsys.readouterr().err

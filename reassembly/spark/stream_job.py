@@ -69,6 +69,8 @@ def add_stream_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--master", default="local[2]", help="Spark master (default local[2]; spark://host:port)")
     p.add_argument("--partitions", type=int, default=8, help="state partitions (fixed by the first run's checkpoint)")
     p.add_argument("--max-message-size", type=int, default=1 << 30, help="bytes; larger declared sizes: 2030")
+    p.add_argument("--require-sha256", action="store_true", help="refuse messages without a SHA-256 digest (9035)")
+    p.add_argument("--hmac-keyring", metavar="FILE", default=None, help="demand an HMAC tag (see `run --help`)")
     return p
 
 
@@ -144,11 +146,13 @@ def run_stream(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from ..jobs import digest_policy
     from ..session import get_session
     from .pipeline import ReassemblyOptions
     from .stream import ROCKSDB, StreamOptions, file_source, reassemble_stream, start
 
     out = _check_paths(args)
+    digest = digest_policy(args.require_sha256, args.hmac_keyring)  # before Spark: a bad keyring fails at once
     lines = _Lines(_quiet_stdout())
     spark = get_session(
         args.master,
@@ -161,7 +165,7 @@ def _run(args: argparse.Namespace) -> int:
     if hasattr(spark, "sparkContext"):
         spark.sparkContext.setLogLevel("OFF")
     options = StreamOptions(
-        reassembly=ReassemblyOptions(max_message_size=args.max_message_size),
+        reassembly=ReassemblyOptions(max_message_size=args.max_message_size, digest=digest),
         expire_after=args.expire_after,
         watermark=args.watermark,
         tombstone=args.tombstone,
