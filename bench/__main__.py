@@ -61,11 +61,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(HERE / "results"), help="where results.json, plots and table.md go")
     p.add_argument("--work", default=None, help="scratch directory for generated data (default: a temp dir)")
     p.add_argument("--skip-spark", action="store_true")
+    p.add_argument(
+        "--digests",
+        action="store_true",
+        help="only the digest comparison: CRC only, + SHA-256, + HMAC and the floor on 1 GiB (with --quick: 64 MiB)",
+    )
     args = p.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="bench-"))
     started = time.monotonic()
+    if args.digests:
+        return _digests(work, out, args.quick, started)
     results: dict[str, Any] = {"machine": machine(), "quick": args.quick}
     print("segmenter ...", flush=True)
     results["segmenter"] = inprocess.segmenter_cases(args.quick)
@@ -87,6 +94,18 @@ def main(argv: list[str] | None = None) -> int:
         report.update_readme(HERE / "README.md", table)
     print(table)
     print(f"done in {results['seconds_total']:.0f} s; results in {out}")
+    return 0
+
+
+def _digests(work: Path, out: Path, quick: bool, started: float) -> int:
+    """The cost of SHA-256 and HMAC-SHA-256 next to CRC only, as ratios to the floor of the same run."""
+    cases = []
+    for case in sparkbench.digest_cases(work, quick):
+        print(f"spark digests {case['bytes'] >> 20} MiB {case['approach']}: {case['seconds']}", flush=True)
+        cases.append(case)
+    results = {"machine": machine(), "quick": quick, "digests": cases, "seconds_total": time.monotonic() - started}
+    (out / "digests.json").write_text(json.dumps(results, indent=1))
+    print(report.digest_table(cases))
     return 0
 
 

@@ -165,3 +165,19 @@ def update_readme(path: Path, table: str) -> None:
     head, rest = text.split(BEGIN, 1)
     tail = rest.split(END, 1)[1]
     path.write_text(f"{head}{BEGIN}\n{table}{END}{tail}")
+
+
+def digest_table(cases: list[dict[str, Any]]) -> str:
+    """Markdown: each digest option's time next to CRC only, as ratios to the floor (same run)."""
+    floor = next((c["seconds"] for c in cases if c["approach"].startswith("(d) floor") and c["seconds"]), None)
+    crc = next((c["seconds"] for c in cases if c["approach"] == "ours (validated)" and c["seconds"]), None)
+    lines = ["| approach | data | seconds | ratio to floor | ratio to CRC only |", "|---|---:|---:|---:|---:|"]
+    for c in cases:
+        s = c["seconds"]
+        if s is None:
+            lines.append(f"| {c['approach']} | {_size(c['bytes'])} | failed: {c['error']} | | |")
+            continue
+        to_floor = f"{s / floor:.2f}" if floor else "-"
+        to_crc = f"{s / crc:.2f}" if crc else "-"
+        lines.append(f"| {c['approach']} | {_size(c['bytes'])} | {s:.1f} | {to_floor} | {to_crc} |")
+    return "\n".join(lines) + "\n"

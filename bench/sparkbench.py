@@ -26,20 +26,29 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from segmenter import Segmenter
+from segmenter.digest import NO_POLICY, DigestPolicy, Keyring
 
 MiB = 1 << 20
 
 
-def make_dataset(path: Path, total: int, segment_size: int, per_message: int) -> dict[str, Any]:
+# The digest options of `python -m bench --digests`: each signs its own copy of the data set.
+DIGESTS = {
+    "sha256": DigestPolicy(sha256=True),
+    "hmac": DigestPolicy(keyring=Keyring({"bench": b"bench-key-not-a-secret"}, current="bench")),
+}
+
+
+def make_dataset(
+    path: Path, total: int, segment_size: int, per_message: int, digest: DigestPolicy = NO_POLICY
+) -> dict[str, Any]:
     """Clean encoded segments of ``total`` payload bytes, shuffled, in Parquet (generated once, cached)."""
-    data_size = segment_size - 84
-    msg_size = data_size * per_message
+    seg = Segmenter(segment_size, digest=digest)
+    msg_size = seg.data_size * per_message
     n = max(1, total // msg_size)
     if not (path / "_DONE").exists():
         shutil.rmtree(path, ignore_errors=True)
         path.mkdir(parents=True)
         blob = os.urandom(msg_size)
-        seg = Segmenter(segment_size)
         batch: list[bytes] = []
         part = 0
         order = list(range(n))
@@ -67,6 +76,7 @@ APPROACHES = (
     "(c) applyInPandas b''.join, no validation",
     "(d) floor: shuffle by message + write",
 )
+DIGEST_APPROACHES = {name: f"ours + {name}" for name in DIGESTS}  # ours, verifying (in the JVM) what it signs
 
 
 def approaches(spark: Any, payload_dir: Path) -> dict[str, Callable[[Any], Any]]:
@@ -110,7 +120,15 @@ def approaches(spark: Any, payload_dir: Path) -> dict[str, Callable[[Any], Any]]
             int(spark.conf.get("spark.sql.shuffle.partitions")), "key"
         )
 
-    return dict(zip(APPROACHES, (ours, listagg, collect_concat, pandas_udf, floor), strict=True))
+    def verifying(digest: DigestPolicy) -> Callable[[Any], Any]:
+        def run(df: Any) -> Any:
+            options = ReassemblyOptions(payload_dir=str(payload_dir), digest=digest)
+            return reassemble(df, options=options).combined
+
+        return run
+
+    table = dict(zip(APPROACHES, (ours, listagg, collect_concat, pandas_udf, floor), strict=True))
+    return table | {DIGEST_APPROACHES[name]: verifying(policy) for name, policy in DIGESTS.items()}
 
 
 class _Window:
@@ -227,3 +245,27 @@ def spark_cases(work: Path, quick: bool) -> Iterator[dict[str, Any]]:
         info = make_dataset(src, 512 * MiB, 64 * 1024, per)
         for case in run_cases(src, [ours, listagg, floor], warm, out):
             yield {"kind": "scale_per_message", **info, **case}
+
+
+def digest_cases(work: Path, quick: bool) -> Iterator[dict[str, Any]]:
+    """CRC only, each digest option and the floor on one data set (1 GiB, 64 KiB x 8), same run.
+
+    Each option reads its own copy of the data, signed by the producer with that option (and a
+    warm-up signed the same way, so the JVM's sha2 path is compiled before the timed run).
+    """
+    total = (64 if quick else 1024) * MiB
+    plain = work / f"data-{total // MiB}M-64K-8"
+    warm = work / "warmup-32M"
+    make_dataset(warm, 32 * MiB, 64 * 1024, 8)
+    out = work / "out"
+    info = make_dataset(plain, total, 64 * 1024, 8)
+    for name in (APPROACHES[0], APPROACHES[4]):
+        for case in run_cases(plain, [name], warm, out):
+            yield {"kind": "digests", **info, **case}
+    for option, policy in DIGESTS.items():
+        src = work / f"{plain.name}-{option}"
+        signed_warm = work / f"warmup-32M-{option}"
+        make_dataset(signed_warm, 32 * MiB, 64 * 1024, 8, policy)
+        info = make_dataset(src, total, 64 * 1024, 8, policy)
+        for case in run_cases(src, [DIGEST_APPROACHES[option]], signed_warm, out):
+            yield {"kind": "digests", **info, **case}

@@ -30,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     from reassembly.session import get_session
     from reassembly.spark import jvm, reassemble
     from reassembly.spark.decode import decode_segments
+    from segmenter.digest import NO_POLICY
 
     port = "4099"
     spark = get_session(
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     variants: dict[str, Callable[[Any], Any]] = {
         "floor": lambda df: df.select(F.expr("substring(segment, 17, 28)").alias("k"), "segment").repartition(8, "k"),
         "aggregate": lambda df: aggregate(df).select("pk", "blob"),
-        "clean": lambda df: aggregate(df).select("pk", F.when(F.expr(jvm.CLEAN), F.col("blob")).alias("p")),
+        "clean": lambda df: aggregate(df).select("pk", F.when(F.expr(jvm.clean(NO_POLICY)), F.col("blob")).alias("p")),
         "ours": lambda df: reassemble(df).combined,
     }
     out = tempfile.mkdtemp(prefix="stages-")

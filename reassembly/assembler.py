@@ -253,8 +253,8 @@ class Assembler:
     # ------------------------------------------------------------ judging
     def _decide(self, msg: Message) -> Verdict:
         bodies = self.bodies if msg.stored else None
-        limit = self.limits.max_message_size
-        return rules.decide(msg, lambda chain, facts: build(msg.key, facts, chain, limit, bodies))
+        limit, digest = self.limits.max_message_size, self.limits.digest
+        return rules.decide(msg, lambda chain, facts: build(msg.key, facts, chain, limit, bodies, digest))
 
     def _progress(self, group: Group, msg: Message, events: list[Event]) -> None:
         """Streaming: judge as soon as a complete candidate exists (Unit-of-Work: for every message)."""

@@ -3,33 +3,74 @@
 A message is copied exactly once, into a buffer preallocated at its stored
 length (or written into a :class:`~reassembly.bodies.BodyStore`);
 decompression never produces more than the declared original length.
+The optional SHA-256 / HMAC-SHA-256 (the last piece's header extension) are
+checked over the decoded payload after the message checksum: one more check
+every candidate must pass, so a copy forged to every CRC fails here.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import Any, BinaryIO
 
 import zstandard
 
 from segmenter.checksum import ChecksumAlgorithm, Combiner, checksum
+from segmenter.digest import NO_POLICY, DigestPolicy, Digests, Hasher, parse_extension
 from segmenter.errors import ChecksumError, DecompressionError, MessageTooBigError, OriginalLengthError, Reason
 from segmenter.flags import Codec
-from segmenter.wire import UNKNOWN_LENGTH
+from segmenter.wire import UNKNOWN_LENGTH, Buffer
 
 from .bodies import BodyStore, MessageKey, StoredBody
 from .model import Facts, Piece
 
+_WINDOW = 1 << 20  # bytes read or decompressed at a time for a body in a store
+
 
 def build(
-    key: MessageKey, facts: Facts, pieces: tuple[Piece, ...], max_message_size: int, bodies: BodyStore | None
+    key: MessageKey,
+    facts: Facts,
+    pieces: tuple[Piece, ...],
+    max_message_size: int,
+    bodies: BodyStore | None,
+    digest: DigestPolicy = NO_POLICY,
 ) -> memoryview | StoredBody:
     """The verified payload of a candidate (pieces tiling the stored body, facts agreeing); raises
     the first check that fails."""
     if facts.message_checksum is None or facts.original_length == UNKNOWN_LENGTH:
         raise OriginalLengthError("message has no original length or checksum", msg_seq_number=key[1])
+    check = _DigestCheck(digest, pieces[-1].header.extension)
     if bodies is not None:
-        return _build_stored(key, facts, pieces, bodies, max_message_size)
-    return _build(key[1], facts, pieces, max_message_size)
+        return _build_stored(key, facts, pieces, bodies, max_message_size, check)
+    return _build(key[1], facts, pieces, max_message_size, check)
+
+
+class _DigestCheck:
+    """The digests the candidate's last piece declares, checked as the policy says.
+
+    ``hasher`` is None when there is nothing to compute (no digest declared that
+    this reader can check, none demanded): the CRC-only path does no extra work.
+    """
+
+    __slots__ = ("declared", "hasher", "policy")
+
+    def __init__(self, policy: DigestPolicy, extension: bytes) -> None:
+        self.policy = policy
+        self.declared: Digests = parse_extension(extension)
+        checkable = self.declared.sha256 is not None or (policy.keyring is not None and self.declared.hmac is not None)
+        demanded = policy.sha256 or policy.keyring is not None
+        self.hasher: Hasher | None = policy.verifier(self.declared) if checkable or demanded else None
+
+    def over(self, chunks: Iterable[Buffer]) -> None:
+        """Check a whole payload given in chunks."""
+        if self.hasher is not None:
+            for chunk in chunks:
+                self.hasher.update(chunk)
+            self.finish()
+
+    def finish(self) -> None:
+        if self.hasher is not None:
+            self.policy.check(self.declared, self.hasher.digests())
 
 
 def _combined_checksum(facts: Facts, pieces: tuple[Piece, ...]) -> int:
@@ -53,11 +94,12 @@ def _check_message(seq: int, facts: Facts, actual: int) -> None:
         )
 
 
-def _build(seq: int, facts: Facts, pieces: tuple[Piece, ...], max_message_size: int) -> memoryview:
-    """Copy the pieces into one preallocated buffer, decode, verify the message checksum."""
+def _build(seq: int, facts: Facts, pieces: tuple[Piece, ...], max_message_size: int, check: _DigestCheck) -> memoryview:
+    """Copy the pieces into one preallocated buffer, decode, verify the message checksum and digests."""
     if facts.codec == Codec.NONE:
         # Pieces were verified on arrival; combine their checksums before copying anything.
         _check_message(seq, facts, _combined_checksum(facts, pieces))
+        check.over(p.data for p in pieces)
     if len(pieces) == 1:
         body = memoryview(pieces[0].data).toreadonly()
     else:
@@ -72,11 +114,24 @@ def _build(seq: int, facts: Facts, pieces: tuple[Piece, ...], max_message_size: 
     _inflate(body, facts.original_length, max_message_size, _BufferSink(out))
     payload = memoryview(out).toreadonly()
     _check_message(seq, facts, checksum(facts.algorithm, payload))
+    check.over((payload,))
     return payload
 
 
+def _blocks(f: BinaryIO) -> Iterator[bytes]:
+    """A stored body read back in windows (never whole)."""
+    f.seek(0)
+    while block := f.read(_WINDOW):
+        yield block
+
+
 def _build_stored(
-    key: MessageKey, facts: Facts, pieces: tuple[Piece, ...], bodies: BodyStore, max_message_size: int
+    key: MessageKey,
+    facts: Facts,
+    pieces: tuple[Piece, ...],
+    bodies: BodyStore,
+    max_message_size: int,
+    check: _DigestCheck,
 ) -> StoredBody:
     """As :func:`_build`, for a body in a store: the pieces are already there, nothing is copied
     into memory; a compressed body is decompressed from the store into the store."""
@@ -85,15 +140,17 @@ def _build_stored(
     if facts.codec == Codec.NONE:
         actual = _combined_checksum(facts, pieces)
         _check_message(key[1], facts, actual)  # before any I/O: a failing combination costs nothing
-        bodies.body(key, placed, facts.stored_length)
+        body = bodies.body(key, placed, facts.stored_length)
+        check.over(_blocks(body))
         return StoredBody(bodies.location(key), facts.stored_length, actual)
     body = bodies.body(key, placed, facts.stored_length)
     out = bodies.output(key)
     out.seek(0)
     out.truncate()
-    sink = _FileSink(out, facts.algorithm)
+    sink = _FileSink(out, facts.algorithm, check.hasher)
     _inflate(body, facts.original_length, max_message_size, sink)
     _check_message(key[1], facts, sink.crc)
+    check.finish()
     return StoredBody(bodies.location(key), facts.original_length, sink.crc)
 
 
@@ -112,12 +169,13 @@ class _BufferSink:
 
 
 class _FileSink:
-    """Decompressed bytes go to a file through a 1 MiB window, checksummed on the way."""
+    """Decompressed bytes go to a file through a 1 MiB window, checksummed (and hashed) on the way."""
 
-    def __init__(self, out: Any, algorithm: ChecksumAlgorithm) -> None:
+    def __init__(self, out: Any, algorithm: ChecksumAlgorithm, hasher: Hasher | None) -> None:
         self._out = out
-        self._window = memoryview(bytearray(1 << 20))
+        self._window = memoryview(bytearray(_WINDOW))
         self._algorithm = algorithm
+        self._hasher = hasher
         self.crc = 0
 
     def space(self, n: int) -> memoryview:
@@ -126,6 +184,8 @@ class _FileSink:
     def commit(self, chunk: memoryview) -> None:
         self._out.write(chunk)
         self.crc = checksum(self._algorithm, chunk, self.crc)
+        if self._hasher is not None:
+            self._hasher.update(chunk)
 
 
 def _inflate(body: Any, original_length: int, max_message_size: int, sink: _BufferSink | _FileSink) -> None:

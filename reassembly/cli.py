@@ -33,6 +33,7 @@ from .jobs import (
     JobError,
     SparkSettings,
     UsageError,
+    digest_policy,
     first_line,
     master_endpoints,
     open_job,
@@ -101,6 +102,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--input-format", choices=("encoded", "columns"), default="encoded")
     run.add_argument("--raw-column", default="segment", help="binary column holding encoded segments")
     run.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
+    run.add_argument("--require-sha256", action="store_true", help="refuse messages without a SHA-256 digest (9035)")
+    run.add_argument(
+        "--hmac-keyring",
+        metavar="FILE",
+        default=None,
+        help='JSON {"current": ID, "keys": {ID: HEX}}: demand an HMAC-SHA-256 tag under one of these keys',
+    )
     common(run)
     large(run)
 
@@ -139,6 +147,8 @@ def _run(args: argparse.Namespace, pattern: str, output: str, overwrite: bool) -
     encoded = getattr(args, "input_format", "encoded") == "encoded"
     raw_column = getattr(args, "raw_column", "segment")
     column = raw_column if encoded else None
+    # Read the keyring before Spark starts: a bad file is a usage error, reported at once.
+    digest = digest_policy(getattr(args, "require_sha256", False), getattr(args, "hmac_keyring", None))
     job = open_job(pattern, output, overwrite=overwrite, column=column, settings=_settings(args))
     from .spark import ReassemblyOptions, reassemble
 
@@ -150,6 +160,7 @@ def _run(args: argparse.Namespace, pattern: str, output: str, overwrite: bool) -
             partitions=args.partitions,
             payload_dir=str(tmp / "payloads"),
             large_message_bytes=args.large_message_bytes,
+            digest=digest,
         )
         result = reassemble(job.df, encoded=encoded, raw_column=raw_column, options=options)
         write_split(result.combined, tmp, {"message": "messages", "quarantine": "quarantine"})

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 from segmenter.checksum import ChecksumAlgorithm
 from segmenter.coverage import RangeSet, gaps
+from segmenter.digest import NO_POLICY, DigestPolicy
 from segmenter.flags import Codec, group_bits
 from segmenter.wire import DEFAULT_MAX_SEGMENT_SIZE, UNKNOWN_LENGTH, Buffer, SegmentHeader
 
@@ -30,6 +31,8 @@ class Limits:
     max_open_groups: int = 100_000
     expiry_seconds: float | None = None  # incomplete groups older than this expire (needs a clock)
     remember_closed: int = 100_000  # finished group ids kept to recognise late segments
+    # SHA-256 / HMAC-SHA-256 demanded and keys to check them (default: check any SHA-256 declared)
+    digest: DigestPolicy = NO_POLICY
 
 
 class Facts(NamedTuple):

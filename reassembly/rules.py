@@ -13,6 +13,7 @@ from collections.abc import Callable, Collection
 from typing import TypeVar
 
 from segmenter.coverage import Arbitration, Outcome, Reference, arbitrate, tilings
+from segmenter.digest import Digests, parse_extension
 from segmenter.errors import (
     ConflictError,
     FlagsError,
@@ -86,8 +87,19 @@ def agree(by_offset: dict[int, list[Piece]]) -> bool:
     return True
 
 
+def _declared(last: Piece) -> Digests | bytes:
+    """The digests a candidate's last piece declares (its raw extension when that does not parse)."""
+    try:
+        return parse_extension(last.header.extension)
+    except SegmentationError:
+        return last.header.extension
+
+
 def _same(a: tuple[Piece, ...], b: tuple[Piece, ...]) -> bool:
-    """Byte-identical bodies (a re-segmentation of the same body)."""
+    """Byte-identical bodies (a re-segmentation of the same body) declaring the same digests: a
+    copy of the last segment declaring other digests is another candidate, verified too."""
+    if a[-1].header.extension != b[-1].header.extension and _declared(a[-1]) != _declared(b[-1]):
+        return False
     i = j = 0
     ia = ib = 0  # position inside a[i], b[j]
     while i < len(a) and j < len(b):

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator
 from typing import BinaryIO, NamedTuple, Protocol, runtime_checkable
 
 from segmenter.checksum import DEFAULT_ALGORITHM, ChecksumAlgorithm, checksum, checksum_function
+from segmenter.digest import NO_DIGESTS, NO_POLICY, DigestPolicy, Digests
 from segmenter.errors import ChecksumError, MessageTooBigError, Reason, SegmentationError
 
 from .chunker import new_instance_id
@@ -171,6 +172,7 @@ class Claim(NamedTuple):
     length: int
     algorithm: ChecksumAlgorithm
     checksum: int
+    digests: Digests = NO_DIGESTS  # SHA-256 / HMAC-SHA-256 of the object, when the producer added them
 
 
 def is_claim_check(body: Buffer) -> bool:
@@ -198,11 +200,13 @@ def claim_check_message(
     data_format: str = FORMAT_NONE,
     header_encoding: int = ENCODING_NATIVE,
     ccsid: int = CCSID_UTF8,
+    digests: Digests = NO_DIGESTS,
 ) -> Message:
     """The header-only reference message for an object already in a store (what :func:`offload` sends).
 
     ``data_format``, ``header_encoding`` and ``ccsid`` describe the payload
-    (MQRMH Format, Encoding, CodedCharSetId), for the application that resolves it.
+    (MQRMH Format, Encoding, CodedCharSetId), for the application that resolves it;
+    ``digests`` (of the object) travel in the integrity block.
     """
     if not 0 <= length <= MAX_MQLONG:
         raise MessageTooBigError(f"{length} bytes exceed DataLogicalLength's range", length=length, limit=MAX_MQLONG)
@@ -218,7 +222,7 @@ def claim_check_message(
         encoding=header_encoding,
         ccsid=ccsid,
     )
-    integrity = Integrity(algorithm, object_checksum, length, object_checksum)
+    integrity = Integrity(algorithm, object_checksum, length, object_checksum, digests)
     return Message(FORMAT_REF_MSG_HEADER, ReferenceMessage(header, b"", integrity).encode())
 
 
@@ -232,10 +236,12 @@ def offload(
     inline_format: str = FORMAT_NONE,
     header_encoding: int = ENCODING_NATIVE,
     ccsid: int = CCSID_UTF8,
+    digest: DigestPolicy = NO_POLICY,
 ) -> Message:
     """The payload itself when it is at most ``threshold`` bytes, else a claim-check reference message.
 
-    A payload that :func:`is_claim_check` would take for a reference is stored
+    A reference carries the SHA-256 / HMAC-SHA-256 of the payload that ``digest``
+    asks for. A payload that :func:`is_claim_check` would take for a reference is stored
     whatever its size, so that :func:`resolve` gives every offloaded payload back.
     """
     if len(payload) <= threshold and not is_claim_check(payload):
@@ -251,6 +257,7 @@ def offload(
         data_format=inline_format,
         header_encoding=header_encoding,
         ccsid=ccsid,
+        digests=digest.sign((payload,)),
     )
     store.put(key, payload)
     return message
@@ -293,7 +300,14 @@ def read_claim(body: Buffer) -> Claim:
         )
     if not rmh.src_env or not rmh.src_name:
         raise RmhError("a claim check names its store (SrcEnv) and key (SrcName)", src_env=rmh.src_env)
-    return Claim(rmh.src_env, rmh.src_name, rmh.data_logical_length, integrity.algorithm, integrity.chunk_checksum)
+    return Claim(
+        rmh.src_env,
+        rmh.src_name,
+        rmh.data_logical_length,
+        integrity.algorithm,
+        integrity.chunk_checksum,
+        integrity.digests,
+    )
 
 
 def _claim_of(message: Message | Buffer) -> Claim | None:
@@ -326,14 +340,17 @@ def _open_checked(claim: Claim, store: ObjectStore, max_size: int) -> StoredObje
     return obj
 
 
-def _verified_pieces(claim: Claim, stream: BinaryIO, chunk_size: int) -> Iterator[bytes]:
+def _verified_pieces(claim: Claim, stream: BinaryIO, chunk_size: int, digest: DigestPolicy) -> Iterator[bytes]:
     """The object in pieces of at most ``chunk_size``, never reading past ``claim.length``.
 
-    The checksum is updated as each piece is read; the last piece is yielded
-    only once the whole object matched, so no consumer ever holds all of a
-    wrong object. Growth after the size check is harmless (not read); a stream
-    that ends early is an OBJECT_SIZE_ERROR.
+    The checksum (and the digests ``digest`` checks) is
+    updated as each piece is read; the last piece is yielded only once the
+    whole object matched, so no consumer ever holds all of a wrong object.
+    Growth after the size check is harmless (not read); a stream that ends
+    early is an OBJECT_SIZE_ERROR. A digest ``digest`` demands and the claim
+    lacks is refused before anything is read.
     """
+    hasher = digest.verifier(claim.digests)  # refuses a demanded digest the claim lacks
     crc: Callable[[bytes, int], int] = checksum_function(claim.algorithm)
     value, done = 0, 0
     held = b""
@@ -351,6 +368,7 @@ def _verified_pieces(claim: Claim, stream: BinaryIO, chunk_size: int) -> Iterato
                 expected=claim.length,
             )
         value = crc(piece, value)
+        hasher.update(piece)
         done += len(piece)
         if held:
             yield held
@@ -364,12 +382,18 @@ def _verified_pieces(claim: Claim, stream: BinaryIO, chunk_size: int) -> Iterato
             expected=claim.checksum,
             length=claim.length,
         )
+    digest.check(claim.digests, hasher.digests())
     if held:
         yield held
 
 
 def resolve(
-    message: Message | Buffer, store: ObjectStore, *, delete: bool = False, max_size: int = MAX_MQLONG
+    message: Message | Buffer,
+    store: ObjectStore,
+    *,
+    delete: bool = False,
+    max_size: int = MAX_MQLONG,
+    digest: DigestPolicy = NO_POLICY,
 ) -> bytes:
     """The payload: inline as is, or fetched from ``store`` and verified (size first, then checksum).
 
@@ -377,7 +401,8 @@ def resolve(
     :class:`~segmenter.errors.SegmentationError` with its reason; it is never
     returned as a payload. A reference for more than ``max_size`` bytes is
     refused before the store is asked (2030). The object is read once, exactly
-    its declared size. ``delete`` removes it once verified.
+    its declared size. ``delete`` removes it once verified. ``digest`` says which
+    SHA-256 / HMAC-SHA-256 a reference must carry and holds the keys to check them.
     """
     claim = _claim_of(message)
     if claim is None:
@@ -385,7 +410,7 @@ def resolve(
     obj = _open_checked(claim, store, max_size)
     with obj.stream:
         # One piece when the stream delivers it (one buffer, no join copy); more only if it reads short.
-        data = b"".join(_verified_pieces(claim, obj.stream, max(claim.length, 1)))
+        data = b"".join(_verified_pieces(claim, obj.stream, max(claim.length, 1), digest))
     if delete:
         store.delete(claim.key)
     return data
@@ -399,6 +424,7 @@ def resolve_into(
     delete: bool = False,
     max_size: int = MAX_MQLONG,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
+    digest: DigestPolicy = NO_POLICY,
 ) -> int:
     """Write the payload into ``sink`` with memory bounded by ``chunk_size``; return the bytes written.
 
@@ -414,7 +440,7 @@ def resolve_into(
     obj = _open_checked(claim, store, max_size)
     written = 0
     with obj.stream:
-        for piece in _verified_pieces(claim, obj.stream, chunk_size):
+        for piece in _verified_pieces(claim, obj.stream, chunk_size, digest):
             written += sink.write(piece)
     if delete:
         store.delete(claim.key)

@@ -15,6 +15,8 @@ followed by more bytes than it claims is real damage and raises
 - DONE (4): f64 time, u64 object length, u32 object checksum (0 when unknown)
 - CONFLICT (5): f64 time, u64 offset, u64 length of a verified chunk whose bytes differ from
   those applied: the object is never delivered (two copies pass every check; no guess)
+- DIGESTS (6): f64 time, then the digest records the LAST message declared (the TLV bytes of
+  ``segmenter.digest``), so a receiver restarted after a crash still verifies them
 
 Encoding and decoding are pure; :class:`JournalFile` does the I/O.
 """
@@ -32,12 +34,13 @@ from .errors import JournalError
 
 FRAME = struct.Struct(">IB")
 CRC_LENGTH = 4
-OPEN, RANGE, OBJECT, DONE, CONFLICT = 1, 2, 3, 4, 5
+OPEN, RANGE, OBJECT, DONE, CONFLICT, DIGESTS = 1, 2, 3, 4, 5, 6
 _OPEN = struct.Struct(">dB24sH")
 _RANGE = struct.Struct(">dQQI")
 _OBJECT = struct.Struct(">dBBQBI")
 _DONE = struct.Struct(">dQI")
 _CONFLICT = struct.Struct(">dQQ")
+_AT = struct.Struct(">d")
 MAX_PAYLOAD = 1 << 16
 
 
@@ -74,7 +77,12 @@ class ConflictRecord(NamedTuple):
     length: int
 
 
-Record = OpenRecord | RangeRecord | ObjectRecord | DoneRecord | ConflictRecord
+class DigestsRecord(NamedTuple):
+    at: float
+    extension: bytes  # Digests.extension(): parsed back with segmenter.digest.parse_extension
+
+
+Record = OpenRecord | RangeRecord | ObjectRecord | DoneRecord | ConflictRecord | DigestsRecord
 
 
 def encode_record(record: Record) -> bytes:
@@ -98,6 +106,8 @@ def encode_record(record: Record) -> bytes:
         )
     elif isinstance(record, ConflictRecord):
         kind, payload = CONFLICT, _CONFLICT.pack(record.at, record.offset, record.length)
+    elif isinstance(record, DigestsRecord):
+        kind, payload = DIGESTS, _AT.pack(record.at) + record.extension
     else:
         kind, payload = DONE, _DONE.pack(record.at, record.object_length, record.object_checksum)
     body = FRAME.pack(len(payload), kind) + payload
@@ -118,6 +128,9 @@ def _decode_payload(kind: int, payload: bytes) -> Record:
         return DoneRecord(*_DONE.unpack(payload))
     if kind == CONFLICT:
         return ConflictRecord(*_CONFLICT.unpack(payload))
+    if kind == DIGESTS:
+        (at,) = _AT.unpack_from(payload)
+        return DigestsRecord(at, payload[_AT.size :])
     raise JournalError(f"unknown journal record type {kind}", kind=kind)
 
 

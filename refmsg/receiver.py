@@ -34,11 +34,14 @@ from enum import Enum
 from typing import NamedTuple, Protocol
 
 from segmenter.checksum import DEFAULT_ALGORITHM, ChecksumAlgorithm, checksum
+from segmenter.digest import NO_POLICY, DigestPolicy, parse_extension
 from segmenter.errors import ChecksumError, ConflictError, Reason, SegmentationError
 
 from .errors import JournalError, PathError
+from .integrity import ObjectCheck
 from .journal import (
     ConflictRecord,
+    DigestsRecord,
     DoneRecord,
     JournalFile,
     ObjectRecord,
@@ -164,6 +167,8 @@ def _record_state(name: str, records: tuple[Record, ...], max_object_size: int) 
             state.note(record.last, record.object_length, record.object_checksum)
         elif isinstance(record, ConflictRecord):
             state.conflict = True
+        elif isinstance(record, DigestsRecord):
+            state.note_digests(parse_extension(record.extension))
         elif isinstance(record, DoneRecord):
             state.note(True, record.object_length, record.object_checksum or state.object_checksum)
             state.applied.add(0, record.object_length)
@@ -188,6 +193,7 @@ class Receiver:
         *,
         clock: Clock = time.time,
         require_integrity: bool = True,
+        digest: DigestPolicy = NO_POLICY,
         source: RangeSource | None = None,
         max_object_size: int = DEFAULT_MAX_OBJECT_SIZE,
         replace_existing: bool = True,
@@ -198,6 +204,7 @@ class Receiver:
         self.max_age = max_age
         self.clock = clock
         self.require_integrity = require_integrity
+        self.digest = digest
         self.source = source
         self.max_object_size = max_object_size
         self.replace_existing = replace_existing
@@ -293,6 +300,7 @@ class Receiver:
             if entry.done:
                 return self._redelivered(entry, plan, data, parts, key)
             self._compare(entry.part_fd, plan, data, name)
+            new_digests = integrity is not None and state.note_digests(integrity.digests)
         except ConflictError:
             if not entry.done and not state.conflict:
                 # Two verified copies differ: no CRC can tell which is genuine, so neither is delivered.
@@ -314,6 +322,8 @@ class Receiver:
         )
         if declares:
             records.append(ObjectRecord(now, plan.last, plan.object_length, plan.object_checksum))
+        if new_digests:
+            records.append(DigestsRecord(now, state.digests.extension()))
         entry.journal.append(records)
         state.commit(plan)
         written = sum(s.length for s in plan.write)
@@ -399,28 +409,21 @@ class Receiver:
     def _verify_object(self, fd: int, state: ObjectState) -> int:
         """Checksum of the first object_length bytes of ``fd``; raise when it is not the declared one."""
         assert state.object_length is not None
-        crc, pos = 0, 0
+        if state.object_checksum is None and self.require_integrity:
+            raise ChecksumError(
+                f"object {state.name!r}: no whole-object checksum arrived", reason=Reason.MESSAGE_CHECKSUM_ERROR
+            )
+        check = ObjectCheck(state.algorithm, state.object_checksum, state.digests, self.digest)
+        pos = 0
         while pos < state.object_length:
             block = os.pread(fd, min(_READ, state.object_length - pos), pos)
             if not block:
                 break
-            crc = checksum(state.algorithm, block, crc)
+            check.update(block)
             pos += len(block)
         if pos != state.object_length:
             raise ChecksumError(f"object {state.name!r}: file holds {pos} bytes", reason=Reason.MESSAGE_CHECKSUM_ERROR)
-        if state.object_checksum is None:
-            if self.require_integrity:
-                raise ChecksumError(
-                    f"object {state.name!r}: no whole-object checksum arrived", reason=Reason.MESSAGE_CHECKSUM_ERROR
-                )
-        elif crc != state.object_checksum:
-            raise ChecksumError(
-                f"object {state.name!r}: checksum 0x{crc:08x}, expected 0x{state.object_checksum:08x}",
-                reason=Reason.MESSAGE_CHECKSUM_ERROR,
-                stored=state.object_checksum,
-                computed=crc,
-            )
-        return crc
+        return check.finish()
 
     def _finish(self, entry: _Open, parts: tuple[str, ...], key: str) -> str:
         state = entry.state

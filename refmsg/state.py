@@ -18,6 +18,7 @@ from segmenter.checksum import DEFAULT_ALGORITHM, ChecksumAlgorithm, checksum
 from segmenter.coverage import RangeSet as RangeSet  # re-exported: refmsg's public name
 from segmenter.coverage import Reference
 from segmenter.coverage import Span as Span
+from segmenter.digest import NO_DIGESTS, NO_POLICY, DigestPolicy, Digests, parse_extension
 from segmenter.errors import (
     ChecksumError,
     ConflictError,
@@ -29,6 +30,8 @@ from segmenter.errors import (
     Reason,
     SegmentationError,
 )
+
+from .integrity import verify_object
 
 DEFAULT_MAX_OBJECT_SIZE = 1 << 40  # 1 TiB
 
@@ -62,6 +65,7 @@ class ObjectState:
     object_checksum: int | None = None
     last_arrived: bool = False
     conflict: bool = False  # two verified chunks disagreed: the object is never delivered
+    digests: Digests = NO_DIGESTS  # SHA-256 / HMAC the LAST message declared
 
     @property
     def complete(self) -> bool:
@@ -149,6 +153,16 @@ class ObjectState:
             self.applied.add(span.start, span.end)
         self.note(plan.last, plan.object_length, plan.object_checksum)
 
+    def note_digests(self, digests: Digests) -> bool:
+        """Record declared digests; True when they are new. Different digests from another copy
+        of the LAST message: a conflict (which is genuine is not for a guess to say)."""
+        if not digests or digests == self.digests:
+            return False
+        if self.digests:
+            raise ConflictError(f"object {self.name!r}: digests differ from those declared before")
+        self.digests = digests
+        return True
+
     def note(self, last: bool, object_length: int | None, object_checksum: int | None) -> None:
         """Record what a chunk declared about the whole object."""
         if object_length is not None:
@@ -195,6 +209,7 @@ class ChunkRow(NamedTuple):
     last: bool
     chunk_checksum: int | None = None
     object_checksum: int | None = None
+    digests: bytes | None = None  # the integrity block's digest records (on the LAST chunk)
 
 
 def _as_row(row: Any) -> ChunkRow:
@@ -215,6 +230,7 @@ def assemble_chunks(
     require_checksums: bool = True,
     max_object_size: int = 1 << 31,
     name: str = "",
+    digest: DigestPolicy = NO_POLICY,
 ) -> bytes:
     """Validate the chunks of one object (any order, duplicates allowed) and return its bytes.
 
@@ -222,8 +238,10 @@ def assemble_chunks(
     byte for byte (two verified copies that differ are a conflict: nothing is
     delivered, whatever the order, as in the receiver); exactly one object
     length (from the LAST chunk) and one object checksum; no gaps. With ``require_checksums`` every chunk must
-    carry a chunk checksum and some chunk the object checksum. Raises the
-    first :class:`SegmentationError` found.
+    carry a chunk checksum and some chunk the object checksum. The digests
+    of the chunks' ``digests`` column are checked as ``digest`` says
+    (:class:`~refmsg.integrity.ObjectCheck`). Raises the first
+    :class:`SegmentationError` found.
     """
     algorithm = ChecksumAlgorithm.parse(algorithm)
     state = ObjectState(name, algorithm, max_object_size)
@@ -243,6 +261,8 @@ def assemble_chunks(
             raise ChecksumError(f"chunk at {row.offset} has no checksum", offset=row.offset)
         verify_chunk(algorithm, data, row.chunk_checksum, row.offset)
         plan = state.plan(row.offset, row.length, last=bool(row.last), object_checksum=row.object_checksum)
+        if row.digests:
+            state.note_digests(parse_extension(row.digests))
         span = seen.disagreement(row.offset, data)
         if span is not None:
             raise ConflictError(
@@ -258,16 +278,7 @@ def assemble_chunks(
         raise incomplete_error(state)
     assert state.object_length is not None
     out = seen.read(0, state.object_length)
-    if state.object_checksum is None:
-        if require_checksums:
-            raise ChecksumError("no chunk carries the object checksum", reason=Reason.MESSAGE_CHECKSUM_ERROR)
-    else:
-        actual = checksum(algorithm, out)
-        if actual != state.object_checksum:
-            raise ChecksumError(
-                f"object checksum 0x{actual:08x}, expected 0x{state.object_checksum:08x}",
-                reason=Reason.MESSAGE_CHECKSUM_ERROR,
-                stored=state.object_checksum,
-                computed=actual,
-            )
+    if state.object_checksum is None and require_checksums:
+        raise ChecksumError("no chunk carries the object checksum", reason=Reason.MESSAGE_CHECKSUM_ERROR)
+    verify_object([out], algorithm, state.object_checksum, state.digests, digest)
     return out

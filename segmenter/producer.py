@@ -13,7 +13,10 @@ Whatever the input, only the last segment of a message carries the
 whole-message checksum (docs/wire-format.md, "Where the message checksum is
 carried"): a stream knows it only at its end, and one rule for every input
 makes a payload in memory and the same payload read from a file give the same
-segments.
+segments. The optional SHA-256 / HMAC-SHA-256 of a ``digest`` policy follow the
+same rule (header extension of the last segment); every segment's data is then
+``max_segment_size - 84 - policy.extension_size()`` bytes, so the last one fits
+too whatever its length.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import BinaryIO
 import zstandard
 
 from .checksum import DEFAULT_ALGORITHM, ChecksumAlgorithm, checksum_function, combine, combine_run
+from .digest import NO_POLICY, DigestPolicy
 from .errors import OriginalLengthError, SegmentationError, SequenceError
 from .flags import Codec, MsgFlags
 from .wire import HEADER_LENGTH, MAX_SEQ_NUMBER, UNKNOWN_LENGTH, Buffer, Segment, SegmentHeader
@@ -70,7 +74,7 @@ class Segmenter:
 
     ``codec=Codec.ZSTD`` compresses the whole message before splitting (so the
     offsets are into the compressed body); the whole-message checksum is
-    always over the original bytes.
+    always over the original bytes, and so are the optional ``digest``s.
     """
 
     max_segment_size: int = DEFAULT_SEGMENT_SIZE
@@ -78,20 +82,23 @@ class Segmenter:
     level: int = 3
     algorithm: ChecksumAlgorithm = DEFAULT_ALGORITHM
     segmentation_allowed: bool = False
+    digest: DigestPolicy = NO_POLICY
 
     def __post_init__(self) -> None:
-        if self.max_segment_size <= HEADER_LENGTH:
+        header = HEADER_LENGTH + self.digest.extension_size()
+        if self.max_segment_size <= header:
             raise SegmentationError(
-                f"max_segment_size must exceed the {HEADER_LENGTH}-byte header",
+                f"max_segment_size must exceed the {header}-byte header",
                 max_segment_size=self.max_segment_size,
+                header_length=header,
             )
         object.__setattr__(self, "codec", Codec(self.codec))
         object.__setattr__(self, "algorithm", ChecksumAlgorithm.parse(self.algorithm))
 
     @property
     def data_size(self) -> int:
-        """Data bytes per full segment."""
-        return self.max_segment_size - HEADER_LENGTH
+        """Data bytes per full segment (room kept for the last segment's digest extension)."""
+        return self.max_segment_size - HEADER_LENGTH - self.digest.extension_size()
 
     def _compressor(self, size: int) -> zstandard.ZstdCompressionObj:
         """The one zstd frame writer for every input (``size`` -1 when unknown).
@@ -123,6 +130,7 @@ class Segmenter:
 
     def _segment_buffer(self, view: memoryview, gid: bytes, seq: int, group_flags: int) -> Iterator[Segment]:
         crc = checksum_function(self.algorithm)
+        extension = self.digest.sign((view,)).extension()
         if self.codec == Codec.ZSTD:
             message_crc: int | None = crc(view, 0)
             compressor = self._compressor(len(view))
@@ -164,9 +172,9 @@ class Segmenter:
                 repeat(self.algorithm),
                 crcs,
                 chain(repeat(None, final), (message_crc,)),  # only the last segment carries it
-                repeat(HEADER_LENGTH),
+                chain(repeat(HEADER_LENGTH, final), (HEADER_LENGTH + len(extension),)),
                 repeat(False),
-                repeat(b""),  # extension
+                chain(repeat(b"", final), (extension,)),  # digests: the last segment only
             ),
         )
         yield from map(tuple.__new__, repeat(Segment), zip(headers, pieces, strict=True))
@@ -231,6 +239,7 @@ class MessageWriter:
         self._original_length = original_length
         self._deferred = original_length == UNKNOWN_LENGTH
         self._crc = checksum_function(segmenter.algorithm)
+        self._signer = segmenter.digest.signer()
         self._message_crc = 0
         self._written = 0
         self._offset = 0
@@ -247,6 +256,7 @@ class MessageWriter:
 
     def _emit(self, data: bytes, last: bool) -> Segment:
         single = last and self._offset == 0
+        extension = self._signer.digests().extension() if last else b""
         flags = self._base if single else self._base | (MsgFlags.LAST_SEGMENT if last else MsgFlags.SEGMENT)
         header = SegmentHeader(
             group_id=self._gid,
@@ -260,7 +270,9 @@ class MessageWriter:
             algorithm=self._s.algorithm,
             data_checksum=self._crc(data, 0),
             message_checksum=self._message_crc if last else None,
+            header_length=HEADER_LENGTH + len(extension),
             length_deferred=self._deferred,
+            extension=extension,
         )
         self._offset += len(data)
         return Segment(header, data)
@@ -278,6 +290,7 @@ class MessageWriter:
         if self._closed:
             raise SegmentationError("write after close")
         self._message_crc = self._crc(data, self._message_crc)
+        self._signer.update(data)
         self._written += len(data)
         if self._original_length != UNKNOWN_LENGTH and self._written > self._original_length:
             raise OriginalLengthError(
@@ -335,9 +348,10 @@ def segment(
     codec: Codec = Codec.NONE,
     algorithm: ChecksumAlgorithm = DEFAULT_ALGORITHM,
     group_id: bytes | None = None,
+    digest: DigestPolicy = NO_POLICY,
 ) -> list[Segment]:
     """One-shot: the segments of one payload."""
-    s = Segmenter(max_segment_size=max_segment_size, codec=codec, algorithm=algorithm)
+    s = Segmenter(max_segment_size=max_segment_size, codec=codec, algorithm=algorithm, digest=digest)
     return list(s.segment(payload, group_id=group_id))
 
 
@@ -348,9 +362,10 @@ def segment_group(
     codec: Codec = Codec.NONE,
     algorithm: ChecksumAlgorithm = DEFAULT_ALGORITHM,
     group_id: bytes | None = None,
+    digest: DigestPolicy = NO_POLICY,
 ) -> list[Segment]:
     """One-shot: the segments of a logical group of messages."""
-    s = Segmenter(max_segment_size=max_segment_size, codec=codec, algorithm=algorithm)
+    s = Segmenter(max_segment_size=max_segment_size, codec=codec, algorithm=algorithm, digest=digest)
     return list(s.segment_group(payloads, group_id=group_id))
 
 

@@ -88,7 +88,9 @@ def resealed(seg: Segment, **changes: Any) -> Segment:
 
 
 def with_extension(raw: bytes, extension: bytes) -> bytes:
-    """The same segment with header-extension bytes (header_length > 84), as docs/wire-format.md allows."""
+    """The same segment with header-extension bytes (header_length > 84), as docs/wire-format.md allows:
+    ``extension`` as the value of a record readers skip (type 0xC5)."""
+    extension = struct.pack(">BH", 0xC5, len(extension)) + extension
     fields = bytearray(raw[:80])
     struct.pack_into(">H", fields, 8, HEADER_LENGTH + len(extension))
     head = bytes(fields) + extension
@@ -334,7 +336,8 @@ def test_group_flags_are_judged_in_msg_seq_number_order() -> None:
 def test_a_segment_with_a_header_extension_comes_back_byte_for_byte() -> None:
     payload = os.urandom(500)
     segs = segment(payload, HEADER_LENGTH + 200, group_id=GID)
-    extended = [with_extension(s.encode(), b"EXTENSION!") for s in segs]
+    skippable = bytes([0xC5, 0, 10]) + b"EXTENSION!"  # a TLV record readers skip (docs/wire-format.md)
+    extended = [with_extension(s.encode(), skippable) for s in segs]
     assert Assembler().receive_many(extended)[-1].payload == payload  # type: ignore[union-attr]
     incomplete = Assembler()
     incomplete.receive_many(extended[:-1])

@@ -3,8 +3,9 @@
 A hypothesis strategy builds landing sets a real pipe (or an attacker) can
 produce: interleaved messages and MQ groups, duplicates, conflicting copies,
 bit flips in headers and data, forged headers that reseal the header checksum,
-huge declared lengths, LENGTH_DEFERRED mixes, zstd, header extensions, garbage,
-truncated, empty and NULL rows. The Spark ``messages`` and ``quarantine`` must
+huge declared lengths, LENGTH_DEFERRED mixes, zstd, header extensions, SHA-256
+and HMAC-SHA-256 digests (read without keys, or with a keyring that demands a
+tag), garbage, truncated, empty and NULL rows. The Spark ``messages`` and ``quarantine`` must
 equal, row for row, what one in-process batch assembler reports on the same
 rows (through the same ``rows.py`` conversion), with the JVM fast path on and
 off, and with the large-message path on (a small ``large_message_bytes``).
@@ -27,12 +28,15 @@ from reassembly.spark.rows import reassemble_group
 from reassembly.spark.schema import OUTPUT_FIELDS
 from segmenter import ChecksumAlgorithm, Codec, SegmentationError, Segmenter
 from segmenter.checksum import checksum
+from segmenter.digest import NO_POLICY, DigestPolicy, Keyring
 from segmenter.header_table import FIELDS
 from segmenter.wire import HEADER, HEADER_LENGTH, LENGTH_DEFERRED, UNKNOWN_LENGTH, Segment, check_prefix, decode_segment
 
 pytestmark = pytest.mark.spark
 
 MAX = 4000  # max_message_size: some generated messages exceed it (too_big)
+KEYED = DigestPolicy(keyring=Keyring({"k1": b"differential-key"}, current="k1"))
+_SIGNERS = {"sha256": DigestPolicy(sha256=True), "hmac": KEYED}
 _INDEX = {f.name: i for i, f in enumerate(FIELDS)}
 _HOSTILE = {
     "original_length": [0, 1, MAX, MAX + 1, 2**63 - 1, 2**63, UNKNOWN_LENGTH],
@@ -75,11 +79,13 @@ def message(draw: st.DrawFn, index: int) -> list[bytes | None]:
     """One message or MQ group (its own GroupId), then hostile changes to its rows."""
     gid = index.to_bytes(4, "big") + draw(st.binary(min_size=20, max_size=20))
     size = draw(st.integers(HEADER_LENGTH + 1, 400))
-    kind = draw(st.sampled_from(["plain", "zstd", "crc32c", "deferred", "group", "big", "extension"]))
+    kinds = ["plain", "zstd", "crc32c", "deferred", "group", "big", "extension", "sha256", "hmac"]
+    kind = draw(st.sampled_from(kinds))
     seg = Segmenter(
-        size,
+        max(size, HEADER_LENGTH + 100) if kind in _SIGNERS else size,
         codec=Codec.ZSTD if kind == "zstd" else Codec.NONE,
         algorithm=ChecksumAlgorithm.CRC32C if kind == "crc32c" else ChecksumAlgorithm.CRC32,
+        digest=_SIGNERS.get(kind, NO_POLICY),
     )
     length = draw(st.integers(MAX - 300, MAX + 600) if kind == "big" else st.integers(0, 1500))
     payload = draw(st.randoms(use_true_random=False)).randbytes(length)
@@ -170,24 +176,24 @@ def canonical(rows: list[dict[str, Any]], payload_dir: Path | None = None) -> li
     return sorted(out)
 
 
-def spark_rows(spark: Any, path: Path, **options: Any) -> list[dict[str, Any]]:
-    opts = ReassemblyOptions(max_message_size=MAX, partitions=3, **options)
+def spark_rows(spark: Any, path: Path, digest: DigestPolicy, **options: Any) -> list[dict[str, Any]]:
+    opts = ReassemblyOptions(max_message_size=MAX, partitions=3, digest=digest, **options)
     result = reassemble(spark.read.parquet(str(path)), options=opts)
     return [r.asDict(recursive=True) for r in result.combined.collect()]
 
 
-def in_process(rows: list[bytes | None]) -> list[str]:
-    return canonical(reassemble_group(rows, ReassemblyOptions(max_message_size=MAX).limits()))
+def in_process(rows: list[bytes | None], digest: DigestPolicy = NO_POLICY) -> list[str]:
+    return canonical(reassemble_group(rows, ReassemblyOptions(max_message_size=MAX, digest=digest).limits()))
 
 
-def check(spark: Any, rows: list[bytes | None], tmp: Path) -> None:
+def check(spark: Any, rows: list[bytes | None], tmp: Path, digest: DigestPolicy = NO_POLICY) -> None:
     path = tmp / "landing.parquet"
     pq.write_table(pa.table({"segment": pa.array(rows, pa.binary())}), path)
-    expected = in_process(rows)  # arbitration is order-independent: any order gives this
-    assert canonical(spark_rows(spark, path)) == expected, "JVM fast path on"
-    assert canonical(spark_rows(spark, path, jvm_fast_path=False)) == expected, "JVM fast path off"
+    expected = in_process(rows, digest)  # arbitration is order-independent: any order gives this
+    assert canonical(spark_rows(spark, path, digest)) == expected, "JVM fast path on"
+    assert canonical(spark_rows(spark, path, digest, jvm_fast_path=False)) == expected, "JVM fast path off"
     files = tmp / "payloads"
-    large = spark_rows(spark, path, payload_dir=str(files), large_message_bytes=150)
+    large = spark_rows(spark, path, digest, payload_dir=str(files), large_message_bytes=150)
     assert canonical(large, files) == expected, "large-message path"
 
 
@@ -199,21 +205,24 @@ _SETTINGS = {
 }
 
 
+_READERS = st.sampled_from([NO_POLICY, KEYED])
+
+
 @settings(max_examples=4, **_SETTINGS)  # type: ignore[arg-type]
-@given(rows=landing())
+@given(rows=landing(), digest=_READERS)
 def test_spark_reports_what_the_in_process_assembler_reports(
-    spark: Any, tmp_path_factory: pytest.TempPathFactory, rows: list[bytes | None]
+    spark: Any, tmp_path_factory: pytest.TempPathFactory, rows: list[bytes | None], digest: DigestPolicy
 ) -> None:
-    check(spark, rows, tmp_path_factory.mktemp("differential"))
+    check(spark, rows, tmp_path_factory.mktemp("differential"), digest)
 
 
 @pytest.mark.slow
 @settings(max_examples=40, **_SETTINGS)  # type: ignore[arg-type]
-@given(rows=landing())
+@given(rows=landing(), digest=_READERS)
 def test_spark_reports_what_the_in_process_assembler_reports_many(
-    spark: Any, tmp_path_factory: pytest.TempPathFactory, rows: list[bytes | None]
+    spark: Any, tmp_path_factory: pytest.TempPathFactory, rows: list[bytes | None], digest: DigestPolicy
 ) -> None:
-    check(spark, rows, tmp_path_factory.mktemp("differential"))
+    check(spark, rows, tmp_path_factory.mktemp("differential"), digest)
 
 
 @settings(max_examples=200, **_SETTINGS)  # type: ignore[arg-type]

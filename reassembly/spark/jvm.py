@@ -26,14 +26,17 @@ Aggregates are keyed by ``(routable, pk, bk)``:
 ``meta`` identically, so Python rebuilds every original row as
 ``header || piece`` from one aggregated row.
 
-:data:`CLEAN` is deliberately narrow: every row passes every rule of the header
+:func:`clean` is deliberately narrow: every row passes every rule of the header
 table (the ``header_ok`` column, generated from the table with the same limits
 as the assembler), a single message (not in an MQ group) with no far row, no
 codec, CRC-32/IEEE with every segment's checksum verified here, pieces
 contiguous from offset 0 with exactly one LAST segment at the end, header fields
 that agree, and the whole-message CRC of the concatenation equal to the declared
-one. Such a message is complete by every rule of the Python assembler, so it is
-written without leaving the JVM; anything else goes to the assembler itself.
+one, and the digests of the last header's extension verified with Spark's
+``sha2`` (:func:`segmenter.digest.verify_sql`: SHA-256, and HMAC-SHA-256 under
+the policy's keys) with what the policy demands present. Such a message is
+complete by every rule of the Python assembler, so it is written without
+leaving the JVM; anything else goes to the assembler itself.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from typing import Any
 
 from segmenter import header_table as table
 from segmenter.checksum import ChecksumAlgorithm
+from segmenter.digest import DigestPolicy, verify_sql
 from segmenter.flags import Codec
 
 # Per-row facts the clean test reads (all small); Python needs sk, plen, far and is_null.
@@ -126,7 +130,12 @@ def aggregate(routed: Any, partitions: int) -> Any:
     )
 
 
-CLEAN = f"""coalesce(
+# The last row's header extension: header bytes [FIXED_LENGTH, header_length - 4), read from its sk.
+EXTENSION = (
+    f"substring(last.sk, {SK_HEADER + table.FIXED_LENGTH + 1}, length(last.sk) - {SK_HEADER + table.HEADER_LENGTH})"
+)
+
+_CLEAN = f"""coalesce(
   routable AND bk IS NULL
   AND forall(meta, m -> m.header_ok AND NOT m.far AND m.data_ok AND NOT m.in_group
       AND m.codec = {int(Codec.NONE)} AND m.algorithm = {int(ChecksumAlgorithm.CRC32)}
@@ -140,6 +149,12 @@ CLEAN = f"""coalesce(
       (a, b) -> NOT a.is_last AND b.offset = a.offset + a.data_length), ok -> ok)
   AND crc32(blob) = last.message_checksum,
   false)"""
+
+
+def clean(digest: DigestPolicy) -> str:
+    """SQL boolean: the aggregated row is a complete message by every rule (module doc), its
+    digests included. With a keyring the keys are literals in the plan (see ``REDACT_KEYS``)."""
+    return f"({_CLEAN}) AND {verify_sql('blob', EXTENSION, digest)}"
 
 
 def clean_row() -> dict[str, str]:

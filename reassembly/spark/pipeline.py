@@ -23,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from segmenter.digest import NO_POLICY, REDACT_KEYS, DigestPolicy
+
 from ..assembler import Limits
 from . import jvm
 from .decode import decode_segments
@@ -45,6 +47,9 @@ class ReassemblyOptions:
     payload_dir: str | None = None
     large_message_bytes: int = 128 << 20
     jvm_fast_path: bool = True  # False: every group through the Python assembler (same rows, slower)
+    # SHA-256 / HMAC-SHA-256: verified in the JVM on the fast path, by the assembler otherwise.
+    # With a keyring, its keys are literals in the plan: reassemble() sets REDACT_KEYS.
+    digest: DigestPolicy = NO_POLICY
 
     def limits(self) -> Limits:
         # One group per assembler call: the group itself is the only thing buffered.
@@ -53,6 +58,7 @@ class ReassemblyOptions:
             max_segment_size=min(self.max_message_size + 4096, 1 << 62),
             max_buffered_bytes=1 << 62,
             max_open_groups=1 << 30,
+            digest=self.digest,
         )
 
 
@@ -109,7 +115,9 @@ def reassemble(
     routed = jvm.route(decoded, threshold)
     n = opts.partitions or int(df.sparkSession.conf.get("spark.sql.shuffle.partitions"))
     agg = jvm.aggregate(routed, n)
-    clean = F.expr(jvm.CLEAN) if opts.jvm_fast_path else F.lit(False)
+    if opts.digest.keyring is not None and opts.jvm_fast_path:
+        _redact_keys(df.sparkSession)
+    clean = F.expr(jvm.clean(opts.digest)) if opts.jvm_fast_path else F.lit(False)
     judge = make_judge(limits, opts.unit_of_work, opts.payload_dir, threshold)
     job = F.when(~clean, F.struct("routable", "pk", F.col("bk").isNotNull().alias("large"), "blob", "meta"))
     rows = agg.select("*", judge(job).alias("r"))
@@ -118,3 +126,13 @@ def reassemble(
     sql = jvm.clean_row()
     pick = [F.expr(f"CASE WHEN q IS NULL THEN {sql[c]} ELSE q.`{c}` END").alias(c) for c, _, _ in OUTPUT_FIELDS]
     return ReassemblyResult(out.select(*pick))
+
+
+def _redact_keys(spark: Any) -> None:
+    """Make Spark redact the padded HMAC keys from plans it prints (added to any regex already set)."""
+    key = "spark.sql.redaction.string.regex"
+    current = spark.conf.get(key, None)
+    if not current:
+        spark.conf.set(key, REDACT_KEYS)
+    elif REDACT_KEYS not in current:
+        spark.conf.set(key, f"{current}|{REDACT_KEYS}")

@@ -71,6 +71,8 @@ def add_stream_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--partitions", type=int, default=8, help="state partitions (fixed by the first run's checkpoint)")
     p.add_argument("--max-message-size", type=int, default=1 << 30, help="bytes; larger declared sizes: 2030")
     p.add_argument("--verbose", action="store_true", help="show Spark's own output")
+    p.add_argument("--require-sha256", action="store_true", help="refuse messages without a SHA-256 digest (9035)")
+    p.add_argument("--hmac-keyring", metavar="FILE", default=None, help="demand an HMAC tag (see `run --help`)")
     return p
 
 
@@ -155,17 +157,19 @@ def _quiet_stdout() -> TextIO:
 
 def run_stream(args: argparse.Namespace) -> int:
     """The ``stream`` command: exit code 0, or JobError / UsageError for the command to report."""
+    from ..jobs import digest_policy
     from .pipeline import ReassemblyOptions
     from .stream import ROCKSDB, StreamOptions, file_source, reassemble_stream, start
 
     out = check_args(args)
+    digest = digest_policy(args.require_sha256, args.hmac_keyring)  # before Spark: a bad keyring fails at once
     lines = _Lines(sys.stdout if args.verbose else _quiet_stdout())
     spark = open_session(SparkSettings(args.master, args.partitions, verbose=args.verbose))
     # session SQL confs, read when the query starts (a shared session keeps its other settings)
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
     spark.conf.set("spark.sql.shuffle.partitions", str(args.partitions))
     options = StreamOptions(
-        reassembly=ReassemblyOptions(max_message_size=args.max_message_size),
+        reassembly=ReassemblyOptions(max_message_size=args.max_message_size, digest=digest),
         expire_after=args.expire_after,
         watermark=args.watermark,
         tombstone=args.tombstone,
