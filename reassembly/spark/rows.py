@@ -65,7 +65,7 @@ class _Acc:
     first_reject: int | None = None
 
 
-def _unviewed(payload: memoryview) -> bytes | bytearray:
+def _unviewed(payload: bytes | memoryview) -> bytes | bytearray:
     """The payload as the object behind the view (no copy) when the view covers it whole, else a copy.
 
     pyarrow (26.0.1 measured) never frees a ``memoryview`` that ``pa.array`` converts: a
@@ -73,6 +73,8 @@ def _unviewed(payload: memoryview) -> bytes | bytearray:
     built message is a view of its own buffer, so this costs no copy; a one-piece message
     is a slice of its segment, copied (one segment at most).
     """
+    if isinstance(payload, bytes):
+        return payload
     whole = payload.obj
     if isinstance(whole, (bytes, bytearray)) and payload.contiguous and payload.nbytes == len(whole):
         return whole
