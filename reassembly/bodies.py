@@ -105,13 +105,27 @@ class FileBodyStore:
     Work in progress is written to names with ``token`` (unique per writer, e.g. a Spark task
     attempt) and renamed into place only when the message is verified, so two attempts
     never corrupt each other and a reader never sees a partial file.
+
+    Which bodies come here goes by *declared* sizes (a few bytes of zstd can declare and
+    decode to gigabytes; decompression is bounded by the declared original length, so a
+    header that lies only makes its message fail): a message declaring more than
+    ``threshold`` bytes (or deferring its length) is stored. ``inline`` bounds the total the
+    others may leave in memory: a message whose declared size would take the bodies kept in
+    memory since the last :meth:`release` above ``inline`` is stored too, so a batch of
+    medium messages (or an MQ group of them) holds at most ``inline`` decoded bytes however
+    many there are. ``None``: no such bound.
     """
 
-    def __init__(self, directory: str | os.PathLike[str], token: str, threshold: int = 0) -> None:
+    def __init__(
+        self, directory: str | os.PathLike[str], token: str, threshold: int = 0, inline: int | None = None
+    ) -> None:
         self.directory = Path(directory)
         self.token = token
         self.threshold = threshold  # messages declaring more than this (or deferring their length) go to files
+        self.inline = inline
         self._open: dict[MessageKey, _Files] = {}
+        self._in_memory: dict[MessageKey, int] = {}  # declared size of each body left in memory
+        self._in_memory_total = 0
 
     @staticmethod
     def location(key: MessageKey) -> str:
@@ -129,7 +143,24 @@ class FileBodyStore:
         return files
 
     def wants(self, header: SegmentHeader) -> bool:
-        return header.length_deferred or header.original_length > self.threshold
+        if header.length_deferred or header.original_length > self.threshold:
+            return True
+        if self.inline is None:
+            return False
+        key = (header.group_id, header.msg_seq_number)
+        more = header.original_length - self._in_memory.get(key, 0)  # a later segment may declare more
+        if more <= 0:
+            return False
+        if self._in_memory_total + more > self.inline:
+            return True
+        self._in_memory[key] = header.original_length
+        self._in_memory_total += more
+        return False
+
+    def release(self) -> None:
+        """The bodies left in memory so far have been handed on: count ``inline`` from zero again."""
+        self._in_memory.clear()
+        self._in_memory_total = 0
 
     def put(self, key: MessageKey, offset: int | None, data: Buffer) -> Any:
         files = self._files(key)

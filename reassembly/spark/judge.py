@@ -3,10 +3,20 @@
 A scalar Arrow UDF in its iterator form (one iterator per Spark task), so it
 sees the end of its task's input: large messages, streamed piece by piece into
 a :class:`~reassembly.bodies.FileBodyStore` as their rows arrive, are judged
-when the input ends and their rows attached to the task's last row. Clean rows
-come in as NULL and go out as NULL (the JVM writes them); an element NULL in a
-returned array stands for "this row's clean message" when extra rows had to be
-attached to it.
+when the input ends and their rows attached to the task's last row (the input
+is read one batch ahead, so the last row is known when it is judged). Clean
+rows come in as NULL and go out as NULL (the JVM writes them); an element NULL
+in a returned array stands for "this row's clean message" when extra rows had
+to be attached to it.
+
+Memory goes by decoded sizes, not input sizes (a few KiB of zstd can decode to
+gigabytes); with a ``payload_dir`` it is bounded whatever the input
+(:func:`decoded_bound`): a message declaring more than ``large_message_bytes`` is
+decompressed into a file, never in memory; the messages of one aggregated row
+leave at most ``large_message_bytes`` in memory (an MQ group of medium messages:
+the rest go to files too); and output rows are handed to Spark as soon as those
+gathered hold :func:`flush_bytes`, so many medium messages in one Arrow batch
+never pile up.
 """
 
 from __future__ import annotations
@@ -24,6 +34,9 @@ from .rows import Row, event_rows, reassemble_group, reject_rows
 from .schema import OUTPUT_ARROW, OUTPUT_FIELDS
 
 ROWS_ARROW = pa.list_(pa.struct(list(OUTPUT_ARROW)))
+FLUSH_BYTES = 16 << 20  # output gathered up to this many bytes goes to Spark as one batch
+ZSTD_WINDOW = 1 << 27  # zstd's default largest window (windowLog 27): a frame asking for more fails
+SINK_WINDOW = 1 << 20  # what a decompression into a file holds (reassembly.build._FileSink)
 ROWS_DDL = "array<struct<" + ", ".join(f"`{name}`: {ddl}" for name, ddl, _ in OUTPUT_FIELDS) + ">>"
 
 
@@ -54,15 +67,31 @@ def originals(blob: memoryview, meta: list[dict[str, Any]], routable: bool) -> l
     return out
 
 
+def flush_bytes(large_message_bytes: int | None) -> int:
+    """Output rows holding this many bytes (payloads, quarantined originals) are handed to Spark."""
+    return FLUSH_BYTES if large_message_bytes is None else min(FLUSH_BYTES, large_message_bytes)
+
+
+def decoded_bound(large_message_bytes: int) -> int:
+    """Most decoded bytes one task's judge holds at once with a ``payload_dir``, whatever the input.
+
+    Output gathered but not yet handed on (under :func:`flush_bytes`) plus the row being
+    judged (its messages in memory declare at most ``large_message_bytes`` in all; one more
+    candidate of the same message may be built beside them), twice while Arrow copies them
+    into an output batch, plus one zstd window and the window of a decompression into a file.
+    """
+    return 2 * (flush_bytes(large_message_bytes) + large_message_bytes) + ZSTD_WINDOW + SINK_WINDOW
+
+
 class _Large:
-    """Large messages of one task: one assembler over a file store, judged at the end."""
+    """Large messages of one task: one assembler over a file store, judged at the end.
 
-    def __init__(self, limits: Limits, unit_of_work: bool, payload_dir: str, threshold: int) -> None:
-        from pyspark import TaskContext
+    Every body is built in the store (threshold 0): these messages reach past
+    ``large_message_bytes`` (or claim to), and their rows all go out with the task's last row.
+    """
 
-        ctx = TaskContext.get()
-        token = f"{ctx.stageId()}-{ctx.partitionId()}-{ctx.taskAttemptId()}" if ctx is not None else "local"
-        self.store = FileBodyStore(payload_dir, token, threshold)
+    def __init__(self, limits: Limits, unit_of_work: bool, payload_dir: str) -> None:
+        self.store = FileBodyStore(payload_dir, f"{_task_token()}-large")
         self.asm = Assembler(limits, batch=True, unit_of_work=unit_of_work, bodies=self.store)
         self.events: list[Event] = []
 
@@ -75,6 +104,82 @@ class _Large:
         return event_rows(events)
 
 
+def _task_token() -> str:
+    """Unique per task attempt: names of work in progress in the payload directory."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return f"{ctx.stageId()}-{ctx.partitionId()}-{ctx.taskAttemptId()}" if ctx is not None else "local"
+
+
+def _weight(rows: list[Row | None] | None) -> int:
+    """Bytes an output element holds in memory (payloads and quarantined originals)."""
+    total = 0
+    for row in rows or ():
+        if row is not None:
+            total += sum(len(row[c]) for c in ("payload", "raw") if row.get(c) is not None)
+    return total
+
+
+class _Task:
+    """One task's judging: what each aggregated row becomes, and when output goes to Spark."""
+
+    def __init__(self, limits: Limits, unit_of_work: bool, payload_dir: str | None, threshold: int | None) -> None:
+        self.limits, self.unit_of_work, self.payload_dir = limits, unit_of_work, payload_dir
+        self.large: _Large | None = None  # created on the first large row of the task
+        # Messages of one row: above the threshold into files, and at most the threshold in memory in all.
+        self.store = (
+            None
+            if payload_dir is None or threshold is None
+            else FileBodyStore(payload_dir, _task_token(), threshold, threshold)
+        )
+        self.flush = flush_bytes(threshold)
+
+    def _large(self) -> _Large:
+        if self.large is None:
+            assert self.payload_dir is not None
+            self.large = _Large(self.limits, self.unit_of_work, self.payload_dir)
+        return self.large
+
+    def _group(self, raws: list[bytes | None]) -> list[Row]:
+        rows = reassemble_group(raws, self.limits, unit_of_work=self.unit_of_work, bodies=self.store)
+        if self.store is not None:
+            self.store.release()  # the in-memory bound is per row; gathered output is bounded by flushing
+        return rows
+
+    def outputs(self, arr: pa.StructArray, last: bool) -> Iterator[pa.Array]:
+        """Output arrays for one input batch (``last``: the task's last), each holding about the flush size at most."""
+        valid = arr.is_valid().to_pylist()
+        ok = arr.field("routable").to_pylist()
+        big = arr.field("large").to_pylist()
+        blobs = views(arr.field("blob"))
+        metas = arr.field("meta")
+        pending: list[list[Row | None] | None] = []
+        held = 0
+        for i, is_valid in enumerate(valid):
+            rows = self._judge(ok[i], big[i], blobs[i], metas[i].as_py()) if is_valid else None
+            if last and i == len(arr) - 1 and self.large is not None:
+                rows = [*(rows if rows is not None else [None]), *self.large.close()]
+            held += _weight(rows)
+            pending.append(rows)
+            del rows  # the pending list is the only reference: flushing frees the payloads
+            if held >= self.flush:
+                out = pa.array(pending, ROWS_ARROW)
+                pending, held = [], 0
+                yield out
+        if pending:
+            yield pa.array(pending, ROWS_ARROW)
+
+    def _judge(self, routable: bool, large: bool, blob: memoryview, meta: list[dict[str, Any]]) -> list[Row | None]:
+        raws = originals(blob, meta, routable)
+        if not routable:
+            return list[Row | None](reject_rows(raws, self.limits))
+        if large or any(m["far"] for m in meta):
+            self._large().feed(raws)
+            return []
+        return list[Row | None](self._group(raws))
+
+
 def make_judge(limits: Limits, unit_of_work: bool, payload_dir: str | None, threshold: int | None) -> Any:
     """The UDF: ``struct(routable, pk, large, blob, meta)`` (NULL for clean rows) -> output rows.
 
@@ -83,48 +188,14 @@ def make_judge(limits: Limits, unit_of_work: bool, payload_dir: str | None, thre
     """
     from pyspark.sql.functions import arrow_udf  # type: ignore[attr-defined]
 
-    def judge_rows(arr: pa.StructArray, large: list[_Large]) -> list[list[Row | None] | None]:
-        out: list[list[Row | None] | None] = [None] * len(arr)
-        if arr.null_count == len(arr):
-            return out
-        valid = arr.is_valid().to_pylist()
-        ok = arr.field("routable").to_pylist()
-        big = arr.field("large").to_pylist()
-        blobs = views(arr.field("blob"))
-        metas = arr.field("meta")
-        for i, is_valid in enumerate(valid):
-            if not is_valid:
-                continue
-            meta = metas[i].as_py()
-            raws = originals(blobs[i], meta, ok[i])
-            if not ok[i]:
-                out[i] = list[Row | None](reject_rows(raws, limits))
-            elif big[i] or any(m["far"] for m in meta):
-                if not large:
-                    assert payload_dir is not None and threshold is not None
-                    large.append(_Large(limits, unit_of_work, payload_dir, threshold))
-                large[0].feed(raws)
-                out[i] = []
-            else:
-                out[i] = list[Row | None](reassemble_group(raws, limits, unit_of_work=unit_of_work))
-        return out
-
     @arrow_udf(ROWS_DDL)  # type: ignore[untyped-decorator]
     def judge(batches: Iterator[pa.Array]) -> Iterator[pa.Array]:
-        large: list[_Large] = []  # created on the first large row of the task
-        held: list[list[list[Row | None] | None]] = []  # outputs from the last non-empty batch on
-        for arr in batches:
-            rows = judge_rows(arr, large)
-            if rows:
-                for pending in held:
-                    yield pa.array(pending, ROWS_ARROW)
-                held = []
-            held.append(rows)
-        extra = large[0].close() if large else []
-        if extra:
-            last = next(rows for rows in reversed(held) if rows)
-            last[-1] = [*(last[-1] if last[-1] is not None else [None]), *extra]
-        for pending in held:
-            yield pa.array(pending, ROWS_ARROW)
+        task = _Task(limits, unit_of_work, payload_dir, threshold)
+        ahead = (arr for arr in batches if len(arr))  # read one batch ahead: the last row must be known
+        arr = next(ahead, None)
+        while arr is not None:
+            following = next(ahead, None)
+            yield from task.outputs(arr, last=following is None)
+            arr = following
 
     return judge

@@ -17,7 +17,7 @@ from segmenter.errors import Reason, SegmentationError
 from segmenter.wire import UNKNOWN_LENGTH, Buffer, Segment, SegmentHeader, decode_header
 
 from ..assembler import Assembler, Limits
-from ..bodies import StoredBody
+from ..bodies import BodyStore, StoredBody
 from ..events import (
     ConflictingDuplicate,
     Duplicate,
@@ -52,7 +52,7 @@ class _Acc:
     seq: int
     status: str | None = None
     reason: int | None = None
-    payload: bytes | memoryview | None = None
+    payload: bytes | bytearray | None = None
     payload_path: str | None = None  # set instead of payload for a message kept in a BodyStore
     message_checksum: int | None = None
     stored_length: int | None = None
@@ -63,6 +63,22 @@ class _Acc:
     rejected: int = 0
     conflicts: int = 0
     first_reject: int | None = None
+
+
+def _unviewed(payload: bytes | memoryview) -> bytes | bytearray:
+    """The payload as the object behind the view (no copy) when the view covers it whole, else a copy.
+
+    pyarrow (26.0.1 measured) never frees a ``memoryview`` that ``pa.array`` converts: a
+    view in an output row would keep its whole message alive in the worker for good. A
+    built message is a view of its own buffer, so this costs no copy; a one-piece message
+    is a slice of its segment, copied (one segment at most).
+    """
+    if isinstance(payload, bytes):
+        return payload
+    whole = payload.obj
+    if isinstance(whole, (bytes, bytearray)) and payload.contiguous and payload.nbytes == len(whole):
+        return whole
+    return payload.tobytes()
 
 
 def _length(value: int) -> int | None:
@@ -114,7 +130,7 @@ class GroupRows:
         if isinstance(ev.payload, StoredBody):
             acc.payload_path = ev.payload.location
         else:
-            acc.payload = ev.payload  # a view: Arrow copies it once, into the output batch
+            acc.payload = _unviewed(ev.payload)
         acc.message_checksum = ev.checksum
         acc.stored_length, acc.original_length = ev.stored_length, ev.original_length
         acc.segments_used = ev.segments
@@ -232,10 +248,17 @@ def null_row() -> Row:
 
 
 def reassemble_group(
-    segments: Iterable[Buffer | Segment | None], limits: Limits | None = None, *, unit_of_work: bool = True
+    segments: Iterable[Buffer | Segment | None],
+    limits: Limits | None = None,
+    *,
+    unit_of_work: bool = True,
+    bodies: BodyStore | None = None,
 ) -> list[Row]:
-    """All output rows for the segments of any number of groups (any order, duplicates, faults, NULLs)."""
-    asm = Assembler(limits, batch=True, unit_of_work=unit_of_work)
+    """All output rows for the segments of any number of groups (any order, duplicates, faults, NULLs).
+
+    With ``bodies``, the messages it ``wants`` are built there (their rows carry ``payload_path``).
+    """
+    asm = Assembler(limits, batch=True, unit_of_work=unit_of_work, bodies=bodies)
     items = list(segments)
     events = asm.receive_many(s for s in items if s is not None)
     return event_rows(events + asm.close()) + [null_row() for s in items if s is None]
