@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import io
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -343,14 +345,18 @@ def test_spark_plans_do_not_show_the_keys(spark: Any, tmp_path: Path) -> None:
             assert pad.hex() not in plan.lower()
 
 
-def test_the_command_refuses_a_bad_keyring_before_spark_starts(tmp_path: Path, capsys: Any) -> None:
-    from reassembly.cli import main
+def test_the_command_refuses_a_bad_keyring_before_spark_starts(tmp_path: Path) -> None:
+    def command(*args: str) -> subprocess.CompletedProcess[str]:  # a real process: nothing imports the command
+        return subprocess.run([sys.executable, "-m", "reassembly", *args], capture_output=True, text=True, timeout=120)
 
     ring = tmp_path / "ring.json"
     ring.write_text(f'{{"keys": {{"k1": "{K1.hex()}", "k2": "00"}}}}')  # k2 too short
-    assert main(["run", str(tmp_path / "in"), str(tmp_path / "out"), "--hmac-keyring", str(ring)]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("reassemble: error: keyring") and K1.hex() not in err and "'k2'" in err
+    done = command("run", str(tmp_path / "in"), str(tmp_path / "out"), "--hmac-keyring", str(ring))
+    assert done.returncode == 2
+    assert (
+        done.stderr.startswith("reassemble: error: keyring") and K1.hex() not in done.stderr and "'k2'" in done.stderr
+    )
     stream_args = ["stream", str(tmp_path), str(tmp_path / "sout"), "--checkpoint", str(tmp_path / "ck")]
-    assert main([*stream_args, "--hmac-keyring", str(ring)]) == 2  # the stream job reads it before Spark too
-    assert K1.hex() not in capsys.readouterr().err
+    done = command(*stream_args, "--hmac-keyring", str(ring))
+    assert done.returncode == 2, done.stderr  # the stream job reads it before Spark too
+    assert K1.hex() not in done.stderr
