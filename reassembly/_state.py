@@ -3,6 +3,9 @@
 A group is OPEN while segments arrive. It leaves OPEN exactly once, to one
 terminal state; the assembler then forgets its bytes and remembers only the
 terminal state (bounded), so late segments can be told apart from new groups.
+Starting a group again (a revoked one, an expired or evicted one with the
+assembler's ``second_chance``, one whose delivered message was forgotten) is
+not a transition: its record is dropped and a new OPEN group takes its place.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ class GroupState(str, Enum):
     EXPIRED = "expired"  # older than the expiry (Unfinished, cause=expired)
     EVICTED = "evicted"  # pushed out by a limit (Unfinished, cause=evicted)
     CLOSED = "closed"  # input ended first (Unfinished, cause=closed)
+    REVOKED = "revoked"  # its partition was revoked (Unfinished, cause=revoked); may start again
 
 
 class GroupInput(str, Enum):
@@ -27,6 +31,7 @@ class GroupInput(str, Enum):
     EXPIRE = "expire"
     EVICT = "evict"
     CLOSE = "close"
+    REVOKE = "revoke"
 
 
 TRANSITIONS: dict[tuple[GroupState, GroupInput], GroupState] = {
@@ -35,6 +40,7 @@ TRANSITIONS: dict[tuple[GroupState, GroupInput], GroupState] = {
     (GroupState.OPEN, GroupInput.EXPIRE): GroupState.EXPIRED,
     (GroupState.OPEN, GroupInput.EVICT): GroupState.EVICTED,
     (GroupState.OPEN, GroupInput.CLOSE): GroupState.CLOSED,
+    (GroupState.OPEN, GroupInput.REVOKE): GroupState.REVOKED,
 }
 
 

@@ -15,7 +15,8 @@ than the declared original length.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any
 
 from segmenter.coverage import Arbitration, Outcome, RangeSet
 from segmenter.errors import ChecksumError, ConflictError, IncompleteError, LimitError, Reason, SegmentationError
@@ -49,6 +50,7 @@ from .events import (
     Unfinished,
 )
 from .model import Closed, Facts, Fingerprint, Group, Limits, Message, Piece, fingerprint
+from .positions import Checkpoint, Ledger, Origin, Track
 from .snapshot import restore, snapshot
 
 Verdict = Arbitration[Piece, Facts, memoryview | StoredBody]
@@ -71,6 +73,12 @@ class Assembler:
     it a message is judged as soon as a complete candidate exists; what was
     delivered cannot be withdrawn, so a later different copy is a
     :class:`ConflictingDuplicate` (or :class:`Late`).
+
+    Segments read from a log may come with a ``position`` and a ``partition``
+    (:meth:`receive`); :meth:`checkpoints` then gives each partition's safe
+    position to commit (:mod:`reassembly.positions`), :meth:`revoke` drops
+    what a rebalance took away. ``second_chance=True`` lets a segment of an
+    expired or evicted group start it again instead of being :class:`Late`.
     """
 
     def __init__(
@@ -81,10 +89,15 @@ class Assembler:
         unit_of_work: bool = True,
         batch: bool = False,
         bodies: BodyStore | None = None,
+        second_chance: bool = False,
     ) -> None:
         self.limits = limits or Limits()
         self.batch = batch
         self.bodies = bodies
+        # Off by default: Late keeps "given up" final, so stragglers of an evicted group cannot
+        # rebuild it (and be evicted again) under the very pressure that evicted it.
+        self.second_chance = second_chance
+        self._ledger = Ledger()
         if self.limits.expiry_seconds is not None and clock is None:
             raise SegmentationError("expiry_seconds needs a clock", reason=Reason.STATE_ERROR)
         self._clock = clock
@@ -94,14 +107,22 @@ class Assembler:
         self.buffered_bytes = 0
 
     # ----------------------------------------------------------------- input
-    def receive(self, item: Buffer | Segment) -> list[Event]:
-        """Take one segment (encoded bytes or a :class:`Segment`); return what happened."""
+    def receive(self, item: Buffer | Segment, position: Any = None, partition: Hashable = None) -> list[Event]:
+        """Take one segment (encoded bytes or a :class:`Segment`); return what happened.
+
+        ``position`` (opaque, ordered within its ``partition``: a Kafka offset) says where it
+        was read: events then carry it in ``positions`` and :meth:`checkpoints` tracks it.
+        """
         events: list[Event] = []
         if self.limits.expiry_seconds is not None:
             events += self.expire()
-        piece = self._decode(item, events)
+        track = None if position is None else self._ledger.track(partition)
+        origin = None if track is None else Origin(partition, position)
+        piece = self._decode(item, events, origin, track)
         if piece is not None:
             self._accept(piece, events)
+        if track is not None:
+            track.seen(position)
         return events
 
     def receive_many(self, items: Iterable[Buffer | Segment]) -> list[Event]:
@@ -111,31 +132,33 @@ class Assembler:
             events += self.receive(item)
         return events
 
-    def _decode(self, item: Buffer | Segment, events: list[Event]) -> Piece | None:
+    def _decode(
+        self, item: Buffer | Segment, events: list[Event], origin: Origin | None = None, track: Track | None = None
+    ) -> Piece | None:
         limits = self.limits
         try:
             if isinstance(item, Segment):
                 _check_header_fields(item.header, limits.max_message_size)
                 verify_data(item.header, item.data)
-                return Piece(item.header, _own(item.data), item.header.pack())
+                return Piece(item.header, _own(item.data), item.header.pack(), origin, track)
             view = memoryview(_own(item))
             if view.ndim != 1 or view.itemsize != 1:
                 view = view.cast("B")
             seg = decode_segment(
                 view, max_segment_size=limits.max_segment_size, max_message_size=limits.max_message_size
             )
-            return Piece(seg.header, seg.data, view[: seg.header.header_length])
+            return Piece(seg.header, seg.data, view[: seg.header.header_length], origin, track)
         except SegmentationError as exc:
             raw = item.encode() if isinstance(item, Segment) else bytes(item)
             header = item.header if isinstance(item, Segment) else _header_or_none(raw)
             cls = ChecksumMismatch if isinstance(exc, ChecksumError) else Rejected
-            events.append(cls(exc.reason, exc, raw, header))
+            events.append(cls(exc.reason, exc, raw, header, () if origin is None else (origin,)))
             return None
 
     @staticmethod
     def _reject(events: list[Event], piece: Piece, exc: SegmentationError) -> None:
         cls = ConflictingDuplicate if isinstance(exc, ConflictError) else Rejected
-        events.append(cls(exc.reason, exc, piece.raw, piece.header))
+        events.append(cls(exc.reason, exc, piece.raw, piece.header, piece.positions))
 
     def _late(
         self, events: list[Event], piece: Piece, state: str, delivered: dict[tuple[int, int], Fingerprint]
@@ -144,7 +167,7 @@ class Assembler:
         h = piece.header
         held = delivered.get((h.msg_seq_number, h.offset))
         if held == fingerprint(h):
-            events.append(Duplicate(h.group_id, h.msg_seq_number, h.offset, h.data_length))
+            events.append(Duplicate(h.group_id, h.msg_seq_number, h.offset, h.data_length, piece.positions))
         elif held is not None:
             self._reject(
                 events,
@@ -165,13 +188,30 @@ class Assembler:
                 msg_seq_number=h.msg_seq_number,
                 offset=h.offset,
             )
-            events.append(Late(err.reason, err, piece.raw, h))
+            events.append(Late(err.reason, err, piece.raw, h, piece.positions))
+
+    def _reopens(self, closed: Closed, seq: int) -> bool:
+        """A segment of a finished group starts it again: not for a message it delivered (that is
+        a duplicate or a conflict), only for a revoked group, one whose delivered message was
+        forgotten, or (``second_chance``) one that expired or was evicted."""
+        if closed.delivered_seq(seq):
+            return False
+        return closed.reopen or (self.second_chance and closed.state in (GroupState.EXPIRED, GroupState.EVICTED))
+
+    def _open(self, h: SegmentHeader, before: Closed | None) -> Group:
+        """A new group; a restarted one keeps what it delivered (never delivered twice) and its last number."""
+        group = Group(h.group_id, in_group(h.msg_flags), self._clock() if self._clock else 0.0)
+        if before is not None:
+            group.fingerprints = dict(before.delivered)
+            group.delivered = {s for s, _ in before.delivered}
+            group.last_seq = before.last_seq
+        return group
 
     def _accept(self, piece: Piece, events: list[Event]) -> None:
         h = piece.header
         gid, seq = h.group_id, h.msg_seq_number
         closed = self._closed.get(gid)
-        if closed is not None:
+        if closed is not None and not self._reopens(closed, seq):
             self._late(events, piece, closed.state.value, closed.delivered)
             return
         err = rules.lone_refusal(h)
@@ -180,11 +220,7 @@ class Assembler:
             return
         group = self._groups.get(gid)
         if group is None:
-            while len(self._groups) >= self.limits.max_open_groups:
-                oldest = next(iter(self._groups.values()))
-                events.append(self._unfinished(oldest, Cause.EVICTED, GroupInput.EVICT))
-            group = Group(gid, in_group(h.msg_flags), self._clock() if self._clock else 0.0)
-            self._groups[gid] = group
+            group = self._groups[gid] = self._open(h, self._closed.pop(gid, None))
         if seq in group.delivered:
             self._late(events, piece, "delivered", group.fingerprints)
             return
@@ -203,7 +239,7 @@ class Assembler:
         if not self.batch and is_last_in_group(h.msg_flags):
             group.last_seq = seq
         self._progress(group, msg, events)
-        self._enforce_memory(events, gid)
+        self._enforce_limits(events, gid)
 
     def _keep(self, group: Group, msg: Message, piece: Piece, events: list[Event]) -> bool:
         """Hold a piece (no copy where safe, or in the store); False for an identical copy."""
@@ -213,7 +249,11 @@ class Assembler:
             for held in here:
                 if held.same_as(piece):
                     msg.duplicates += 1
-                    events.append(Duplicate(h.group_id, h.msg_seq_number, h.offset, h.data_length))
+                    if held.track is not None and not held.track.live and piece.track is not None:
+                        # held from a revoked partition, read again now: this read keeps it unsettled
+                        held.origin, held.track = piece.origin, piece.track
+                        piece.track.hold(piece.origin.position)  # type: ignore[union-attr]
+                    events.append(Duplicate(h.group_id, h.msg_seq_number, h.offset, h.data_length, piece.positions))
                     return False
         if self.bodies is not None and not msg.stored and self.bodies.wants(h):
             self._to_store(group, msg)
@@ -226,6 +266,8 @@ class Assembler:
             msg.at[h.offset] = [piece]
         else:
             here.append(piece)
+        if piece.track is not None:
+            piece.track.hold(piece.origin.position)  # type: ignore[union-attr]
         msg.present.add(h.offset, h.end)
         if h.is_last_segment:
             msg.last_ends.add(h.end)
@@ -315,7 +357,9 @@ class Assembler:
                 self._release(group, [m], isinstance(result, MessageComplete))
                 del group.messages[m.seq]
                 if isinstance(result, MessageFailed):
-                    events.append(GroupFailed(group.group_id, result.reason, (result,), group.raws()))
+                    events.append(
+                        GroupFailed(group.group_id, result.reason, (result,), group.raws(), group.positions())
+                    )
                     self._terminate(group, GroupInput.FAIL)  # after the raws: it discards stored bodies
                     return
                 events.append(result)
@@ -327,9 +371,10 @@ class Assembler:
             results = [self._failure(m, v) for m, v in failed]
             bad = {m.seq for m, _ in failed}
             others = tuple(raw for m, _ in judged if m.seq not in bad for raw in m.raws())
+            where = tuple(o for m, _ in judged if m.seq not in bad for o in m.positions())
             self._release(group, [m for m, _ in judged], delivered=False)
             if group.grouped:
-                events.append(GroupFailed(group.group_id, results[0].reason, tuple(results), others))
+                events.append(GroupFailed(group.group_id, results[0].reason, tuple(results), others, where))
             else:
                 events.append(results[0])
             self._terminate(group, GroupInput.FAIL)
@@ -344,7 +389,7 @@ class Assembler:
 
     def _failure(self, m: Message, v: Verdict) -> MessageFailed:
         assert v.error is not None
-        return MessageFailed(m.group_id, m.seq, v.error.reason, v.error, m.raws())
+        return MessageFailed(m.group_id, m.seq, v.error.reason, v.error, m.raws(), m.positions())
 
     def _result(self, group: Group, m: Message, v: Verdict, events: list[Event]) -> MessageComplete | MessageFailed:
         """A complete message (its losing copies reported first), or its failure."""
@@ -370,6 +415,7 @@ class Assembler:
             stored_length=facts.stored_length,
             original_length=facts.original_length,
             checksum=facts.message_checksum,
+            positions=tuple(o for p in v.winner for o in p.positions),
         )
 
     # --------------------------------------------------- leaving the assembler
@@ -383,22 +429,29 @@ class Assembler:
                     self.bodies.finish(m.key, m.decoded)
                 else:
                     self.bodies.discard(m.key)
+            for p in m.pieces():
+                p.release()
             m.at.clear()
 
     def _terminate(self, group: Group, how: GroupInput) -> None:
         group.state = transition(group.state, how)
-        if self.bodies is not None:
-            for m in group.messages.values():
-                if m.stored:
-                    self.bodies.discard(m.key)  # not delivered: whatever the store kept goes
+        for m in group.messages.values():
+            if m.stored and self.bodies is not None:
+                self.bodies.discard(m.key)  # not delivered: whatever the store kept goes
+            for p in m.pieces():
+                p.release()
         self.buffered_bytes -= group.buffered
         group.buffered = 0
         self._groups.pop(group.group_id, None)
-        self._closed[group.group_id] = Closed(group.state, group.fingerprints)
+        self._closed[group.group_id] = Closed(
+            group.state, group.fingerprints, group.last_seq, reopen=group.state == GroupState.REVOKED
+        )
         while len(self._closed) > self.limits.remember_closed:
             self._closed.popitem(last=False)
 
-    def _report(self, group: Group, cause: Cause, segments: tuple[bytes, ...] = ()) -> Unfinished:
+    def _report(
+        self, group: Group, cause: Cause, segments: tuple[bytes, ...] = (), positions: tuple[Origin, ...] = ()
+    ) -> Unfinished:
         gaps = tuple(
             m.gap_report() for _, m in sorted(group.messages.items()) if not (m.ready and rules.has_candidate(m))
         )
@@ -413,28 +466,34 @@ class Assembler:
             missing_seq_numbers=missing,
             last_seq_number=group.last_seq,
             segments=segments,
+            positions=positions,
         )
 
     def _unfinished(self, group: Group, cause: Cause, how: GroupInput) -> Unfinished:
-        event = self._report(group, cause, group.raws())
+        event = self._report(group, cause, group.raws(), group.positions())
         self._terminate(group, how)
         return event
 
-    def _enforce_memory(self, events: list[Event], current: bytes) -> None:
-        """Evict oldest groups first; the current group last, only if alone it is too big."""
-        while self.buffered_bytes > self.limits.max_buffered_bytes and self._groups:
+    def _enforce_limits(self, events: list[Event], current: bytes) -> None:
+        """Evict oldest groups first; the current group last, only if alone it is too big. Checked
+        after the segment was judged: a message complete within this call never held a group open."""
+        limits = self.limits
+        while self._groups and (
+            self.buffered_bytes > limits.max_buffered_bytes or len(self._groups) > limits.max_open_groups
+        ):
             victim = next((g for k, g in self._groups.items() if k != current), None) or self._groups[current]
             events.append(self._unfinished(victim, Cause.EVICTED, GroupInput.EVICT))
 
     def expire(self) -> list[Event]:
-        """Expire groups older than ``expiry_seconds`` (by the injected clock)."""
+        """Expire groups strictly older than ``expiry_seconds`` (by the injected clock): a group
+        whose age equals it is kept."""
         if self.limits.expiry_seconds is None or self._clock is None:
             return []
-        deadline = self._clock() - self.limits.expiry_seconds
+        now, expiry = self._clock(), self.limits.expiry_seconds
         events: list[Event] = []
         while self._groups:
             group = next(iter(self._groups.values()))
-            if group.first_seen > deadline:
+            if now - group.first_seen <= expiry:
                 break
             events.append(self._unfinished(group, Cause.EXPIRED, GroupInput.EXPIRE))
         return events
@@ -457,10 +516,61 @@ class Assembler:
     def open_groups(self) -> int:
         return len(self._groups)
 
+    # ------------------------------------------------------------ positions
+    def checkpoints(self) -> dict[Hashable, Checkpoint]:
+        """Each assigned partition's safe position to commit and position to restart from."""
+        return {t.partition: t.checkpoint() for t in self._ledger}
+
+    def checkpoint(self, partition: Hashable = None) -> Checkpoint:
+        return self._ledger.track(partition).checkpoint()
+
+    def rewind(self, partition: Hashable, position: Any) -> None:
+        """The application seeks ``partition`` back to ``position`` (to have a forgotten message
+        again): its checkpoint stays at or below it until a segment at or after it is received."""
+        self._ledger.track(partition).rewind(position)
+
+    def revoke(self, partition: Hashable = None) -> list[Event]:
+        """A rebalance took ``partition`` away: groups whose held segments all came from it leave as
+        ``Unfinished(cause=revoked)`` (their next owner reads them again from the committed
+        position; a segment of one arriving here later starts it again). A group also holding
+        segments from elsewhere is kept whole: it may still complete here, and the revoked
+        partition's segments in it settle when read again here (or never pin anything: the
+        partition's positions are no longer tracked). Commit the partition's checkpoint first."""
+        track = self._ledger.revoke(partition)
+        if track is None:
+            return []
+        return [
+            self._unfinished(g, Cause.REVOKED, GroupInput.REVOKE)
+            for g in list(self._groups.values())
+            if g.tracks() == {track}
+        ]
+
+    def forget(self, group_id: bytes, msg_seq_number: int) -> bool:
+        """Have a delivered message again (its processing failed): its next copy is assembled as new
+        instead of counted a duplicate. A message delivered in a Unit-of-Work group forgets the whole
+        group (the unit is the group). False when no delivery of it is remembered."""
+        group = self._groups.get(group_id)
+        if group is not None:  # still open: a message of it delivered on its own
+            if msg_seq_number not in group.delivered:
+                return False
+            group.delivered.discard(msg_seq_number)
+            group.fingerprints = {k: v for k, v in group.fingerprints.items() if k[0] != msg_seq_number}
+            return True
+        closed = self._closed.get(group_id)
+        if closed is None or not closed.delivered_seq(msg_seq_number):
+            return False
+        kept = {k: v for k, v in closed.delivered.items() if k[0] != msg_seq_number}
+        if self.unit_of_work or not kept:
+            del self._closed[group_id]
+        else:
+            self._closed[group_id] = Closed(closed.state, kept, closed.last_seq, reopen=True)
+        return True
+
     # ----------------------------------------------------------- persistence
     def snapshot(self) -> bytes:
-        """Serialise the open state (held segments, ages, counters, finished ids)."""
-        return snapshot(self._groups, self._closed)
+        """Serialise the open state (held segments with their positions, ages, counters, finished
+        ids, each partition's positions)."""
+        return snapshot(self._groups, self._closed, self._ledger)
 
     @classmethod
     def restore(
@@ -470,14 +580,16 @@ class Assembler:
         *,
         clock: Callable[[], float] | None = None,
         unit_of_work: bool = True,
+        second_chance: bool = False,
     ) -> Assembler:
         """Rebuild an assembler from :meth:`snapshot` output (segments are re-verified)."""
-        asm = cls(limits, clock=clock, unit_of_work=unit_of_work)
-        asm._closed = restore(blob, asm._feed, asm._groups)
+        asm = cls(limits, clock=clock, unit_of_work=unit_of_work, second_chance=second_chance)
+        asm._closed = restore(blob, asm._feed, asm._groups, asm._ledger)
         return asm
 
-    def _feed(self, raw: bytes) -> None:
-        piece = self._decode(raw, [])
+    def _feed(self, raw: bytes, origin: Origin | None) -> None:
+        track = None if origin is None else self._ledger.track(origin.partition)
+        piece = self._decode(raw, [], origin, track)
         if piece is None:
             raise SegmentationError("a snapshot segment no longer decodes", reason=Reason.STATE_ERROR)
         self._accept(piece, [])

@@ -15,6 +15,10 @@ from segmenter.errors import Reason, SegmentationError
 from segmenter.wire import SegmentHeader
 
 from .bodies import StoredBody
+from .positions import Origin
+
+# ``positions`` on an event: where each segment whose bytes (or use) it reports was read, for
+# segments given to ``Assembler.receive`` with a position; parallel to ``segments`` / ``raw``.
 
 
 class Cause(str, Enum):
@@ -23,6 +27,7 @@ class Cause(str, Enum):
     EXPIRED = "expired"  # older than the configured expiry
     EVICTED = "evicted"  # pushed out by a memory or open-group limit
     CLOSED = "closed"  # still open when the input ended
+    REVOKED = "revoked"  # its partition was taken away (a log rebalance): its next owner reads it again
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,7 @@ class MessageComplete:
     stored_length: int
     original_length: int
     checksum: int | None = None  # the verified whole-message checksum (algorithm as in the segments)
+    positions: tuple[Origin, ...] = ()  # of the segments used
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,11 @@ class GroupComplete:
 
     group_id: bytes
     messages: tuple[MessageComplete, ...]
+
+    @property
+    def positions(self) -> tuple[Origin, ...]:
+        """Of every segment used, message by message."""
+        return tuple(o for m in self.messages for o in m.positions)
 
 
 @dataclass(frozen=True)
@@ -56,6 +67,7 @@ class Duplicate:
     msg_seq_number: int
     offset: int
     length: int
+    positions: tuple[Origin, ...] = ()  # of this copy
 
 
 @dataclass(frozen=True)
@@ -66,6 +78,7 @@ class Rejected:
     error: SegmentationError
     raw: bytes
     header: SegmentHeader | None = None
+    positions: tuple[Origin, ...] = ()  # of this segment
 
 
 @dataclass(frozen=True)
@@ -81,7 +94,8 @@ class ConflictingDuplicate(Rejected):
 
 @dataclass(frozen=True)
 class Late(Rejected):
-    """A segment for a group that already completed, failed or expired."""
+    """A segment for a group that already completed, failed, expired or was evicted (see the
+    assembler's ``second_chance`` to start an expired or evicted group again instead)."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +119,7 @@ class MessageFailed:
     reason: Reason
     error: SegmentationError
     segments: tuple[bytes, ...]  # original bytes of every segment used
+    positions: tuple[Origin, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -119,6 +134,7 @@ class Unfinished:
     last_seq_number: int | None  # the group's last MsgSeqNumber, if its LAST message was seen
     segments: tuple[bytes, ...] = field(default=())  # original bytes of every segment held
     failed: tuple[MessageFailed, ...] = field(default=())  # messages that failed inside the group
+    positions: tuple[Origin, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -129,6 +145,7 @@ class GroupFailed:
     reason: Reason
     failed: tuple[MessageFailed, ...]
     segments: tuple[bytes, ...]  # original bytes of the group's other segments
+    positions: tuple[Origin, ...] = ()  # of ``segments`` (each failed message carries its own)
 
 
 Event = MessageComplete | GroupComplete | Duplicate | Rejected | MessageFailed | Unfinished | GroupFailed

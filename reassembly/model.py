@@ -19,6 +19,7 @@ from segmenter.wire import DEFAULT_MAX_SEGMENT_SIZE, UNKNOWN_LENGTH, Buffer, Seg
 from ._state import GroupState
 from .bodies import MessageKey
 from .events import GapReport
+from .positions import Origin, Track
 
 
 @dataclass(frozen=True)
@@ -28,8 +29,8 @@ class Limits:
     max_message_size: int = 1 << 30  # declared original/stored length above this: 2030
     max_segment_size: int = DEFAULT_MAX_SEGMENT_SIZE  # encoded segment above this: 2218
     max_buffered_bytes: int = 2 << 30  # segment data held across all open groups
-    max_open_groups: int = 100_000
-    expiry_seconds: float | None = None  # incomplete groups older than this expire (needs a clock)
+    max_open_groups: int = 100_000  # groups held open after a receive (one completed within it never counts)
+    expiry_seconds: float | None = None  # incomplete groups strictly older than this expire (needs a clock)
     remember_closed: int = 100_000  # finished group ids kept to recognise late segments
     # SHA-256 / HMAC-SHA-256 demanded and keys to check them (default: check any SHA-256 declared)
     digest: DigestPolicy = NO_POLICY
@@ -56,10 +57,13 @@ class Piece:
     (compares with buffers, converts with ``bytes()``).
     """
 
-    __slots__ = ("data", "facts", "head", "header")
+    __slots__ = ("data", "facts", "head", "header", "origin", "track")
 
-    def __init__(self, header: SegmentHeader, data: Any, head: Buffer) -> None:
+    def __init__(
+        self, header: SegmentHeader, data: Any, head: Buffer, origin: Origin | None = None, track: Track | None = None
+    ) -> None:
         self.header, self.data, self.head = header, data, head
+        self.origin, self.track = origin, track  # where it was read (None: no position given)
         self.facts = Facts(
             header.codec,
             header.algorithm,
@@ -69,6 +73,16 @@ class Piece:
             header.original_length,
             header.message_checksum,
         )
+
+    @property
+    def positions(self) -> tuple[Origin, ...]:
+        return () if self.origin is None else (self.origin,)
+
+    def release(self) -> None:
+        """It leaves the assembler: its position settles (on a revoked track: nothing to do)."""
+        if self.track is not None:
+            assert self.origin is not None
+            self.track.release(self.origin.position)
 
     @property
     def offset(self) -> int:
@@ -126,6 +140,12 @@ class Message:
         """Original bytes of every piece, in canonical order (offset, length, bytes)."""
         return tuple(k[2] for k in sorted(p.key() for p in self.pieces()))
 
+    def positions(self) -> tuple[Origin, ...]:
+        """Where each piece was read, in the order of :meth:`raws` (empty without positions)."""
+        if all(p.origin is None for p in self.pieces()):
+            return ()
+        return tuple(o for p in sorted(self.pieces(), key=Piece.key) for o in p.positions)
+
     def held_bytes(self) -> int:
         """Bytes held in memory (none for a stored body)."""
         return 0 if self.stored else sum(p.header.data_length for p in self.pieces())
@@ -171,6 +191,13 @@ class Group:
     def raws(self) -> tuple[bytes, ...]:
         return tuple(raw for _, m in sorted(self.messages.items()) for raw in m.raws())
 
+    def positions(self) -> tuple[Origin, ...]:
+        return tuple(o for _, m in sorted(self.messages.items()) for o in m.positions())
+
+    def tracks(self) -> set[Track | None]:
+        """The partition tracks its held pieces were read from (``None``: given without a position)."""
+        return {p.track for m in self.messages.values() for p in m.pieces()}
+
 
 @dataclass
 class Closed:
@@ -178,3 +205,8 @@ class Closed:
 
     state: GroupState
     delivered: dict[tuple[int, int], Fingerprint]  # (MsgSeqNumber, Offset) of delivered pieces
+    last_seq: int | None = None  # the group's last MsgSeqNumber, if known (carried into a restart)
+    reopen: bool = False  # a segment of a message it did not deliver starts it again (revoked, forgotten)
+
+    def delivered_seq(self, seq: int) -> bool:
+        return any(s == seq for s, _ in self.delivered)
