@@ -194,11 +194,12 @@ class Resequencer:
             self._fire(g, at, events)
         return events
 
-    def close(self) -> list[Event]:
-        """End of input: every held message is passed on (Expire), every open group closes (CLOSED)."""
+    def close(self, group: Hashable = ...) -> list[Event]:
+        """End of input (of one ``group``, or of all): what is held is passed on (Expire), the group closes."""
         now = self._clock()
         events: list[Event] = []
-        for g in list(self._groups.values()):
+        chosen = list(self._groups.values()) if group is ... else [self._groups[group]] if group in self._groups else []
+        for g in chosen:
             while g.held:
                 self._force(g, now, SkipCause.CLOSED, events)
             if g.key in self._groups:

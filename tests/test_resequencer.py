@@ -386,9 +386,7 @@ def test_group_and_total_limits_force_the_group_on_as_expire() -> None:
 
 def test_max_gaps_forgets_the_oldest_gap_and_says_so() -> None:
     clock = Clock()
-    r = Resequencer(
-        ResequenceOptions(end=None, missing_timeout=1, limits=ResequenceLimits(max_gaps=1)), clock=clock
-    )
+    r = Resequencer(ResequenceOptions(end=None, missing_timeout=1, limits=ResequenceLimits(max_gaps=1)), clock=clock)
     ev = run(r, clock, [(0, "g", 2), (2, "g", 4), (4, "g", 0), (4, "g", 3)])
     assert [(e.seq, e.reason) for e in ev if isinstance(e, Failed)] == [(0, Reason.RESEQ_FORGOTTEN)]
     assert seqs(ev, Missing) == [3]
