@@ -95,7 +95,7 @@ def dump(r: Resequencer, encode: Callable[[Any], bytes] | None) -> bytes:
                 "next": g.next,
                 "expiring": g.expiring,
                 "position": g.position,
-                "counts": [g.n_released, g.n_expired, g.n_missing, g.failed],
+                "counts": [g.position - g.n_expired, g.n_expired, g.n_missing, g.failed],
                 "gaps": [list(p) for p in zip(g.gap_lo, g.gap_hi, strict=True)],
                 "floor": g.floor,
                 "deadline": g.deadline,
@@ -203,8 +203,8 @@ def _group(
     g.position = _int(d["position"], "position")
     counts = d["counts"]
     _check(isinstance(counts, list) and len(counts) == 4, "counts")
-    g.n_released, g.n_expired, g.n_missing, g.failed = (_int(c, "count") for c in counts)
-    _check(min(g.position, *counts) >= 0 and g.position == g.n_released + g.n_expired, "position or counts")
+    released, g.n_expired, g.n_missing, g.failed = (_int(c, "count") for c in counts)
+    _check(min(g.position, *counts) >= 0 and g.position == released + g.n_expired, "position or counts")
     running = phase in (Phase.RUNNING, Phase.ENDING)
     gaps = d["gaps"]
     _check(isinstance(gaps, list) and len(gaps) <= r.limits.max_gaps, "gaps")
@@ -239,6 +239,7 @@ def _group(
             g.sizes[seq] = size
             g.nbytes += size
     _check(g.nbytes <= lim.max_group_bytes, "held bytes above the limit")
+    r._restop(g)
     r._set(g, _time(d["deadline"], "deadline"))
     _check(phase is not Phase.GATHERING or g.deadline is not None, "gathering without a deadline")
     return g, pos
