@@ -230,3 +230,54 @@ class GroupClosed(NamedTuple):
 
 
 Event = Released | Expired | Missing | Failed | Skipped | GroupClosed
+
+NEVER = float("-inf")
+ALWAYS = float("inf")
+
+
+# ------------------------------------------------------------------ what is held
+class Group:
+    """One open (or recently closed) instance of a sequence group."""
+
+    __slots__ = (
+        "armed",
+        "deadline",
+        "end",
+        "expiring",
+        "failed",
+        "floor",
+        "gap_hi",
+        "gap_lo",
+        "held",
+        "instance",
+        "key",
+        "n_expired",
+        "n_missing",
+        "nbytes",
+        "next",
+        "phase",
+        "position",
+        "sizes",
+        "start",
+        "stop",
+    )
+
+    def __init__(self, key: Any, instance: int, phase: Phase, start: int | None, end: int | None) -> None:
+        self.key = key
+        self.instance = instance
+        self.phase = phase
+        self.start = start
+        self.end = end
+        self.next = start if start is not None else 0  # meaningful once RUNNING
+        self.held: dict[int, Any] = {}
+        self.sizes: dict[int, int] = {}  # only messages offered with a size
+        self.nbytes = 0
+        self.expiring = False  # a gap was skipped: everything from now on goes to Expire
+        self.position = 0
+        self.gap_lo: list[int] = []  # skipped ranges [lo, hi), ascending
+        self.gap_hi: list[int] = []
+        self.floor: int | None = None  # numbers below it are past the forgotten gaps (max_gaps)
+        self.deadline: float | None = None  # when this group must be looked at next
+        self.armed: float | None = None  # the deadline of its live heap entry
+        self.n_expired = self.n_missing = self.failed = 0
+        self.stop: float | int = NEVER  # set by Resequencer._restop

@@ -21,14 +21,13 @@ import json
 import math
 import struct
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from segmenter.errors import Reason, SegmentationError
 
-from .resequence_model import Phase
+from .resequence_model import Group, Phase, ResequenceLimits
 
-if TYPE_CHECKING:
-    from .resequencer import Group, Resequencer
+Groups = dict[Any, Group]
 
 MAGIC = b"RSEQ"
 VERSION = 1
@@ -75,11 +74,12 @@ def _bytes_of(item: Any) -> bytes:
     raise SegmentationError("items are not bytes: give snapshot() an encode function", reason=Reason.STATE_ERROR)
 
 
-def dump(r: Resequencer, encode: Callable[[Any], bytes] | None) -> bytes:
+def dump(open_groups: Groups, waiting: dict[Any, None], closed: Groups, encode: Callable[[Any], bytes] | None) -> bytes:
+    """The open groups (age order), the order they began waiting in, the closed groups."""
     enc = encode or _bytes_of
     blobs: list[bytes] = []
     groups = []
-    for g in r._groups.values():
+    for g in open_groups.values():
         held = []
         for seq, item in g.held.items():
             b = enc(item)
@@ -102,19 +102,22 @@ def dump(r: Resequencer, encode: Callable[[Any], bytes] | None) -> bytes:
                 "held": held,
             }
         )
-    keys = list(r._groups)
+    where = {k: i for i, k in enumerate(open_groups)}
     meta = {
         "groups": groups,
-        "waiting": [keys.index(k) for k in r._waiting],
-        "closed": [[_key_out(g.key), g.instance, g.deadline] for g in r._closed.values()],
+        "waiting": [where[k] for k in waiting],
+        "closed": [[_key_out(g.key), g.instance, g.deadline] for g in closed.values()],
     }
     doc = json.dumps(meta, separators=(",", ":")).encode()
     return b"".join([MAGIC, bytes([VERSION]), _LEN.pack(len(doc)), doc, *blobs])
 
 
-def load(r: Resequencer, blob: bytes, decode: Callable[[bytes], Any] | None) -> None:
+def load(
+    blob: bytes, limits: ResequenceLimits, decode: Callable[[bytes], Any] | None
+) -> tuple[Groups, dict[Any, None], Groups]:
+    """Open groups, waiting order, closed groups; deadlines are in ``Group.deadline``, not armed."""
     try:
-        _load(r, memoryview(blob), decode)
+        return _load(memoryview(blob), limits, decode)
     except SegmentationError:
         raise
     except (_Bad, ValueError, TypeError, KeyError, IndexError, struct.error, RecursionError) as exc:
@@ -142,9 +145,12 @@ def _time(v: Any, what: str) -> float | None:
     return float(v)
 
 
-def _load(r: Resequencer, view: memoryview, decode: Callable[[bytes], Any] | None) -> None:
-    from .resequencer import Group
-
+def _load(
+    view: memoryview, lim: ResequenceLimits, decode: Callable[[bytes], Any] | None
+) -> tuple[Groups, dict[Any, None], Groups]:
+    groups: Groups = {}
+    waiting: dict[Any, None] = {}
+    closed_groups: Groups = {}
     head = len(MAGIC) + 1
     _check(bytes(view[: len(MAGIC)]) == MAGIC, "magic: not a resequencer snapshot")
     if view[len(MAGIC)] != VERSION:
@@ -157,37 +163,35 @@ def _load(r: Resequencer, view: memoryview, decode: Callable[[bytes], Any] | Non
     meta = json.loads(bytes(view[pos : pos + n]))
     pos += n
     _check(isinstance(meta, dict) and set(meta) == {"groups", "waiting", "closed"}, "document")
-    lim = r.limits
     _check(isinstance(meta["groups"], list) and len(meta["groups"]) <= lim.max_groups, "groups")
     for doc in meta["groups"]:
-        g, pos = _group(r, doc, view, pos, decode, Group)
-        _check(g.key not in r._groups, "duplicate group id")
-        r._groups[g.key] = g
-        r.held_messages += len(g.held)
-        r.held_bytes += g.nbytes
+        g, pos = _group(lim, doc, view, pos, decode)
+        _check(g.key not in groups, "duplicate group id")
+        groups[g.key] = g
     _check(pos == len(view), "trailing bytes")
-    _check(r.held_messages <= lim.max_messages and r.held_bytes <= lim.max_bytes, "totals above the limits")
-    keys = list(r._groups)
-    waiting = meta["waiting"]
-    _check(isinstance(waiting, list), "waiting")
-    for i in waiting:
-        _check(0 <= _int(i, "waiting") < len(keys) and keys[i] not in r._waiting, "waiting")
-        r._waiting[keys[i]] = None
-    _check(set(r._waiting) == {k for k, g in r._groups.items() if g.held}, "waiting groups")
+    held = sum(len(g.held) for g in groups.values())
+    _check(held <= lim.max_messages and sum(g.nbytes for g in groups.values()) <= lim.max_bytes, "totals")
+    keys = list(groups)
+    _check(isinstance(meta["waiting"], list), "waiting")
+    for i in meta["waiting"]:
+        _check(0 <= _int(i, "waiting") < len(keys) and keys[i] not in waiting, "waiting")
+        waiting[keys[i]] = None
+    _check(set(waiting) == {k for k, g in groups.items() if g.held}, "waiting groups")
     closed = meta["closed"]
     _check(isinstance(closed, list) and len(closed) <= lim.max_closed, "closed")
     for entry in closed:
         _check(isinstance(entry, list) and len(entry) == 3, "closed group")
         key = _key_in(entry[0])
-        _check(key not in r._closed and key not in r._groups, "closed group id")
+        _check(key not in closed_groups and key not in groups, "closed group id")
         g = Group(key, _int(entry[1], "instance"), Phase.CLOSED, None, None)
         _check(g.instance >= 1, "instance")
-        r._closed[key] = g
-        r._set(g, _time(entry[2], "deadline"))
+        g.deadline = _time(entry[2], "deadline")
+        closed_groups[key] = g
+    return groups, waiting, closed_groups
 
 
 def _group(
-    r: Resequencer, d: Any, view: memoryview, pos: int, decode: Callable[[bytes], Any] | None, cls: type[Group]
+    lim: ResequenceLimits, d: Any, view: memoryview, pos: int, decode: Callable[[bytes], Any] | None
 ) -> tuple[Group, int]:
     fields = {"key", "instance", "phase", "start", "end", "next", "expiring", "position"}
     fields |= {"counts", "gaps", "floor", "deadline", "held"}
@@ -195,7 +199,7 @@ def _group(
     phase = Phase(d["phase"])
     _check(phase is not Phase.CLOSED, "phase")
     start, end = _opt_int(d["start"], "start"), _opt_int(d["end"], "end")
-    g = cls(_key_in(d["key"]), _int(d["instance"], "instance"), phase, start, end)
+    g = Group(_key_in(d["key"]), _int(d["instance"], "instance"), phase, start, end)
     g.next = _int(d["next"], "next")
     _check(g.instance >= 1 and (start is None or end is None or start <= end), "instance, start or end")
     _check(type(d["expiring"]) is bool, "expiring")
@@ -207,7 +211,7 @@ def _group(
     _check(min(g.position, *counts) >= 0 and g.position == released + g.n_expired, "position or counts")
     running = phase in (Phase.RUNNING, Phase.ENDING)
     gaps = d["gaps"]
-    _check(isinstance(gaps, list) and len(gaps) <= r.limits.max_gaps, "gaps")
+    _check(isinstance(gaps, list) and len(gaps) <= lim.max_gaps, "gaps")
     low = None if start is None else start
     for gap in gaps:
         _check(isinstance(gap, list) and len(gap) == 2, "gap")
@@ -219,7 +223,6 @@ def _group(
     g.floor = _opt_int(d["floor"], "floor")
     _check(running or g.floor is None, "floor")
     held = d["held"]
-    lim = r.limits
     _check(isinstance(held, list) and len(held) <= lim.max_group_messages, "held")
     _check(phase is not Phase.ENDING or not held, "held while ending")
     _check(phase not in (Phase.GATHERING, Phase.WAITING) or held, "nothing held before the start")
@@ -239,7 +242,6 @@ def _group(
             g.sizes[seq] = size
             g.nbytes += size
     _check(g.nbytes <= lim.max_group_bytes, "held bytes above the limit")
-    r._restop(g)
-    r._set(g, _time(d["deadline"], "deadline"))
+    g.deadline = _time(d["deadline"], "deadline")
     _check(phase is not Phase.GATHERING or g.deadline is not None, "gathering without a deadline")
     return g, pos

@@ -45,6 +45,8 @@ from typing import Any
 from segmenter.errors import Reason, SegmentationError
 
 from .resequence_model import (
+    ALWAYS,
+    NEVER,
     CloseCause,
     EndAt,
     EndAuto,
@@ -52,6 +54,7 @@ from .resequence_model import (
     Event,
     Expired,
     Failed,
+    Group,
     GroupClosed,
     Missing,
     Phase,
@@ -65,58 +68,10 @@ from .resequence_model import (
     Step,
     step,
 )
+from .resequence_snapshot import dump, load
 
 Clock = Callable[[], float]
 _new: Callable[..., Any] = tuple.__new__  # builds an event NamedTuple without its Python-level __new__ (2-3x faster)
-_NEVER = float("-inf")
-_ALWAYS = float("inf")
-
-
-class Group:
-    """One open (or recently closed) instance of a sequence group."""
-
-    __slots__ = (
-        "armed",
-        "deadline",
-        "end",
-        "expiring",
-        "failed",
-        "floor",
-        "gap_hi",
-        "gap_lo",
-        "held",
-        "instance",
-        "key",
-        "n_expired",
-        "n_missing",
-        "nbytes",
-        "next",
-        "phase",
-        "position",
-        "sizes",
-        "start",
-        "stop",
-    )
-
-    def __init__(self, key: Any, instance: int, phase: Phase, start: int | None, end: int | None) -> None:
-        self.key = key
-        self.instance = instance
-        self.phase = phase
-        self.start = start
-        self.end = end
-        self.next = start if start is not None else 0  # meaningful once RUNNING
-        self.held: dict[int, Any] = {}
-        self.sizes: dict[int, int] = {}  # only messages offered with a size
-        self.nbytes = 0
-        self.expiring = False  # a gap was skipped: everything from now on goes to Expire
-        self.position = 0
-        self.gap_lo: list[int] = []  # skipped ranges [lo, hi), ascending
-        self.gap_hi: list[int] = []
-        self.floor: int | None = None  # numbers below it are past the forgotten gaps (max_gaps)
-        self.deadline: float | None = None  # when this group must be looked at next
-        self.armed: float | None = None  # the deadline of its live heap entry
-        self.n_expired = self.n_missing = self.failed = 0
-        self.stop: float | int = _NEVER  # set by Resequencer._restop
 
 
 def _predicate(p: Any, what: str) -> Callable[[int, Any], bool] | None:
@@ -367,9 +322,9 @@ class Resequencer:
     def _restop(self, g: Group) -> None:
         """The bound below which ``offer`` may take the fast paths (none: -inf)."""
         if g.phase is not Phase.RUNNING or self._end_when is not None:
-            g.stop = _NEVER
+            g.stop = NEVER
         else:
-            g.stop = _ALWAYS if g.end is None else g.end
+            g.stop = ALWAYS if g.end is None else g.end
 
     def _force(self, g: Group, at: float, cause: SkipCause, events: list[Event]) -> None:
         """Move on without the next number: skip to the lowest held one; everything after goes to Expire."""
@@ -462,9 +417,7 @@ class Resequencer:
         """The whole state as bytes (see :mod:`.resequence_snapshot`); ``encode`` turns an item into bytes
         (default: items must be bytes-like). Deadlines are stored as clock values: use a wall clock if a
         snapshot must outlive the process."""
-        from .resequence_snapshot import dump
-
-        return dump(self, encode)
+        return dump(self._groups, self._waiting, self._closed, encode)
 
     @classmethod
     def restore(
@@ -476,11 +429,15 @@ class Resequencer:
         decode: Callable[[bytes], Any] | None = None,
     ) -> Resequencer:
         """A resequencer in the snapshot's state; a malformed or hostile snapshot is a STATE_ERROR."""
-        from .resequence_snapshot import load
-
         r = cls(options, clock=clock)
-        load(r, blob, decode)
+        r._groups, r._waiting, r._closed = load(blob, r.limits, decode)
+        for g in (*r._groups.values(), *r._closed.values()):
+            r.held_messages += len(g.held)
+            r.held_bytes += g.nbytes
+            r._restop(g)
+            deadline, g.deadline = g.deadline, None
+            r._set(g, deadline)
         return r
 
 
-__all__ = ["Group", "Resequencer"]
+__all__ = ["Resequencer"]
