@@ -130,8 +130,22 @@ def gappy(draw: st.DrawFn) -> list[tuple[float, int]]:
     return out
 
 
-@given(gappy(), st.sampled_from([1.0, 5.0, 10.0]))
+TIMEOUTS = st.sampled_from([1.0, 5.0, 10.0])
+
+
+@given(gappy(), TIMEOUTS)
 def test_out_expire_missing_split_equals_the_reference_model(arrivals: list[tuple[float, int]], timeout: float) -> None:
+    check_split(arrivals, timeout)
+
+
+@pytest.mark.slow
+@settings(max_examples=5000)
+@given(gappy(), TIMEOUTS)
+def test_split_equals_the_reference_model_many(arrivals: list[tuple[float, int]], timeout: float) -> None:
+    check_split(arrivals, timeout)
+
+
+def check_split(arrivals: list[tuple[float, int]], timeout: float) -> None:
     clock = Clock()
     r = Resequencer(ResequenceOptions(start=StartAt(0), end=None, missing_timeout=timeout), clock=clock)
     events = run(r, clock, [(t, "g", s) for t, s in arrivals]) + r.close()
@@ -184,6 +198,21 @@ def replay(opts: ResequenceOptions, ops: list[tuple[str, Any, int]], cut: int | 
 @given(START, END, LIMITS, st.sampled_from([None, 3.0]), OPS, st.data())
 @settings(max_examples=150)
 def test_snapshot_restore_at_any_point_changes_nothing(
+    start: Any, end: Any, limits: ResequenceLimits, timeout: float | None, ops: list[Any], data: st.DataObject
+) -> None:
+    check_snapshot(start, end, limits, timeout, ops, data)
+
+
+@pytest.mark.slow
+@given(START, END, LIMITS, st.sampled_from([None, 3.0]), OPS, st.data())
+@settings(max_examples=5000)
+def test_snapshot_restore_changes_nothing_many(
+    start: Any, end: Any, limits: ResequenceLimits, timeout: float | None, ops: list[Any], data: st.DataObject
+) -> None:
+    check_snapshot(start, end, limits, timeout, ops, data)
+
+
+def check_snapshot(
     start: Any, end: Any, limits: ResequenceLimits, timeout: float | None, ops: list[Any], data: st.DataObject
 ) -> None:
     opts = ResequenceOptions(start=start, end=end, missing_timeout=timeout, keep_closed=8.0, limits=limits)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import random
 from collections import Counter
-from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from reassembly.spark.stream import ROCKSDB
 pytestmark = pytest.mark.spark
 
 T0 = 1_700_000_000_000  # ms
+PROVIDER = "spark.sql.streaming.stateStore.providerClass"
 OPTIONS = ResequenceOptions(start=StartAt(0), end=EndWhen("is_last"), missing_timeout=30.0, keep_closed=100.0)
 SCHEMA = pa.schema(
     [
@@ -101,20 +101,20 @@ def land(directory: Path, name: str, rows: list[Row], mtime: float) -> None:
     tmp.rename(directory / name)
 
 
-@pytest.fixture(scope="module")
-def stream_spark(spark: Any) -> Iterator[Any]:
-    key = "spark.sql.streaming.stateStore.providerClass"
-    spark.conf.set(key, ROCKSDB)
-    yield spark
-    spark.conf.unset(key)
-
-
 def _got(rows: list[Any]) -> Counter[tuple[Any, ...]]:
     cols = ("grp", "seq", "body", "instance", "terminal", "position", "reason", "reason_name", "detail")
     return Counter(tuple(bytes(r[c]) if c == "body" else r[c] for c in cols) for r in rows)
 
 
-def test_stream_equals_in_process_fed_in_micro_batches(stream_spark: Any, tmp_path: Path) -> None:
+def test_stream_equals_in_process_fed_in_micro_batches(spark: Any, tmp_path: Path) -> None:
+    spark.conf.set(PROVIDER, ROCKSDB)
+    try:
+        _stream_equals_in_process(spark, tmp_path)
+    finally:
+        spark.conf.unset(PROVIDER)
+
+
+def _stream_equals_in_process(stream_spark: Any, tmp_path: Path) -> None:
     batches = dataset() + flush(4)
     landing = tmp_path / "landing"
     landing.mkdir()
@@ -164,13 +164,6 @@ def test_batch_equals_in_process_with_a_perfect_watermark(spark: Any) -> None:
 
 
 def test_stream_refuses_a_session_without_rocksdb(spark: Any) -> None:
-    key = "spark.sql.streaming.stateStore.providerClass"
-    was = spark.conf.get(key, None)
-    spark.conf.unset(key)
-    try:
-        df = spark.readStream.format("rate").load()
-        with pytest.raises(ValueError, match="providerClass"):
-            resequence_stream(df, group="value", seq="value", event_time="timestamp")
-    finally:
-        if was is not None:
-            spark.conf.set(key, was)
+    df = spark.readStream.format("rate").load()
+    with pytest.raises(ValueError, match="providerClass"):
+        resequence_stream(df, group="value", seq="value", event_time="timestamp")
