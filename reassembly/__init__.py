@@ -16,7 +16,27 @@ from .events import (
     Rejected,
     Unfinished,
 )
+from .ordered import OrderedGroups
 from .reader import read_events
+from .resequence_model import (
+    CloseCause,
+    EndAt,
+    EndAuto,
+    EndWhen,
+    Expired,
+    Failed,
+    GroupClosed,
+    Missing,
+    Released,
+    ResequenceLimits,
+    ResequenceOptions,
+    SkipCause,
+    Skipped,
+    StartAt,
+    StartAuto,
+    StartWhen,
+)
+from .resequencer import Resequencer
 
 __all__ = [
     "Assembler",
@@ -35,6 +55,25 @@ __all__ = [
     "Rejected",
     "Unfinished",
     "read_events",
+    # resequencer (issue 11)
+    "CloseCause",
+    "EndAt",
+    "EndAuto",
+    "EndWhen",
+    "Expired",
+    "Failed",
+    "GroupClosed",
+    "Missing",
+    "OrderedGroups",
+    "Released",
+    "ResequenceLimits",
+    "ResequenceOptions",
+    "Resequencer",
+    "SkipCause",
+    "Skipped",
+    "StartAt",
+    "StartAuto",
+    "StartWhen",
     "reassemble",
     "reassemble_all",
 ]

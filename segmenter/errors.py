@@ -57,6 +57,14 @@ class Reason(IntEnum):
     HMAC_MISMATCH = 9033  # the HMAC-SHA-256 tag does not match: not authentic
     UNKNOWN_KEY = 9034  # the HMAC key id names no key in the keyring
     DIGEST_MISSING = 9035  # the reader demands a digest or tag the message does not carry
+    # Resequencer (9050 up): see reassembly/resequencer.py.
+    RESEQ_BAD_NUMBER = 9050  # the sequence number is not an integer (None, text, a float...)
+    RESEQ_BEFORE_START = 9051  # below the group's start of sequence
+    RESEQ_AFTER_END = 9052  # above the group's end of sequence
+    RESEQ_DUPLICATE = 9053  # the number is already held or was already passed on
+    RESEQ_START_NOT_LOWEST = 9054  # a predicate start above a number already held
+    RESEQ_END_BELOW_RECEIVED = 9055  # a predicate end below a number already received
+    RESEQ_FORGOTTEN = 9056  # below the oldest skipped range still remembered (max_gaps)
 
 
 class SegmentationError(Exception):

@@ -7,6 +7,7 @@ turns the encoded form into columns in the JVM. See README "Spark reassembly".
 
 from .decode import decode_segments
 from .pipeline import ReassemblyOptions, ReassemblyResult, reassemble
+from .resequence import resequence, resequence_stream  # resequencer (issue 11)
 from .schema import MESSAGE_COLUMNS, OUTPUT_ARROW, OUTPUT_DDL, QUARANTINE_COLUMNS, ColumnNames
 from .stream import StreamOptions, reassemble_stream  # streaming (issue 10)
 
@@ -22,4 +23,6 @@ __all__ = [
     "decode_segments",
     "reassemble",
     "reassemble_stream",
+    "resequence",
+    "resequence_stream",
 ]

@@ -1,0 +1,124 @@
+"""Resequencer throughput and memory (issue 11's goal: >= 1 million small messages/s, 1,000 open groups, one core).
+
+    python -m bench.reseqbench [--messages 2000000] [--groups 1000] [--runs 5]
+
+Cases, each over the same pre-built arrival list (building it is not timed):
+``in_order`` (round-robin over the groups, each group's numbers in order),
+``swapped_10pct`` (one message in ten arrives after its successor: held,
+then released by it) and ``window_64`` (each group's numbers shuffled in
+windows of 64: the held dict works all the time). ``offer`` is called once per
+message and every returned event list is consumed (counted), as a caller
+would. ``floor``: the same loop calling a function that only builds one
+tuple in a list (the least any Python ``offer`` API costs): on a loaded
+machine, read the ratio to it. Memory: ``tracemalloc`` over holding ``--hold`` messages (numbers
+1.. with 0 never arriving), divided by the count: what one waiting message
+costs beyond its item (a shared ``bytes`` object here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import random
+import statistics
+import sys
+import time
+import tracemalloc
+from collections.abc import Callable
+from typing import Any
+
+from reassembly.resequence_model import EndAuto, ResequenceOptions, StartAt
+from reassembly.resequencer import Resequencer
+
+ITEM = b"small message"
+
+
+def arrivals(case: str, messages: int, groups: int, seed: int = 1) -> list[tuple[int, int]]:
+    per = messages // groups
+    rng = random.Random(seed)
+    seqs = list(range(per))
+    orders: list[list[int]] = []
+    for _ in range(groups):
+        s = seqs[:]
+        if case == "swapped_10pct":
+            for i in range(0, per - 1, 10):
+                s[i], s[i + 1] = s[i + 1], s[i]
+        elif case == "window_64":
+            for i in range(0, per, 64):
+                window = s[i : i + 64]
+                rng.shuffle(window)
+                s[i : i + 64] = window
+        orders.append(s)
+    return [(g, orders[g][i]) for i in range(per) for g in range(groups)]
+
+
+def options() -> ResequenceOptions:
+    return ResequenceOptions(start=StartAt(0), end=EndAuto(idle=3600.0), missing_timeout=60.0)
+
+
+def floor(group: int, seq: int, item: bytes) -> list[tuple[int, int, bytes]]:
+    """The least any Python ``offer`` can do: one call, one tuple, one list."""
+    return [(group, seq, item)]
+
+
+def timed(feed: list[tuple[int, int]], offer: Callable[[int, int, bytes], list[Any]]) -> float:
+    """Seconds to call ``offer`` once per arrival, consuming every event list (gc off while timed)."""
+    n_events = 0
+    gc.disable()
+    start = time.perf_counter()
+    for group, seq in feed:
+        n_events += len(offer(group, seq, ITEM))
+    elapsed = time.perf_counter() - start
+    gc.enable()
+    assert n_events == len(feed)  # one event per message: nothing is lost, nothing is left held
+    return elapsed
+
+
+def run_once(feed: list[tuple[int, int]]) -> float:
+    r = Resequencer(options(), clock=time.monotonic)
+    elapsed = timed(feed, r.offer)
+    assert r.held_messages == 0 and r.open_groups == len({g for g, _ in feed[:10_000]})
+    return elapsed
+
+
+def memory_per_waiting(hold: int, groups: int) -> float:
+    r = Resequencer(options(), clock=time.monotonic)
+    per = hold // groups
+    for g in range(groups):  # open the groups first: their own cost is not a waiting message's
+        r.offer(g, 0, ITEM)
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for g in range(groups):
+        for seq in range(2, per + 2):  # 1 never arrives: everything waits
+            r.offer(g, seq, ITEM)
+    after = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    assert r.held_messages == per * groups
+    return (after - before) / (per * groups)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--messages", type=int, default=2_000_000)
+    p.add_argument("--groups", type=int, default=1000)
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--hold", type=int, default=1_000_000)
+    a = p.parse_args(argv)
+    print(f"Python {sys.version.split()[0]}; {a.messages:,} messages over {a.groups:,} open groups; {a.runs} runs")
+    feeds = {c: arrivals(c, a.messages, a.groups) for c in ("in_order", "swapped_10pct", "window_64")}
+    results: dict[str, list[float]] = {c: [] for c in ("floor", *feeds)}
+    for _ in range(a.runs):  # interleaved: a load spike hits every case alike
+        results["floor"].append(len(feeds["in_order"]) / timed(feeds["in_order"], floor))
+        for case, feed in feeds.items():
+            results[case].append(len(feed) / run_once(feed))
+    best_floor = max(results["floor"])
+    print("| case | median msg/s | best msg/s | best / floor's best |")
+    print("|---|---:|---:|---:|")
+    for case, rates in results.items():
+        print(f"| {case} | {statistics.median(rates):,.0f} | {max(rates):,.0f} | {max(rates) / best_floor:.2f} |")
+    per = memory_per_waiting(a.hold, a.groups)
+    print(f"memory per waiting message: {per:.0f} bytes ({a.hold:,} held in {a.groups:,} groups, item shared)")
+
+
+if __name__ == "__main__":
+    main()

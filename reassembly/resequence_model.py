@@ -1,0 +1,283 @@
+"""What the resequencer is told and what it reports: options, phases (as data), typed events.
+
+The events are NamedTuples (cheap to build: the in-order path creates one per
+message and must run at about a million a second). Every message offered
+ends in exactly one of :class:`Released`, :class:`Expired`, :class:`Missing`
+or :class:`Failed`, each carrying the item as given: nothing is discarded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, NamedTuple
+
+from segmenter.errors import Reason, SegmentationError
+
+Predicate = Callable[[int, Any], bool] | str
+"""``(seq, item) -> bool`` in-process; in Spark a SQL boolean expression over the input row."""
+
+
+# ------------------------------------------------------------------ start and end modes
+@dataclass(frozen=True)
+class StartAt:
+    """Literal start: nothing is released until ``seq`` arrives; lower numbers are failures."""
+
+    seq: int = 0
+
+
+@dataclass(frozen=True)
+class StartWhen:
+    """Predicate start: the first message for which ``predicate`` is true starts the sequence.
+
+    It must be lower than every message held for the group so far (else it is a
+    failure, 9054, and the group keeps waiting); later lower numbers are failures (9051).
+    """
+
+    predicate: Predicate
+
+
+@dataclass(frozen=True)
+class StartAuto:
+    """Automatic start: gather for ``gather`` (clock units) from the group's first message, then
+    start from the lowest number held (released to Out: nothing is known to be missing). A
+    number below that start arriving later is a failure (9051), never reordered in."""
+
+    gather: float
+
+
+@dataclass(frozen=True)
+class EndAt:
+    """Literal end: ``seq`` (>= a literal start) is the last number; higher numbers are failures."""
+
+    seq: int
+
+
+@dataclass(frozen=True)
+class EndWhen:
+    """Predicate end: the message for which ``predicate`` is true fixes the end. If a message with a
+    higher number was already received it is a failure (9055); after it, higher numbers are (9052)."""
+
+    predicate: Predicate
+
+
+@dataclass(frozen=True)
+class EndAuto:
+    """Automatic end: the group closes once it has held nothing for ``idle`` (clock units)."""
+
+    idle: float
+
+
+Start = StartAt | StartWhen | StartAuto
+End = EndAt | EndWhen | EndAuto | None  # None: never ends (closed only by a limit or close())
+
+
+@dataclass(frozen=True)
+class ResequenceLimits:
+    """Bounds. Passing one forces the resequencer on (Expire) rather than refusing or dropping."""
+
+    max_group_messages: int = 100_000  # held (waiting) messages per group
+    max_group_bytes: int = 64 << 20  # held bytes per group (sizes as given to ``offer``)
+    max_messages: int = 10_000_000  # held messages in all
+    max_bytes: int = 1 << 30  # held bytes in all
+    max_groups: int = 1_000_000  # open groups; opening one more closes the oldest (EVICTED)
+    max_gaps: int = 10_000  # skipped ranges remembered per group; older ones are forgotten (9056)
+    max_closed: int = 1_000_000  # closed groups remembered (for their instance number)
+
+
+@dataclass(frozen=True)
+class ResequenceOptions:
+    """How to resequence. Durations are in the injected clock's unit (seconds for ``time.monotonic``).
+
+    ``missing_timeout``: how long to wait for the next number (or, before a
+    predicate start, for the start) while later ones are held, before moving
+    on; ``None`` waits for ever (only a limit moves on). After a literal or
+    predicate end is reached with numbers skipped, the group stays open this
+    long more so they can still arrive (to Missing). ``keep_closed``: how long
+    a closed group's instance number is remembered (a later message for the
+    same group id then opens instance + 1; after it, numbering restarts at 1).
+    """
+
+    start: Start = field(default_factory=StartAt)
+    end: End = field(default_factory=lambda: EndAuto(60.0))
+    missing_timeout: float | None = 30.0
+    keep_closed: float | None = 3600.0
+    limits: ResequenceLimits = field(default_factory=ResequenceLimits)
+
+    def __post_init__(self) -> None:
+        s, e = self.start, self.end
+        if isinstance(s, StartAt) and isinstance(e, EndAt) and e.seq < s.seq:
+            raise SegmentationError(
+                f"literal end {e.seq} is below the literal start {s.seq}", reason=Reason.STATE_ERROR, start=s.seq
+            )
+        for name in ("missing_timeout", "keep_closed"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise SegmentationError(f"{name} must not be negative", reason=Reason.STATE_ERROR, value=value)
+
+
+# ------------------------------------------------------------------ phases, as data
+class Phase(str, Enum):
+    GATHERING = "gathering"  # automatic start: collecting until the gather time passes
+    WAITING = "waiting"  # predicate start: collecting until the start message arrives
+    RUNNING = "running"  # start known: releasing in order from ``next``
+    ENDING = "ending"  # end reached with numbers skipped: open for them until the missing timeout
+    CLOSED = "closed"  # left; remembered only for its instance number
+
+
+class Step(str, Enum):
+    START = "start"
+    END = "end"
+    CLOSE = "close"
+
+
+TRANSITIONS: dict[tuple[Phase, Step], Phase] = {
+    (Phase.GATHERING, Step.START): Phase.RUNNING,
+    (Phase.WAITING, Step.START): Phase.RUNNING,
+    (Phase.RUNNING, Step.END): Phase.ENDING,
+    (Phase.RUNNING, Step.CLOSE): Phase.CLOSED,
+    (Phase.GATHERING, Step.CLOSE): Phase.CLOSED,  # only with nothing held (close() forces a start first)
+    (Phase.WAITING, Step.CLOSE): Phase.CLOSED,
+    (Phase.ENDING, Step.CLOSE): Phase.CLOSED,
+}
+
+
+def step(phase: Phase, what: Step) -> Phase:
+    """The next phase, or a STATE_ERROR for a step the table does not allow."""
+    try:
+        return TRANSITIONS[(phase, what)]
+    except KeyError:
+        raise SegmentationError(f"no step {what.value} from {phase.value}", reason=Reason.STATE_ERROR) from None
+
+
+# ------------------------------------------------------------------ events
+class SkipCause(str, Enum):
+    TIMEOUT = "timeout"  # the missing-message timeout passed
+    EVICTED = "evicted"  # a held-messages or held-bytes limit forced the group on
+    CLOSED = "closed"  # close(): the input ended
+
+
+class CloseCause(str, Enum):
+    COMPLETE = "complete"  # end reached, nothing skipped
+    ENDED = "ended"  # end reached with numbers skipped; the missing timeout passed
+    IDLE = "idle"  # automatic end: nothing held for the idle time
+    EVICTED = "evicted"  # max_groups: the oldest group made room
+    CLOSED = "closed"  # close(): the input ended
+
+
+class Released(NamedTuple):
+    """Out: passed on in order, nothing skipped before it. ``position`` counts from 0 per instance."""
+
+    group: Any
+    instance: int
+    seq: int
+    item: Any
+    position: int
+
+
+class Expired(NamedTuple):
+    """Expire: passed on in order, but after a skipped gap (every later message of the instance too)."""
+
+    group: Any
+    instance: int
+    seq: int
+    item: Any
+    position: int
+
+
+class Missing(NamedTuple):
+    """Missing: a message whose number was skipped, arriving afterwards (no position)."""
+
+    group: Any
+    instance: int
+    seq: int
+    item: Any
+
+
+class Failed(NamedTuple):
+    """Failure: not accepted; ``error.details`` has the numbers. ``instance`` is None if no group was opened."""
+
+    group: Any
+    instance: int | None
+    seq: Any
+    item: Any
+    reason: Reason
+    error: SegmentationError
+
+
+class Skipped(NamedTuple):
+    """The resequencer moved on over ``[first, stop)`` (``first`` None: the start never came)."""
+
+    group: Any
+    instance: int
+    first: int | None
+    stop: int
+    cause: SkipCause
+
+
+class GroupClosed(NamedTuple):
+    """An instance left; ``gaps`` are the skipped ranges ``[lo, hi)`` whose messages never came."""
+
+    group: Any
+    instance: int
+    cause: CloseCause
+    released: int
+    expired: int
+    missing: int
+    failed: int
+    gaps: tuple[tuple[int, int], ...]
+
+
+Event = Released | Expired | Missing | Failed | Skipped | GroupClosed
+
+NEVER = float("-inf")
+ALWAYS = float("inf")
+
+
+# ------------------------------------------------------------------ what is held
+class Group:
+    """One open (or recently closed) instance of a sequence group."""
+
+    __slots__ = (
+        "armed",
+        "deadline",
+        "end",
+        "expiring",
+        "failed",
+        "floor",
+        "gap_hi",
+        "gap_lo",
+        "held",
+        "instance",
+        "key",
+        "n_expired",
+        "n_missing",
+        "nbytes",
+        "next",
+        "phase",
+        "position",
+        "sizes",
+        "start",
+        "stop",
+    )
+
+    def __init__(self, key: Any, instance: int, phase: Phase, start: int | None, end: int | None) -> None:
+        self.key = key
+        self.instance = instance
+        self.phase = phase
+        self.start = start
+        self.end = end
+        self.next = start if start is not None else 0  # meaningful once RUNNING
+        self.held: dict[int, Any] = {}
+        self.sizes: dict[int, int] = {}  # only messages offered with a size
+        self.nbytes = 0
+        self.expiring = False  # a gap was skipped: everything from now on goes to Expire
+        self.position = 0
+        self.gap_lo: list[int] = []  # skipped ranges [lo, hi), ascending
+        self.gap_hi: list[int] = []
+        self.floor: int | None = None  # numbers below it are past the forgotten gaps (max_gaps)
+        self.deadline: float | None = None  # when this group must be looked at next
+        self.armed: float | None = None  # the deadline of its live heap entry
+        self.n_expired = self.n_missing = self.failed = 0
+        self.stop: float | int = NEVER  # set by Resequencer._restop
