@@ -71,9 +71,8 @@ def run_collect(args: argparse.Namespace) -> int:
 
     def line(batch: BatchReady, path: Path) -> None:
         if not args.quiet:
-            print(
-                f"batch {batch.batch_id} {batch.destination!r} {len(batch.messages)} messages {batch.cause.value} -> {path}"
-            )
+            n, cause = len(batch.messages), batch.cause.value
+            print(f"batch {batch.batch_id} {batch.destination!r} {n} messages {cause} -> {path}")
             sys.stdout.flush()
 
     def unreadable(path: Path, exc: Exception) -> None:

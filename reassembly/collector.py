@@ -50,23 +50,18 @@ class Rule:
     enabled: bool = True
 
     def __post_init__(self) -> None:
-        bad = {
-            name: value
-            for name, value in (
-                ("max_messages", self.max_messages),
-                ("max_bytes", self.max_bytes),
-                ("max_wait", self.max_wait),
-                ("stranded_after", self.stranded_after),
-            )
-            if not value > 0
+        limits = {
+            "max_messages": self.max_messages,
+            "max_bytes": self.max_bytes,
+            "max_wait": self.max_wait,
+            "stranded_after": self.stranded_after,
         }
-        if bad or self.max_messages > MAX_SEQ_NUMBER:
+        if not all(v > 0 for v in limits.values()) or self.max_messages > MAX_SEQ_NUMBER:
             raise SegmentationError(
                 f"rule for {self.destination!r}: limits must be positive and max_messages at most {MAX_SEQ_NUMBER}",
                 reason=Reason.RULE_ERROR,
                 destination=self.destination,
-                **bad,
-                max_messages=self.max_messages,
+                **limits,
             )
 
 
