@@ -382,7 +382,7 @@ class PostgresStorage(Storage):
         try:
             conn = psycopg.connect(url, autocommit=True)
         except psycopg.Error as exc:
-            raise StorageError(f"cannot connect to {_redact(url)}: {str(exc).strip()}", url=_redact(url)) from None
+            raise StorageError(f"cannot connect to {_redact(url)}: {_one_line(exc)}", url=_redact(url)) from None
         super().__init__(conn, _POSTGRES, _redact(url))
 
     def _setup(self, cur: Any) -> None:
@@ -407,7 +407,12 @@ class PostgresStorage(Storage):
             with self._conn.transaction(), self._conn.cursor() as cur:
                 yield cur
         except psycopg.Error as exc:
-            raise StorageError(f"PostgreSQL {self.url}: {str(exc).strip()}", url=self.url) from exc
+            raise StorageError(f"PostgreSQL {self.url}: {_one_line(exc)}", url=self.url) from exc
+
+
+def _one_line(exc: BaseException) -> str:
+    """psycopg's messages span lines (hints, tabs): errors here are one line."""
+    return " ".join(str(exc).split())
 
 
 def _redact(url: str) -> str:
