@@ -180,12 +180,20 @@ class DurableCollector:
             self._on_batch(batch, path)
 
 
+def input_name(path: Path) -> str:
+    """An input's key in ``collect_inputs``: its absolute path, so two landing directories never collide.
+
+    Collectors sharing one landing directory must mount it at the same path.
+    """
+    return str(path.resolve())
+
+
 def landing_files(directory: Path, done: set[str]) -> list[Path]:
     """Parquet files in the landing directory not stored yet, by name (hidden and ``_`` files are in flight)."""
     return sorted(
         p
         for p in directory.glob("*.parquet")
-        if p.name not in done and not p.name.startswith((".", "_")) and p.is_file()
+        if not p.name.startswith((".", "_")) and p.is_file() and input_name(p) not in done
     )
 
 
@@ -229,8 +237,8 @@ def collect_directory(
                     on_unreadable(path, exc)
                 reported.add(path.name)
                 continue
-            collector.ingest(path.name, messages)
-            done.add(path.name)
+            collector.ingest(input_name(path), messages)
+            done.add(input_name(path))
         collector.tick()
         if once and not new:
             collector.flush()
