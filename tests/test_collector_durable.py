@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
+from typing import Any
 
+import pytest
 from collect_helpers import assert_exactly_once, collect_cmd, land, messages_for, start
 
 from reassembly.collect_job import DurableCollector, batch_path, write_batch
@@ -152,7 +153,19 @@ def test_ctrl_c_is_a_clean_stop(tmp_path: Path) -> None:
     assert storage.acquire("next", 0.0, 10) == {"acme"}  # and its lease was given back
 
 
-if sys.platform != "linux":  # kill -9 semantics and fsync of directories as on Linux
-    import pytest
+@pytest.mark.spark
+def test_batches_reassemble_in_the_spark_job(spark: Any, tmp_path: Path) -> None:
+    """What `reassemble run` does with a target directory: every batch one complete group, members in order."""
+    from reassembly.spark import reassemble
 
-    pytestmark = pytest.mark.skip("Linux only")
+    storage = SQLiteStorage(str(tmp_path / "c.db"))
+    storage.put_rule(Rule("acme", "ftp-acme", max_messages=5))
+    c = DurableCollector(storage, tmp_path / "out", segmenter=Segmenter(max_segment_size=120))
+    c.sync()
+    sent = [("acme", bytes([i]) * (i * 7)) for i in range(12)]  # some members span several segments
+    c.ingest("in", sent)
+    c.flush()
+    groups = reassemble(spark.read.parquet(str(tmp_path / "out" / "ftp-acme"))).groups.collect()
+    assert all(g.complete for g in groups)
+    got = sorted([bytes(m.payload) for m in g.messages] for g in groups)
+    assert got == sorted([p for _, p in sent[i : i + 5]] for i in range(0, 12, 5))
