@@ -6,6 +6,7 @@ Subcommands:
   demo                 generate a landing table with every fault, run the job on it, check it
   refmsg INPUT OUTPUT  rebuild objects from reference-message chunks (MQRMH rows)
   receive --root DIR   a crash-safe refmsg receiver fed framed messages on stdin
+  collect INPUT OUTPUT --rules DB   batch messages by destination under database rules
 
 The jobs live in ``reassembly.spark`` and their plumbing in ``reassembly.jobs``; this module
 only parses arguments, calls them and turns every failure into one line and an exit code
@@ -134,6 +135,10 @@ def _parser() -> argparse.ArgumentParser:
     from .spark.stream_job import add_stream_parser  # streaming job (issue 10): its own module
 
     add_stream_parser(sub)
+
+    from .collect_command import add_collect_parser  # collector (issue 12): its own module
+
+    add_collect_parser(sub)
     return p
 
 
@@ -262,6 +267,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from .spark.stream_job import run_stream
 
         return run_stream(args)
+    if args.command == "collect":
+        from .collect_command import run_collect
+
+        return run_collect(args)
     from .spark.refmsg import run_refmsg
 
     settings = _settings(args)

@@ -57,6 +57,10 @@ class Reason(IntEnum):
     HMAC_MISMATCH = 9033  # the HMAC-SHA-256 tag does not match: not authentic
     UNKNOWN_KEY = 9034  # the HMAC key id names no key in the keyring
     DIGEST_MISSING = 9035  # the reader demands a digest or tag the message does not carry
+    # Collector (9040 up): see reassembly/collector.py and reassembly/storage.py.
+    RULE_ERROR = 9040  # a destination rule with impossible limits
+    LEASE_LOST = 9041  # a collector's lease on a destination expired or was taken over
+    STORAGE_ERROR = 9042  # the collection database refused or failed an operation
     # Resequencer (9050 up): see reassembly/resequencer.py.
     RESEQ_BAD_NUMBER = 9050  # the sequence number is not an integer (None, text, a float...)
     RESEQ_BEFORE_START = 9051  # below the group's start of sequence

@@ -1,0 +1,248 @@
+"""The durable collector: the :class:`~reassembly.collector.Collector` core over a database and batch files.
+
+The order of writes is what makes every message land in exactly one batch file:
+
+1. **store**: an input's messages are written in one transaction (with the input's name, so a
+   re-read input is stored once); only then is the input acknowledged (the landing file is
+   marked done). A crash before the commit loses nothing: the input is read again.
+2. **claim**: a closed batch is recorded and its members assigned to it in one transaction,
+   only while this collector holds the destination's lease and only for members not yet in a
+   batch. From here the batch's content is fixed in the database.
+3. **emit**: the batch is written as ``OUTPUT/<target>/<batch_id>.parquet`` (a temporary file,
+   fsync, rename, fsync of the directory): the name and the bytes follow from the claim
+   (the GroupId is derived from the batch id), so writing it again gives the same file.
+4. **mark**: the batch is marked emitted and its message rows deleted.
+
+A crash between 2 and 4 leaves a claimed, unemitted batch: whoever holds the destination's
+lease next (this collector restarted, or another one once the lease expired) emits it again
+from the database, under the same name; if the file is already there it is kept. A message
+is therefore never lost (stored before acknowledged, deleted only after its batch file is in
+place) and never in two batches (the claim assigns a row once, and the file name is the batch's).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from urllib.parse import quote
+
+from segmenter.producer import Segmenter
+
+from .collector import BatchReady, Cause, Collector, Rule, batch_segments
+from .storage import RuleCache, Storage
+
+
+def safe_name(text: str) -> str:
+    """A file-name component for a target or destination: percent-encoded, never empty, ``.`` or ``..``."""
+    name = quote(text, safe="-_.")
+    return name if name.strip(".") else f"%2E{name}"
+
+
+def batch_path(output: Path, target: str, batch_id: str) -> Path:
+    return output / safe_name(target) / f"{safe_name(batch_id)}.parquet"
+
+
+def write_batch(output: Path, batch: BatchReady, segmenter: Segmenter) -> Path:
+    """The batch as a Parquet file of encoded segments (column ``segment``), atomically; kept if present."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = batch_path(output, batch.rule.target, batch.batch_id)
+    if path.exists():  # an earlier attempt got as far as the rename: same claim, same content
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    segments = [s.encode() for s in batch_segments(batch, segmenter)]
+    pq.write_table(pa.table({"segment": pa.array(segments, pa.binary())}), tmp)
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return path
+
+
+class DurableCollector:
+    """One collector process: a lease holder over some destinations of a shared database.
+
+    Times are wall-clock seconds (``clock``): received times are stored and compared across
+    processes. ``lease`` is how long a silent collector keeps its destinations; ``sync_every``
+    how often leases are renewed and new work is looked for (well under ``lease``).
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        output: Path,
+        *,
+        segmenter: Segmenter | None = None,
+        owner: str | None = None,
+        lease: float = 30.0,
+        rules_ttl: float = 5.0,
+        clock: Callable[[], float] = time.time,
+        on_batch: Callable[[BatchReady, Path], None] | None = None,
+    ) -> None:
+        self.storage = storage
+        self.output = output
+        self.owner = owner or f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.lease = lease
+        self.sync_every = lease / 3
+        self.rules = RuleCache(storage.read_rules, rules_ttl, clock)
+        self._clock = clock
+        self._segmenter = segmenter or Segmenter()
+        self._on_batch = on_batch
+        self.core = Collector(self.rules, clock)
+        self.leased: set[str] = set()
+        self._synced = float("-inf")
+        self.emitted = 0
+
+    def ingest(self, name: str, messages: Sequence[tuple[str, bytes]]) -> bool:
+        """Store one input durably (the acknowledgement), then batch what this collector holds leases for.
+
+        False if the input was stored before (by this or another collector). Messages of
+        destinations leased elsewhere are left to their lease holder.
+        """
+        now = self._clock()
+        ids = self.storage.store(name, messages, now)
+        if ids is None:
+            return False
+        ready: list[BatchReady] = []
+        unleased = False
+        for msg_id, (destination, payload) in zip(ids, messages, strict=True):
+            if destination in self.leased:
+                ready += self.core.add(destination, msg_id, payload, received_at=now)
+            else:
+                unleased = True
+        self._emit(ready)
+        if unleased:
+            self.sync()
+        return True
+
+    def sync(self) -> None:
+        """Renew and take leases; emit what earlier holders claimed but did not emit; load their open messages."""
+        now = self._clock()
+        self._synced = now
+        leased = self.storage.acquire(self.owner, now, self.lease)
+        for lost in self.leased - leased:
+            self.core.drop(lost)  # their messages stay in the database for the new holder
+        gained = leased - self.leased
+        self.leased = leased
+        for record in self.storage.unemitted(gained):
+            members = tuple(self.storage.members(record.batch_id))
+            rule = Rule(record.destination, record.target)
+            self._write(BatchReady(record.destination, record.batch_id, members, Cause(record.cause), rule))
+        ready: list[BatchReady] = []
+        for destination in sorted(leased):
+            fresh = self.storage.open_messages(destination, self.core.held_ids(destination))
+            if fresh:
+                ready += self.core.restore(destination, fresh)
+        self._emit(ready)
+
+    def tick(self) -> None:
+        """Close what is due; renew leases and look for work every ``sync_every`` seconds."""
+        if self._clock() - self._synced >= self.sync_every:
+            self.sync()
+        self._emit(self.core.tick())
+
+    def flush(self) -> None:
+        """Close every open batch now (cause ``shutdown``)."""
+        self._emit(self.core.close())
+
+    def stop(self) -> None:
+        """A clean stop: give the leases back; open batches stay in the database for the next holder."""
+        self.storage.release(self.owner)
+        self.leased = set()
+
+    def _emit(self, batches: Iterable[BatchReady]) -> None:
+        for batch in batches:
+            if not self.storage.claim(batch, self.owner, self._clock(), self.lease):
+                # The lease is gone (or a member is in another batch): forget the destination, re-sync.
+                self.core.drop(batch.destination)
+                self.leased.discard(batch.destination)
+                self._synced = float("-inf")
+                continue
+            self._write(batch)
+
+    def _write(self, batch: BatchReady) -> None:
+        path = write_batch(self.output, batch, self._segmenter)
+        self.storage.mark_emitted(batch.batch_id, self._clock())
+        self.emitted += 1
+        if self._on_batch is not None:
+            self._on_batch(batch, path)
+
+
+def input_name(path: Path) -> str:
+    """An input's key in ``collect_inputs``: its absolute path, so two landing directories never collide.
+
+    Collectors sharing one landing directory must mount it at the same path.
+    """
+    return str(path.resolve())
+
+
+def landing_files(directory: Path, done: set[str]) -> list[Path]:
+    """Parquet files in the landing directory not stored yet, by name (hidden and ``_`` files are in flight)."""
+    return sorted(
+        p
+        for p in directory.glob("*.parquet")
+        if not p.name.startswith((".", "_")) and p.is_file() and input_name(p) not in done
+    )
+
+
+def read_messages(path: Path, destination_column: str, payload_column: str) -> list[tuple[str, bytes]]:
+    """(destination, payload) per row. A missing destination is ``""`` (the default rule); a missing payload, b""."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path, columns=[destination_column, payload_column])
+    destinations = table.column(destination_column).to_pylist()
+    payloads = table.column(payload_column).to_pylist()
+    return [(d or "", bytes(p) if p is not None else b"") for d, p in zip(destinations, payloads, strict=True)]
+
+
+def collect_directory(
+    collector: DurableCollector,
+    landing: Path,
+    *,
+    destination_column: str = "destination",
+    payload_column: str = "payload",
+    poll: float = 0.5,
+    once: bool = False,
+    on_unreadable: Callable[[Path, Exception], None] | None = None,
+) -> None:
+    """Collect from a landing directory as it fills, until interrupted (or, with ``once``, until done).
+
+    ``once``: store every file present, close every open batch (``shutdown``), and keep taking
+    over expired leases until the database holds no message and no unemitted batch. A file that
+    cannot be read (still being written, not Parquet, columns missing) is reported once and
+    tried again at the next poll: never skipped silently.
+    """
+    done = collector.storage.stored_inputs()
+    reported: set[str] = set()
+    collector.sync()
+    while True:
+        new = landing_files(landing, done)
+        for path in new:
+            try:
+                messages = read_messages(path, destination_column, payload_column)
+            except Exception as exc:  # pyarrow raises several types for a half-written or foreign file
+                if path.name not in reported and on_unreadable is not None:
+                    on_unreadable(path, exc)
+                reported.add(path.name)
+                continue
+            collector.ingest(input_name(path), messages)
+            done.add(input_name(path))
+        collector.tick()
+        if once and not new:
+            collector.flush()
+            counts = collector.storage.counts()
+            if counts["held"] == 0 and counts["closed"] == counts["emitted"]:
+                return
+        time.sleep(poll)

@@ -1,0 +1,140 @@
+"""A throwaway PostgreSQL 15 server on 127.0.0.1 for tests (Debian's postgresql-15 package).
+
+initdb and the postmaster run as the ``postgres`` user (they refuse root) in a temp dir under
+/tmp (pytest's tmp_path is not traversable by that user); the Popen child is the postmaster
+itself, stopped with SIGINT (fast shutdown). Facts: /work/shared/SERVERS-NOTES.md, Part 2.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+def available() -> str | None:
+    """Why no server can be started here, or None."""
+    if not (BIN / "postgres").exists():
+        return "postgresql-15 is not installed (.ci/run installs it)"
+    try:
+        pwd.getpwnam("postgres")
+    except KeyError:
+        return "no postgres user"
+    if os.geteuid() != 0:
+        return "starting the server as the postgres user needs root"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+@contextmanager
+def postgres_server() -> Iterator[str]:
+    """Start a server, yield its URL, stop it and remove its directory."""
+    why = available()
+    if why:
+        pytest.skip(why)
+    base = Path(tempfile.mkdtemp(prefix="pg-test-"))
+    shutil.chown(base, "postgres", "postgres")
+    as_pg: dict[str, object] = {"user": "postgres", "group": "postgres", "extra_groups": []}
+    subprocess.run(
+        [
+            BIN / "initdb",
+            "-D",
+            base / "data",
+            "-U",
+            "postgres",
+            "-A",
+            "trust",
+            "-E",
+            "UTF8",
+            "--locale=C.UTF-8",
+            "--no-sync",
+        ],
+        check=True,
+        capture_output=True,
+        **as_pg,  # type: ignore[call-overload]
+    )
+    port = _free_port()
+    log = open(base / "server.log", "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [
+            BIN / "postgres",
+            "-D",
+            base / "data",
+            "-p",
+            str(port),
+            "-k",
+            base,
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-c",
+            "fsync=off",
+            "-c",
+            "max_connections=50",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        preexec_fn=_die_with_parent,
+        **as_pg,  # type: ignore[call-overload]
+    )
+    url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    try:
+        import psycopg
+
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                psycopg.connect(url, connect_timeout=2).close()
+                break
+            except psycopg.OperationalError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError((base / "server.log").read_text(errors="replace")) from None
+                time.sleep(0.05)
+        yield url
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def pg_url() -> Iterator[str]:
+    """One server per test module."""
+    with postgres_server() as url:
+        yield url
+
+
+def fresh_database(url: str, name: str) -> str:
+    """A new empty database on the server (one per test keeps tests independent)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return url.rsplit("/", 1)[0] + "/" + name

@@ -1,0 +1,171 @@
+"""The durable collector on SQLite: crashes at every step, kill -9 of a real process, the command's errors."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from collect_helpers import assert_exactly_once, collect_cmd, land, messages_for, start
+
+from reassembly.collect_job import DurableCollector, batch_path, write_batch
+from reassembly.collector import Cause, Rule
+from reassembly.storage import SQLiteStorage, Storage
+from segmenter.producer import Segmenter
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _rules(storage: Storage) -> None:
+    storage.put_rule(Rule("acme", "ftp-acme", max_messages=4, max_wait=60, stranded_after=120))
+    storage.put_rule(Rule("globex", "ftp-globex", max_messages=10, max_wait=30, stranded_after=90))
+
+
+def test_crash_after_claim_or_after_write_is_emitted_once(tmp_path: Path) -> None:
+    clock = Clock()
+    db = str(tmp_path / "c.db")
+    out = tmp_path / "out"
+    storage = SQLiteStorage(db)
+    _rules(storage)
+    a = DurableCollector(storage, out, owner="A", lease=10, clock=clock)
+    sent = messages_for("m", ["acme", "globex", "unknown"], 30)
+    ids = storage.store("in-1", sent, clock.now)
+    assert ids is not None and storage.acquire("A", clock.now, 10) == {"acme", "globex", "unknown"}
+    # A's core closes batches; A "crashes" after claiming the first two, one of them after its file was written.
+    ready = [b for i, (d, p) in zip(ids, sent, strict=True) for b in a.core.add(d, i, p)]
+    assert len(ready) >= 2
+    assert storage.claim(ready[0], "A", clock.now, 10) and storage.claim(ready[1], "A", clock.now, 10)
+    kept = write_batch(out, ready[1], Segmenter())
+    kept_bytes = kept.read_bytes()
+    assert storage.store("in-1", sent, clock.now) is None  # re-read input: stored once
+
+    clock.now += 5  # A's lease still runs: B takes nothing
+    b = DurableCollector(SQLiteStorage(db), out, owner="B", lease=10, clock=clock)
+    b.sync()
+    assert b.leased == set() and b.emitted == 0
+    clock.now += 6  # expired: B re-emits the claimed batches and takes over the open messages
+    b.sync()
+    # the two claimed batches again, and globex's 10 open messages as one full batch
+    assert b.leased == {"acme", "globex", "unknown"} and b.emitted == 3
+    assert kept.read_bytes() == kept_bytes  # the file already in place is kept, not rewritten
+    assert batch_path(out, "ftp-acme", ready[0].batch_id).exists()
+    clock.now += 200  # held past stranded_after: recycled
+    b.tick()
+    causes = {c for c in storage.counts()}
+    assert causes and b.storage.counts() == {
+        "held": 0,
+        "closed": b.storage.counts()["closed"],
+        "emitted": b.storage.counts()["closed"],
+    }
+    assert_exactly_once(out, sent)
+    # A wakes up (a long pause) and tries to claim with its stale core: refused, nothing emitted twice.
+    a.flush()
+    assert_exactly_once(out, sent)
+
+
+def test_recycled_cause_after_restart(tmp_path: Path) -> None:
+    clock = Clock()
+    storage = SQLiteStorage(str(tmp_path / "c.db"))
+    _rules(storage)
+    batches = []
+    a = DurableCollector(storage, tmp_path / "out", owner="A", lease=10, clock=clock)
+    a.sync()
+    a.ingest("in-1", [("acme", b"1"), ("acme", b"2")])
+    a.stop()  # a clean stop: leases given back, the two messages stay in the database
+    clock.now += 130
+    b = DurableCollector(
+        storage, tmp_path / "out", owner="B", lease=10, clock=clock, on_batch=lambda bt, p: batches.append(bt)
+    )
+    b.sync()
+    assert [(bt.cause, len(bt.messages)) for bt in batches] == [(Cause.RECYCLED, 2)]
+
+
+def test_kill_9_mid_filling_then_restart(tmp_path: Path) -> None:
+    landing, out, db = tmp_path / "landing", tmp_path / "out", str(tmp_path / "c.db")
+    landing.mkdir()
+    _rules(SQLiteStorage(db))
+    sent = []
+    for i in range(8):
+        rows = messages_for(f"f{i}", ["acme", "globex", "initech"], 60)
+        land(landing, f"part-{i:03d}.parquet", rows)
+        sent += rows
+    first = start(collect_cmd(landing, out, db, "--lease", "1s", "--poll", "0.05s"))
+    assert first.stdout is not None
+    lines = [first.stdout.readline() for _ in range(15)]  # mid-filling: 15 batches out, more to come
+    assert all(line.startswith("batch ") for line in lines), lines
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+    for i in range(8, 12):  # more input arrives while no collector runs
+        rows = messages_for(f"f{i}", ["acme", "globex", "initech"], 60)
+        land(landing, f"part-{i:03d}.parquet", rows)
+        sent += rows
+    second = subprocess.run(
+        collect_cmd(landing, out, db, "--lease", "1s", "--poll", "0.05s", "--once"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert second.returncode == 0, second.stderr
+    batches = assert_exactly_once(out, sent)
+    limit = {"ftp-acme": 4, "ftp-globex": 10, "default": 100}
+    assert all(len(members) <= limit[path.parent.name] for path, members in batches.items())
+    assert {path.parent.name for path in batches} == set(limit)
+
+
+def test_command_errors_are_one_line(tmp_path: Path) -> None:
+    missing = subprocess.run(
+        collect_cmd(tmp_path / "nope", tmp_path / "out", str(tmp_path / "c.db")), capture_output=True, text=True
+    )
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "not a directory" in missing.stderr
+    (tmp_path / "in").mkdir()
+    inside = subprocess.run(
+        collect_cmd(tmp_path / "in", tmp_path / "in" / "out", str(tmp_path / "c.db")), capture_output=True, text=True
+    )
+    assert inside.returncode == 2 and "inside the input" in inside.stderr
+    bad_url = "postgresql://nobody:secret@127.0.0.1:1/none"
+    refused = subprocess.run(
+        collect_cmd(tmp_path / "in", tmp_path / "out", bad_url, "--once"), capture_output=True, text=True
+    )
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1 and "secret" not in refused.stderr
+
+
+def test_ctrl_c_is_a_clean_stop(tmp_path: Path) -> None:
+    landing, out, db = tmp_path / "landing", tmp_path / "out", str(tmp_path / "c.db")
+    landing.mkdir()
+    land(landing, "a.parquet", messages_for("x", ["acme"], 3))
+    proc = start(collect_cmd(landing, out, db, "--poll", "0.05s"))
+    storage = SQLiteStorage(db)
+    while storage.counts()["held"] < 3:  # stored (acknowledged), batch not full yet
+        assert proc.poll() is None
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and err.strip() == "reassemble: interrupted"
+    assert storage.counts()["held"] == 3  # the open batch stays in the database for the next run
+    assert storage.acquire("next", 0.0, 10) == {"acme"}  # and its lease was given back
+
+
+@pytest.mark.spark
+def test_batches_reassemble_in_the_spark_job(spark: Any, tmp_path: Path) -> None:
+    """What `reassemble run` does with a target directory: every batch one complete group, members in order."""
+    from reassembly.spark import reassemble
+
+    storage = SQLiteStorage(str(tmp_path / "c.db"))
+    storage.put_rule(Rule("acme", "ftp-acme", max_messages=5))
+    c = DurableCollector(storage, tmp_path / "out", segmenter=Segmenter(max_segment_size=120))
+    c.sync()
+    sent = [("acme", bytes([i]) * (i * 7)) for i in range(12)]  # some members span several segments
+    c.ingest("in", sent)
+    c.flush()
+    groups = reassemble(spark.read.parquet(str(tmp_path / "out" / "ftp-acme"))).groups.collect()
+    assert all(g.complete for g in groups)
+    got = sorted([bytes(m.payload) for m in g.messages] for g in groups)
+    assert got == sorted([p for _, p in sent[i : i + 5]] for i in range(0, 12, 5))
