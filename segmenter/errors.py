@@ -15,6 +15,7 @@ from typing import Any
 class Reason(IntEnum):
     """Why something was refused. MQ's own codes keep MQ's numbers."""
 
+    CONNECTION_BROKEN = 2009  # MQRC_CONNECTION_BROKEN: the broker connection failed or refused
     MSG_TOO_BIG = 2030  # MQRC_MSG_TOO_BIG_FOR_Q: declared size above the limit
     MSG_TOO_BIG_FOR_CHANNEL = 2218  # MQRC_MSG_TOO_BIG_FOR_CHANNEL
     RMH_ERROR = 2220  # MQRC_RMH_ERROR

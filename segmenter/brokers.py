@@ -1,0 +1,476 @@
+"""Segments through a message broker: AMQP 1.0 (Qpid Proton) and STOMP (stomp-py), one interface.
+
+Each segment travels as its own broker message whose body is the encoded segment, header and
+data exactly as :meth:`Segment.encode` gives them: the body is self-describing and verified by
+its own checksums, so nothing the broker adds or drops can corrupt a message unnoticed, and a
+drain can land bodies in the Parquet table ``reassemble run`` reads without decoding them.
+Broker fields carry only what the broker itself must act on:
+
+* **group**: AMQP ``properties.group-id`` / STOMP ``JMSXGroupID`` = the segment's GroupId in hex.
+  Every segment of a message, and every message of an MQ group, shares it, so ActiveMQ's message
+  groups route the whole unit to one consumer at a time (and move it if that consumer dies).
+* **no sequence**: AMQP ``group-sequence`` / STOMP ``JMSXGroupSeq`` is deliberately left unset.
+  ActiveMQ gives it a meaning: a message with sequence 1 *reassigns* its group to whichever
+  consumer it is dispatched to, and a negative one closes the group. Mapping MsgSeqNumber there
+  would spread every unsegmented-group message's segments (all MsgSeqNumber 1) over all
+  consumers; mapping the segment's send order (1, 2, ...) was measured to split a group after a
+  consumer died: its redelivered first segment (sequence 1) went to one survivor, which became the
+  owner, while new segments had already been given to another. Without a sequence the group is
+  assigned once, to the consumer that receives its first message, and after that consumer dies,
+  to the one that receives the group's next message (redelivered or new), which then gets all the
+  rest. The body carries MsgSeqNumber and Offset; order within a group does not matter to the
+  assembler.
+* **durable** (AMQP ``header.durable`` / STOMP ``persistent:true``): ActiveMQ's dead-letter strategy
+  ignores non-persistent messages, so a rejected segment would otherwise vanish.
+
+The client libraries are imported lazily (``pip install segmenter[broker]``): ``import segmenter``
+works without them. This module is the transport only (connect, send with broker confirmation,
+fetch and settle deliveries); what a receiver does with a delivery is :mod:`reassembly.brokers`.
+
+Size limits: ActiveMQ checks every incoming message against the connector's
+``wireFormat.maxFrameSize`` (unlimited by default in 5.17; upstream's sample config sets
+104857600 on every connector; STOMP also has ``wireFormat.maxDataLength``, default 100 MiB), and
+a message above it closes the connection. :func:`segment_size_for` turns that limit into the
+producer's ``max_segment_size``, leaving :data:`ENVELOPE_RESERVE` bytes for the protocol's own
+fields. The AMQP ``max-frame-size`` negotiated on the connection (128 KiB on ActiveMQ) is a
+transfer frame size, not a message limit: proton splits a message over frames transparently.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+from .errors import Reason, SegmentationError
+from .wire import Segment
+
+# Room left in the broker's message limit for what the protocol adds around the body: AMQP header,
+# properties (message-id, group-id of 48 hex chars, group-sequence), annotations; STOMP command and
+# headers. ActiveMQ measured 19 bytes over the body for a bare AMQP message; 4 KiB is ample.
+ENVELOPE_RESERVE = 4096
+
+
+class BrokerError(SegmentationError):
+    """The broker refused something or the connection broke (2009 CONNECTION_BROKEN)."""
+
+    default_reason = Reason.CONNECTION_BROKEN
+
+
+def segment_size_for(broker_max_message_size: int) -> int:
+    """The ``max_segment_size`` (encoded segment, header included) that fits a broker's message limit.
+
+    ``broker_max_message_size`` is ActiveMQ's ``wireFormat.maxFrameSize`` of the connector used
+    (or the smaller of it and STOMP's ``wireFormat.maxDataLength``).
+    """
+    size = broker_max_message_size - ENVELOPE_RESERVE
+    if size < 1024:
+        raise SegmentationError(
+            "broker message limit too small for segments",
+            reason=Reason.MSG_TOO_BIG_FOR_CHANNEL,
+            limit=broker_max_message_size,
+            reserve=ENVELOPE_RESERVE,
+        )
+    return size
+
+
+class Delivery(Protocol):
+    """One message received from the broker, not yet settled."""
+
+    body: bytes
+    redelivered: bool  # the broker delivered it before (to this or a dead consumer)
+
+    def accept(self) -> None:
+        """Acknowledge: the broker forgets the message."""
+
+    def reject(self, reason: int, description: str) -> None:
+        """Refuse: ActiveMQ moves a durable message to its dead-letter queue (ActiveMQ.DLQ)."""
+
+
+class Consumer(Protocol):
+    """A subscription to one queue: deliveries in, settlements out."""
+
+    def fetch(self, timeout: float) -> list[Delivery]:
+        """What arrived, waiting up to ``timeout`` seconds for the first delivery."""
+
+    def close(self) -> None:
+        """Flush settlements and disconnect; unsettled deliveries go back to the broker."""
+
+
+class Sender:
+    """Sends segments to one queue; :meth:`flush` returns once the broker confirmed every one.
+
+    Up to ``window`` sends are unconfirmed at a time (pipelining; the broker confirms a durable
+    message once stored). ``max_message_size`` (the broker's limit, see :func:`segment_size_for`)
+    makes an oversized segment a 2218 error here instead of a dropped connection there.
+    """
+
+    def __init__(self, transport: _Transport, max_message_size: int | None) -> None:
+        self._t = transport
+        self._limit = max_message_size
+        self.sent = 0
+        self.sent_bytes = 0
+
+    def send(self, segment: Segment) -> None:
+        """Send one segment: body = the encoded segment, broker group = its GroupId in hex."""
+        self.send_bytes(segment.encode(), segment.header.group_id.hex())
+
+    def send_bytes(self, body: bytes, group: str | None = None) -> None:
+        """Send one broker message as is (the floor in ``bench/brokerbench.py``: no segment header)."""
+        if self._limit is not None and len(body) + ENVELOPE_RESERVE > self._limit:
+            raise SegmentationError(
+                "segment too big for the broker",
+                reason=Reason.MSG_TOO_BIG_FOR_CHANNEL,
+                size=len(body),
+                limit=self._limit,
+                reserve=ENVELOPE_RESERVE,
+            )
+        self._t.send(body, group)
+        self.sent += 1
+        self.sent_bytes += len(body)
+
+    def flush(self, timeout: float = 60.0) -> None:
+        """Wait until the broker confirmed every message sent so far."""
+        self._t.flush(timeout)
+
+    def close(self) -> None:
+        """Flush and disconnect."""
+        try:
+            self._t.flush(60.0)
+        finally:
+            self._t.close()
+
+    def __enter__(self) -> Sender:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Transport(Protocol):
+    def send(self, body: bytes, group: str | None) -> None: ...
+    def flush(self, timeout: float) -> None: ...
+    def close(self) -> None: ...
+
+
+def open_sender(url: str, queue: str, *, max_message_size: int | None = None, window: int = 256) -> Sender:
+    """A :class:`Sender` for ``amqp://host:port`` or ``stomp://host:port``."""
+    scheme = urlsplit(url).scheme
+    transport: _Transport
+    if scheme in ("amqp", "amqps"):
+        transport = _AmqpSender(url, queue, window)
+    elif scheme == "stomp":
+        transport = _StompSender(url, queue, window)
+    else:
+        raise BrokerError(f"unknown broker URL scheme {scheme!r} (amqp://, amqps://, stomp://)", url=url)
+    return Sender(transport, max_message_size)
+
+
+def open_consumer(url: str, queue: str, *, prefetch: int = 1000) -> Consumer:
+    """A :class:`Consumer` of ``queue`` with up to ``prefetch`` deliveries in flight.
+
+    STOMP's ``activemq.prefetchSize`` caps *unacknowledged* messages, and a receiver holds the
+    segments of every incomplete message unacknowledged: prefetch must exceed the segments held
+    at once, or the consumer stalls. AMQP credit is refilled as messages arrive, not as they are
+    settled, so it does not cap what is held (it must be at least 2: ActiveMQ stalls at 1).
+    """
+    scheme = urlsplit(url).scheme
+    if scheme in ("amqp", "amqps"):
+        return _AmqpConsumer(url, queue, max(prefetch, 2))
+    if scheme == "stomp":
+        return _StompConsumer(url, queue, prefetch)
+    raise BrokerError(f"unknown broker URL scheme {scheme!r} (amqp://, amqps://, stomp://)", url=url)
+
+
+# --------------------------------------------------------------------------------------- AMQP
+class _Proton:
+    """One proton Container driven from the caller's thread: ``pump`` runs its event loop a while."""
+
+    def __init__(self, url: str, handler: Any) -> None:
+        from proton.reactor import Container
+
+        self.url = url
+        self.handler = handler
+        self.error: str | None = None
+        self.container = Container(handler)
+        self.container.timeout = 0.05
+        self.container.start()
+        self.connection = self.container.connect(url, reconnect=False)
+
+    def pump(self, until: Callable[[], bool], timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not until():
+            if self.error is not None:
+                raise BrokerError(f"{what}: {self.error}", url=self.url)
+            if time.monotonic() > deadline:
+                raise BrokerError(f"{what}: no answer from the broker within {timeout} s", url=self.url)
+            self.container.process()
+        if self.error is not None:
+            raise BrokerError(f"{what}: {self.error}", url=self.url)
+
+    def close(self) -> None:
+        conn = self.connection
+        if conn.state & conn.LOCAL_ACTIVE:
+            conn.close()
+        deadline = time.monotonic() + 5.0
+        while not conn.state & conn.REMOTE_CLOSED and self.error is None and time.monotonic() < deadline:
+            self.container.process()
+        self.container.stop()
+        self.container.process()
+
+
+def _amqp_handler(prefetch: int, on_message: Callable[[Any], None] | None = None) -> Any:
+    """A MessagingHandler recording errors and (for a consumer) incoming deliveries."""
+    from proton.handlers import MessagingHandler
+
+    class Handler(MessagingHandler):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__(prefetch=prefetch, auto_accept=False, auto_settle=True)
+            self.link_open = False
+            self.owner: _Proton | None = None
+            self.confirmed = 0
+            self.refused: list[str] = []
+
+        def _fail(self, text: str) -> None:
+            if self.owner is not None and self.owner.error is None:
+                self.owner.error = text
+
+        def on_link_opened(self, event: Any) -> None:
+            self.link_open = True
+
+        def on_transport_error(self, event: Any) -> None:
+            c = event.transport.condition
+            self._fail(f"{c.name}: {c.description}" if c else "transport error")
+
+        def on_connection_error(self, event: Any) -> None:
+            c = event.connection.remote_condition
+            self._fail(f"{c.name}: {c.description}" if c else "connection closed by the broker")
+
+        def on_link_error(self, event: Any) -> None:
+            c = event.link.remote_condition
+            self._fail(f"{c.name}: {c.description}" if c else "link closed by the broker")
+
+        def on_disconnected(self, event: Any) -> None:
+            self._fail("disconnected")
+
+        def on_accepted(self, event: Any) -> None:
+            self.confirmed += 1
+
+        def on_rejected(self, event: Any) -> None:
+            c = event.delivery.remote.condition
+            self.refused.append(f"{c.name}: {c.description}" if c else "rejected")
+            self.confirmed += 1
+
+        def on_released(self, event: Any) -> None:
+            self.refused.append("released by the broker")
+            self.confirmed += 1
+
+        def on_message(self, event: Any) -> None:
+            if on_message is not None:
+                on_message(event)
+
+    return Handler()
+
+
+class _AmqpSender:
+    def __init__(self, url: str, queue: str, window: int) -> None:
+        self.handler = _amqp_handler(0)
+        self.p = _Proton(url, self.handler)
+        self.handler.owner = self.p
+        self.link = self.p.container.create_sender(self.p.connection, queue)
+        self.window = window
+        self.sent = 0
+        self.p.pump(lambda: self.handler.link_open, 30.0, f"attach sender to {queue}")
+
+    def send(self, body: bytes, group: str | None) -> None:
+        from proton import Message
+
+        h = self.handler
+        if self.link.credit <= 0 or self.sent - h.confirmed >= self.window:
+            self.p.pump(lambda: self.link.credit > 0 and self.sent - h.confirmed < self.window, 60.0, "send")
+        msg = Message(body=body, inferred=True, durable=True)
+        if group is not None:
+            msg.group_id = group
+        self.link.send(msg)
+        self.sent += 1
+        self._check()
+
+    def _check(self) -> None:
+        if self.handler.refused:
+            raise BrokerError(f"the broker refused a message: {self.handler.refused[0]}", url=self.p.url)
+
+    def flush(self, timeout: float) -> None:
+        self.p.pump(lambda: self.handler.confirmed >= self.sent, timeout, "flush")
+        self._check()
+
+    def close(self) -> None:
+        self.p.close()
+
+
+class _AmqpDelivery:
+    __slots__ = ("_d", "body", "redelivered")
+
+    def __init__(self, delivery: Any, body: bytes, redelivered: bool) -> None:
+        self._d, self.body, self.redelivered = delivery, body, redelivered
+
+    def accept(self) -> None:
+        self._d.update(self._d.ACCEPTED)
+        self._d.settle()
+
+    def reject(self, reason: int, description: str) -> None:
+        from proton import Condition
+
+        self._d.local.condition = Condition(f"segmenter:{reason}", description)
+        self._d.update(self._d.REJECTED)
+        self._d.settle()
+
+
+class _AmqpConsumer:
+    def __init__(self, url: str, queue: str, prefetch: int) -> None:
+        self.arrived: list[Delivery] = []
+        self.handler = _amqp_handler(prefetch, self._on_message)
+        self.p = _Proton(url, self.handler)
+        self.handler.owner = self.p
+        self.p.container.create_receiver(self.p.connection, queue)
+        self.p.pump(lambda: self.handler.link_open, 30.0, f"attach receiver to {queue}")
+
+    def _on_message(self, event: Any) -> None:
+        msg = event.message
+        self.arrived.append(_AmqpDelivery(event.delivery, bytes(msg.body), bool(msg.delivery_count)))
+
+    def fetch(self, timeout: float) -> list[Delivery]:
+        deadline = time.monotonic() + timeout
+        self.p.container.process()  # also flushes settlements made since the last call
+        while not self.arrived and time.monotonic() < deadline and self.p.error is None:
+            self.p.container.process()
+        if self.p.error is not None and not self.arrived:
+            raise BrokerError(f"receive: {self.p.error}", url=self.p.url)
+        got, self.arrived = self.arrived, []
+        return got
+
+    def close(self) -> None:
+        self.p.close()
+
+
+# -------------------------------------------------------------------------------------- STOMP
+def _stomp_connect(url: str, listener: Any) -> Any:
+    import stomp
+
+    parts = urlsplit(url)
+    conn = stomp.Connection12([(parts.hostname or "127.0.0.1", parts.port or 61613)], auto_decode=False)
+    conn.set_listener("segmenter", listener)
+    try:
+        conn.connect(parts.username, parts.password, wait=True)
+    except Exception as exc:  # stomp raises its own ConnectFailedException and OSErrors
+        raise BrokerError(f"cannot connect to {url}: {type(exc).__name__}: {exc}", url=url) from exc
+    return conn
+
+
+class _StompListener:
+    """Runs on stomp-py's receiver thread: only appends to lists (atomic under the GIL)."""
+
+    def __init__(self) -> None:
+        self.frames: list[Any] = []
+        self.receipts: set[str] = set()
+        self.errors: list[str] = []
+        self.disconnected = False
+
+    def on_message(self, frame: Any) -> None:
+        self.frames.append(frame)
+
+    def on_receipt(self, frame: Any) -> None:
+        self.receipts.add(frame.headers.get("receipt-id", ""))
+
+    def on_error(self, frame: Any) -> None:
+        self.errors.append(frame.headers.get("message", "") or str(frame.body)[:200])
+
+    def on_disconnected(self) -> None:
+        self.disconnected = True
+
+
+def _wait(until: Callable[[], bool], listener: _StompListener, timeout: float, what: str, url: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not until():
+        if listener.errors:
+            raise BrokerError(f"{what}: the broker says: {listener.errors[0]}", url=url)
+        if listener.disconnected:
+            raise BrokerError(f"{what}: disconnected", url=url)
+        if time.monotonic() > deadline:
+            raise BrokerError(f"{what}: no answer from the broker within {timeout} s", url=url)
+        time.sleep(0.0005)
+
+
+class _StompSender:
+    """Every SEND asks for a RECEIPT (ActiveMQ sends it once a persistent message is stored)."""
+
+    def __init__(self, url: str, queue: str, window: int) -> None:
+        self.url, self.window = url, window
+        self.destination = f"/queue/{queue}"
+        self.listener = _StompListener()
+        self.conn = _stomp_connect(url, self.listener)
+        self.sent = 0
+
+    def send(self, body: bytes, group: str | None) -> None:
+        lst = self.listener
+        if self.sent - len(lst.receipts) >= self.window or lst.errors:
+            _wait(lambda: self.sent - len(lst.receipts) < self.window, lst, 60.0, "send", self.url)
+        headers = {"persistent": "true", "content-type": "application/octet-stream"}
+        if group is not None:
+            headers["JMSXGroupID"] = group
+        self.sent += 1
+        self.conn.send(self.destination, body, headers=headers, receipt=str(self.sent))
+
+    def flush(self, timeout: float) -> None:
+        lst = self.listener
+        _wait(lambda: len(lst.receipts) >= self.sent, lst, timeout, "flush", self.url)
+
+    def close(self) -> None:
+        if self.conn.is_connected():
+            self.conn.disconnect()
+
+
+class _StompDelivery:
+    __slots__ = ("_ack", "_conn", "body", "redelivered")
+
+    def __init__(self, conn: Any, frame: Any) -> None:
+        self._conn = conn
+        self._ack = frame.headers["ack"]
+        self.body = frame.body if isinstance(frame.body, bytes) else bytes(frame.body)
+        self.redelivered = frame.headers.get("redelivered") == "true"
+
+    def accept(self) -> None:
+        self._conn.ack(self._ack)
+
+    def reject(self, reason: int, description: str) -> None:
+        # STOMP's NACK carries no reason: ActiveMQ treats it as a poison ack and dead-letters the
+        # message with its own cause; the receiver reports the reason to the application instead.
+        self._conn.nack(self._ack)
+
+
+class _StompConsumer:
+    def __init__(self, url: str, queue: str, prefetch: int) -> None:
+        self.url = url
+        self.listener = _StompListener()
+        self.conn = _stomp_connect(url, self.listener)
+        self.conn.subscribe(
+            f"/queue/{queue}",
+            id="1",
+            ack="client-individual",
+            headers={"activemq.prefetchSize": str(prefetch)},
+        )
+
+    def fetch(self, timeout: float) -> list[Delivery]:
+        lst = self.listener
+        deadline = time.monotonic() + timeout
+        while not lst.frames and time.monotonic() < deadline and not lst.errors and not lst.disconnected:
+            time.sleep(0.001)
+        if not lst.frames and (lst.errors or lst.disconnected):
+            raise BrokerError(f"receive: {lst.errors[0] if lst.errors else 'disconnected'}", url=self.url)
+        n = len(lst.frames)
+        got, lst.frames[:n] = lst.frames[:n], []
+        return [_StompDelivery(self.conn, f) for f in got]
+
+    def close(self) -> None:
+        if self.conn.is_connected():
+            self.conn.disconnect()
