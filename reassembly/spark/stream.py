@@ -2,10 +2,11 @@
 
 Keyed by GroupId, ``transformWithState`` (Row API, RocksDB state store, event
 time). Per key the state holds the raw segments received so far (list state,
-bounded in bytes), their first event time, and after the key is decided a small
-tombstone. What is decided and how is in :mod:`.stream_state` (the batch
-assembler, re-run on the held segments when new ones arrive), so the rows
-are the batch job's rows for the same segments.
+bounded in bytes), their first event time, a summary of their headers, and after
+the key is decided a small tombstone. What is decided and how is in
+:mod:`.stream_state` (the batch assembler, run on the held segments when the
+summary says new ones could complete something), so the rows are the batch
+job's rows for the same segments.
 
 Time is event time only (timers fire when the watermark passes them): this is
 what lets ``trigger(availableNow=True)`` end, and makes a replayed batch
@@ -29,12 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from segmenter.header_table import FIELD
-from segmenter.wire import GROUP_ID_LENGTH
+from segmenter.wire import GROUP_ID_LENGTH, decode_header
 
 from ..events import Cause
 from .pipeline import ReassemblyOptions
-from .schema import OUTPUT_DDL, OUTPUT_FIELDS
-from .stream_state import KIND_DUPLICATE, judge, late_rows, reject_now, take, undecodable
+from .schema import OUTPUT_DDL, OUTPUT_FIELDS, ColumnNames
+from .stream_state import KIND_DUPLICATE, Partial, Summary, Verdict, judge, late_rows, reject_now, take, undecodable
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -57,6 +58,7 @@ class StreamOptions:
 
 _HELD = "raw binary"
 _INFO = "first_ms long, deadline_ms long, held_bytes long, last_ms long"
+_SUMMARY = "blob binary"  # stream_state.Summary.dump(): coverage of what is held, what left
 _TOMB = "blob binary, state string, deadline_ms long"
 _NAMES = tuple(name for name, _, _ in OUTPUT_FIELDS)
 
@@ -79,6 +81,7 @@ def _processor(opts: StreamOptions) -> Any:
             self.handle = handle
             self.held = handle.getListState("held", _HELD)
             self.info = handle.getValueState("info", _INFO)
+            self.summary = handle.getValueState("summary", _SUMMARY)
             self.tomb = handle.getValueState("tomb", _TOMB)
 
         def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
@@ -93,31 +96,52 @@ def _processor(opts: StreamOptions) -> Any:
                 blob, state, _ = self.tomb.get()
                 result += late_rows(bytes(blob), state, good, limits, uow)
             elif good:
-                result += self._take(good, times)
+                result += self._take(bytes(key[0]), good, times)
             return out(result)
 
-        def _take(self, good: list[bytes], times: list[int]) -> list[dict[str, Any]]:
-            new_bytes = sum(len(r) for r in good)
+        def _take(self, gid: bytes, good: list[bytes], times: list[int]) -> list[dict[str, Any]]:
+            rows: list[dict[str, Any]] = []
             if self.info.exists():
                 first, deadline, held_bytes, last = self.info.get()
-                held = [bytes(r[0]) for r in self.held.get()]
+                summary = Summary.load(bytes(self.summary.get()[0]))
+                if summary.left:  # non-Unit-of-Work: copies of messages that already left are judged late
+                    gone = [raw for raw in good if decode_header(raw).msg_seq_number in summary.left]
+                    rows += late_rows(summary.tombstone(gid), "complete", gone, limits, uow)
+                    good = [raw for raw in good if decode_header(raw).msg_seq_number not in summary.left]
             else:
-                first, held_bytes, last, held = min(times), 0, min(times), []
+                first, held_bytes, last, summary = min(times), 0, min(times), Summary()
                 deadline = first + expire_ms
                 self.handle.registerTimer(deadline)
             last = max(last, *times)
-            verdict = take(held, good, held_bytes, opts.max_held_bytes, limits, uow)
+            if not good:
+                return rows
+            verdict = take(self._held, good, held_bytes, summary, opts.max_held_bytes, limits, uow)
             if verdict is None:
                 self.held.appendList([(r,) for r in good])
-                self.info.update((first, deadline, held_bytes + new_bytes, last))
-                return []
-            self._decided(verdict.tombstone, verdict.state, deadline, last)
-            return verdict.rows
+                self._keep(first, deadline, held_bytes + sum(len(r) for r in good), last, summary)
+            elif isinstance(verdict, Partial):
+                self.held.clear()
+                if verdict.keep:
+                    self.held.appendList([(r,) for r in verdict.keep])
+                self._keep(first, deadline, sum(len(r) for r in verdict.keep), last, summary)
+                rows += verdict.rows
+            else:
+                self._decided(verdict.tombstone, verdict.state, deadline, last)
+                rows += verdict.rows
+            return rows
+
+        def _held(self) -> list[bytes]:
+            return [bytes(r[0]) for r in self.held.get()] if self.held.exists() else []
+
+        def _keep(self, first: int, deadline: int, held_bytes: int, last: int, summary: Summary) -> None:
+            self.info.update((first, deadline, held_bytes, last))
+            self.summary.update((summary.dump(),))
 
         def _decided(self, tombstone: bytes, state: str, deadline: int, last: int) -> None:
             self.handle.deleteTimer(deadline)
             self.held.clear()
             self.info.clear()
+            self.summary.clear()
             until = max(last, deadline) + tomb_ms
             self.tomb.update((tombstone, state, until))
             self.handle.registerTimer(until)
@@ -127,8 +151,9 @@ def _processor(opts: StreamOptions) -> Any:
             if self.info.exists():
                 _, deadline, _, last = self.info.get()
                 if deadline == at:
-                    verdict = judge([bytes(r[0]) for r in self.held.get()], limits, uow, Cause.EXPIRED)
-                    assert verdict is not None  # a final cause always decides
+                    summary = Summary.load(bytes(self.summary.get()[0]))
+                    verdict = judge(self._held(), limits, uow, Cause.EXPIRED, summary, bytes(key[0]))
+                    assert isinstance(verdict, Verdict)  # a final cause always decides
                     self._decided(verdict.tombstone, verdict.state, deadline, last)
                     return out(verdict.rows)
             elif self.tomb.exists() and self.tomb.get()[2] <= at:
@@ -145,10 +170,13 @@ def reassemble_stream(
     df: Any,
     *,
     event_time: str = "event_time",
+    encoded: bool = True,
     raw_column: str = "segment",
+    columns: ColumnNames | None = None,
     options: StreamOptions | None = None,
 ) -> Any:
-    """Reassemble a streaming DataFrame of encoded segments; returns the stream of output rows.
+    """Reassemble a streaming DataFrame of segments (encoded, or as columns as for the batch
+    :func:`~reassembly.spark.reassemble`: see :class:`ColumnNames`); returns the stream of output rows.
 
     ``event_time`` names a timestamp column of ``df`` (for a file source, e.g.
     ``_metadata.file_modification_time`` selected as a column; for Kafka, the
@@ -164,6 +192,10 @@ def reassemble_stream(
     conf = df.sparkSession.conf.get("spark.sql.streaming.stateStore.providerClass", "")
     if conf != ROCKSDB:
         raise ValueError(f"streaming reassembly needs spark.sql.streaming.stateStore.providerClass={ROCKSDB}")
+    if not encoded:  # encoded row by row beside its event time: then the same path as encoded input
+        from .columns import encode_columns
+
+        df, raw_column = encode_columns(df, columns or ColumnNames(), keep=(event_time,)), "segment"
     rows = df.select(
         F.col(raw_column).alias("raw"),
         F.col(event_time).cast("timestamp").alias("event_time"),
