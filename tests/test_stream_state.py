@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reassembly.assembler import Limits
+from reassembly.bodies import FileBodyStore
 from reassembly.events import Cause
 from reassembly.spark.rows import reassemble_group
+from reassembly.spark.stream_spool import IN_BODY, SPOOL, HeldRows, Spool, SpoolState
 from reassembly.spark.stream_state import (
     KIND_DUPLICATE,
     Partial,
@@ -195,14 +199,14 @@ def test_without_unit_of_work_messages_of_a_group_leave_one_by_one() -> None:
     step = judge(held, LIMITS, False, summary=summary)
     assert isinstance(step, Partial)
     assert [r["msg_seq_number"] for r in step.rows if r["kind"] == "message"] == [1, 3]
-    assert step.keep == second[:-1] and summary.left == {1, 3} and summary.last_left == 3
+    assert step.left == {1, 3} and summary.left == {1, 3} and summary.last_left == 3
     whole = reassemble_group(segs, LIMITS, unit_of_work=False)
     assert step.rows == [r for r in whole if r["msg_seq_number"] in (1, 3)]
     # a copy of a message that left is judged against what left; the last piece of 2 decides the group
     (dup,) = late_rows(summary.tombstone(first[0][16:40]), "complete", first[:1], LIMITS, False)
     assert dup["kind"] == KIND_DUPLICATE
     summary.add([decode_header(second[-1])])
-    done = judge([*step.keep, second[-1]], LIMITS, False, summary=summary)
+    done = judge(second, LIMITS, False, summary=summary)
     assert isinstance(done, Verdict) and done.state == "complete"
     assert done.rows == [r for r in whole if r["msg_seq_number"] == 2]
     late = late_rows(
@@ -221,7 +225,7 @@ def test_without_unit_of_work_expiry_reports_only_what_did_not_leave() -> None:
     summary.add(decode_header(r) for r in held)
     step = judge(held, LIMITS, False, summary=summary)
     assert isinstance(step, Partial) and summary.left == {1}
-    expired = judge(step.keep, LIMITS, False, Cause.EXPIRED, summary, gid)
+    expired = judge(third[:1], LIMITS, False, Cause.EXPIRED, summary, gid)
     assert isinstance(expired, Verdict) and expired.state == "expired"
     msgs = {r["msg_seq_number"]: r for r in expired.rows if r["kind"] == "message"}
     assert sorted(msgs) == [2, 3]  # 1 left already; 2 never arrived; 3 is partial; 4 unknown (no last seen)
@@ -233,3 +237,38 @@ def test_without_unit_of_work_expiry_reports_only_what_did_not_leave() -> None:
     gone = judge([], LIMITS, False, Cause.EXPIRED, empty, gid)
     assert isinstance(gone, Verdict)
     assert [(r["msg_seq_number"], r["status"]) for r in gone.rows] == []  # no last seen: nothing known missing
+
+
+def test_large_messages_are_held_on_disk_and_a_replay_leaves_the_body_intact(tmp_path: Path) -> None:
+    """A large message's data goes to its body file at its offsets (a copy over written bytes: aside);
+    state holds headers only. Replaying a batch from the last committed state rewrites the same places."""
+    payload, segs = _message(size=3000, seed=6)
+    spool = Spool(str(tmp_path), 1000, 1 << 20)
+    copy = _conflicting_copy(segs[2], random.Random(2))
+    committed = SpoolState()
+    held = [spool.put(r, decode_header(r), committed) for r in segs[:2]]
+    assert all(at == IN_BODY and len(head) < 100 for head, at in held)
+    snap = json.dumps(committed.dump())
+    attempt = SpoolState.load(json.loads(snap))
+    first = [spool.put(r, decode_header(r), attempt) for r in (segs[2], copy)]  # then the process dies
+    replay = SpoolState.load(json.loads(snap))
+    again = [spool.put(r, decode_header(r), replay) for r in (copy, segs[2])]  # other order, same state
+    assert [at for _, at in first] == [IN_BODY, 0] and [at for _, at in again] == [IN_BODY, 0]
+    rows = [(h, at, decode_header(h)) for h, at in [*held, *again]]
+    assert list(HeldRows(rows, spool)) == [*segs[:2], copy, segs[2]]
+    # judged from disk into the body store: the batch job's rows (payload_path) and the same body bytes
+    summary = Summary()
+    summary.add(decode_header(r) for r in [*segs[:2], copy, segs[2]])
+    store = FileBodyStore(tmp_path / "bodies", "t", 1000)
+    verdict = take(lambda: HeldRows(rows, spool), segs[3:], 0, summary, 1 << 30, LIMITS, True, store)
+    assert isinstance(verdict, Verdict)
+    want = reassemble_group([*segs[:2], copy, *segs[2:]], LIMITS, bodies=FileBodyStore(tmp_path / "b2", "u", 1000))
+    assert verdict.rows == want
+    (msg,) = [r for r in verdict.rows if r["kind"] == "message"]
+    assert msg["status"] == "complete" and (tmp_path / "bodies" / msg["payload_path"]).read_bytes() == payload
+    assert [r["raw"] for r in verdict.rows if r["kind"] == "quarantine"] == [copy]
+    spool.drop(segs[0][16:40], 1)
+    assert not list((tmp_path / SPOOL).iterdir())
+    # anything that does not fit what its message declares stays in state (and is rejected when judged)
+    h = decode_header(segs[0])
+    assert not spool.wants(h._replace(offset=1 << 40)) and not Spool(str(tmp_path), 5000, 1 << 20).wants(h)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -30,11 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from segmenter.header_table import FIELD
-from segmenter.wire import GROUP_ID_LENGTH, decode_header
+from segmenter.wire import GROUP_ID_LENGTH, SegmentHeader, decode_header
 
+from ..bodies import FileBodyStore
 from ..events import Cause
 from .pipeline import ReassemblyOptions
 from .schema import OUTPUT_DDL, OUTPUT_FIELDS, ColumnNames
+from .stream_spool import IN_STATE, HeldRows, Spool
 from .stream_state import KIND_DUPLICATE, Partial, Summary, Verdict, judge, late_rows, reject_now, take, undecodable
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -56,7 +59,13 @@ class StreamOptions:
     max_held_bytes: int = 256 << 20  # raw bytes held per key; a key that would exceed it is evicted first
 
 
-_HELD = "raw binary"
+def spool_of(opts: StreamOptions) -> Spool | None:
+    """Large messages go to disk when a body directory is set (``reassembly.payload_dir``)."""
+    r = opts.reassembly
+    return None if r.payload_dir is None else Spool(r.payload_dir, r.large_message_bytes, r.max_message_size)
+
+
+_HELD = "raw binary, at long"  # a whole segment (at = IN_STATE), or a spooled one's header (stream_spool)
 _INFO = "first_ms long, deadline_ms long, held_bytes long, last_ms long"
 _SUMMARY = "blob binary"  # stream_state.Summary.dump(): coverage of what is held, what left
 _TOMB = "blob binary, state string, deadline_ms long"
@@ -70,6 +79,7 @@ def _processor(opts: StreamOptions) -> Any:
 
     limits = opts.reassembly.limits()
     uow = opts.reassembly.unit_of_work
+    spool = spool_of(opts)
     expire_ms, tomb_ms = int(opts.expire_after * 1000), int(opts.tombstone * 1000)
 
     def out(rows: list[dict[str, Any]]) -> Iterator[Any]:
@@ -115,23 +125,51 @@ def _processor(opts: StreamOptions) -> Any:
             last = max(last, *times)
             if not good:
                 return rows
-            verdict = take(self._held, good, held_bytes, summary, opts.max_held_bytes, limits, uow)
+            store = self._store()
+            verdict = take(self._held, good, held_bytes, summary, opts.max_held_bytes, limits, uow, store)
             if verdict is None:
-                self.held.appendList([(r,) for r in good])
-                self._keep(first, deadline, held_bytes + sum(len(r) for r in good), last, summary)
+                held_bytes += self._hold(good, summary)
+                self._keep(first, deadline, held_bytes, last, summary)
             elif isinstance(verdict, Partial):
+                kept = [r for r in self._rows() if r[2].msg_seq_number not in verdict.left]
                 self.held.clear()
-                if verdict.keep:
-                    self.held.appendList([(r,) for r in verdict.keep])
-                self._keep(first, deadline, sum(len(r) for r in verdict.keep), last, summary)
+                if kept:
+                    self.held.appendList([(head, at) for head, at, _ in kept])
+                fresh = [raw for raw in good if decode_header(raw).msg_seq_number not in verdict.left]
+                held_bytes = sum(len(head) for head, _, _ in kept) + self._hold(fresh, summary)
+                self._keep(first, deadline, held_bytes, last, summary)
                 rows += verdict.rows
             else:
                 self._decided(verdict.tombstone, verdict.state, deadline, last)
                 rows += verdict.rows
+            if store is not None:
+                store.close()  # bodies not delivered (still open, or failed): their work files go
             return rows
 
-        def _held(self) -> list[bytes]:
-            return [bytes(r[0]) for r in self.held.get()] if self.held.exists() else []
+        def _store(self) -> FileBodyStore | None:
+            """Where this call builds large messages (work files named for it; finished ones renamed)."""
+            if spool is None:
+                return None
+            return FileBodyStore(spool.directory, uuid.uuid4().hex, opts.reassembly.large_message_bytes)
+
+        def _hold(self, raws: list[bytes], summary: Summary) -> int:
+            """Append segments to the held list (a large message's data to its spool files); state bytes added."""
+            held = []
+            for raw in raws:
+                h = decode_header(raw)
+                held.append(
+                    spool.put(raw, h, summary.spool) if spool is not None and spool.wants(h) else (raw, IN_STATE)
+                )
+            self.held.appendList(held)
+            return sum(len(head) for head, _ in held)
+
+        def _rows(self) -> list[tuple[bytes, int, SegmentHeader]]:
+            if not self.held.exists():
+                return []
+            return [(bytes(head), at, decode_header(head)) for head, at in self.held.get()]
+
+        def _held(self) -> HeldRows:
+            return HeldRows(self._rows(), spool)
 
         def _keep(self, first: int, deadline: int, held_bytes: int, last: int, summary: Summary) -> None:
             self.info.update((first, deadline, held_bytes, last))
@@ -152,8 +190,11 @@ def _processor(opts: StreamOptions) -> Any:
                 _, deadline, _, last = self.info.get()
                 if deadline == at:
                     summary = Summary.load(bytes(self.summary.get()[0]))
-                    verdict = judge(self._held(), limits, uow, Cause.EXPIRED, summary, bytes(key[0]))
+                    store = self._store()
+                    verdict = judge(self._held(), limits, uow, Cause.EXPIRED, summary, bytes(key[0]), store)
                     assert isinstance(verdict, Verdict)  # a final cause always decides
+                    if store is not None:
+                        store.close()
                     self._decided(verdict.tombstone, verdict.state, deadline, last)
                     return out(verdict.rows)
             elif self.tomb.exists() and self.tomb.get()[2] <= at:
@@ -224,15 +265,19 @@ class BatchWriter:
     the batches listed in ``_commits``.
     """
 
-    def __init__(self, out: Path, on_batch: Callable[[int, Counter[str]], None] | None = None) -> None:
+    def __init__(
+        self, out: Path, on_batch: Callable[[int, Counter[str]], None] | None = None, spool: Spool | None = None
+    ) -> None:
         self.out = out
         self.on_batch = on_batch
+        self.spool = spool
         for name in (*FOLDERS.values(), "_commits", "_incoming"):
             (out / name).mkdir(parents=True, exist_ok=True)
 
     def __call__(self, df: Any, batch_id: int) -> None:
         marker = self.out / "_commits" / str(batch_id)
         if marker.exists():
+            self._drop(batch_id)  # a crash may have come between the marker and the clean-up
             return
         part = f"batch={batch_id}"
         tmp = self.out / "_incoming" / part
@@ -248,8 +293,20 @@ class BatchWriter:
         pending = marker.with_name(f".{batch_id}.tmp")
         pending.write_text(_summary(counts))
         os.replace(pending, marker)
+        self._drop(batch_id)
         if self.on_batch is not None:
             self.on_batch(batch_id, counts)
+
+    def _drop(self, batch_id: int) -> None:
+        """Spool files of the messages whose rows batch ``batch_id`` committed (no replay needs them now)."""
+        if self.spool is None:
+            return
+        import pyarrow.parquet as pq
+
+        for f in (self.out / FOLDERS["message"] / f"batch={batch_id}").glob("*.parquet"):
+            keys = pq.read_table(f, columns=["group_id", "msg_seq_number"]).to_pydict()
+            for gid, seq in zip(keys["group_id"], keys["msg_seq_number"], strict=True):
+                self.spool.drop(gid, seq)
 
 
 def _counts(tmp: Path) -> Counter[str]:
@@ -308,11 +365,18 @@ def file_source(
 
 
 def start(
-    stream: Any, out: Path, checkpoint: str, trigger: str, on_batch: Callable[[int, Counter[str]], None] | None = None
+    stream: Any,
+    out: Path,
+    checkpoint: str,
+    trigger: str,
+    on_batch: Callable[[int, Counter[str]], None] | None = None,
+    options: StreamOptions | None = None,
 ) -> Any:
     """Start writing ``stream`` (from :func:`reassemble_stream`) to ``out``; ``trigger`` is
-    ``available-now`` or a processing-time interval such as ``10 seconds``."""
-    writer = stream.writeStream.foreachBatch(BatchWriter(out, on_batch)).option("checkpointLocation", checkpoint)
+    ``available-now`` or a processing-time interval such as ``10 seconds``. Pass the stream's
+    ``options`` when they set a ``payload_dir``: the sink removes committed messages' spool files."""
+    sink = BatchWriter(out, on_batch, spool_of(options) if options is not None else None)
+    writer = stream.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
     writer = writer.trigger(availableNow=True) if trigger == "available-now" else writer.trigger(processingTime=trigger)
     return writer.start()
 

@@ -21,8 +21,9 @@ duplicate, a different one a conflict, anything else ``late``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from typing import overload
 
 from segmenter.coverage import RangeSet
 from segmenter.errors import Reason, SegmentationError
@@ -31,6 +32,7 @@ from segmenter.wire import SegmentHeader, decode_header
 
 from .._state import GroupState
 from ..assembler import Assembler, Limits
+from ..bodies import BodyStore
 from ..events import (
     Cause,
     Duplicate,
@@ -45,6 +47,7 @@ from ..events import (
 from ..model import Closed, Fingerprint
 from ..snapshot import restore, snapshot
 from .rows import GroupRows, Row, event_rows
+from .stream_spool import SpoolState
 
 KIND_DUPLICATE = "duplicate"  # an identical copy of a segment whose message already left (counted, no bytes)
 
@@ -63,7 +66,7 @@ class Partial:
     """Non-Unit-of-Work: some messages of an MQ group left (``rows``); the key stays open with ``keep``."""
 
     rows: list[Row]
-    keep: list[bytes]  # held segments of the messages still open
+    left: frozenset[int]  # the messages that left now (their held segments go; the others stay held)
 
 
 @dataclass
@@ -90,6 +93,7 @@ class Summary:
     delivered: dict[tuple[int, int], Fingerprint] = field(default_factory=dict)  # pieces that left
     left: set[int] = field(default_factory=set)  # messages that left (non-Unit-of-Work)
     last_left: int | None = None  # the group's last message, if it left
+    spool: SpoolState = field(default_factory=SpoolState)  # large messages: what is on disk
 
     def add(self, headers: Iterable[SegmentHeader]) -> None:
         for h in headers:
@@ -142,6 +146,7 @@ class Summary:
                 "delivered": [[*k, *fp] for k, fp in self.delivered.items()],
                 "left": sorted(self.left),
                 "last_left": self.last_left,
+                "spool": self.spool.dump(),
             }
         ).encode()
 
@@ -156,6 +161,7 @@ class Summary:
             {(f[0], f[1]): (f[2], f[3], f[4]) for f in d["delivered"]},
             set(d["left"]),
             d["last_left"],
+            SpoolState.load(d["spool"]),
         )
 
 
@@ -185,6 +191,7 @@ def judge(
     final: Cause | None = None,
     summary: Summary | None = None,
     group_id: bytes | None = None,
+    bodies: BodyStore | None = None,
 ) -> Verdict | Partial | None:
     """Judge every segment held for one key; ``None`` while it is undecided and ``final`` is not given.
 
@@ -197,10 +204,11 @@ def judge(
     (exact gaps; segments to quarantine). Without Unit of Work, the complete
     messages of an MQ group that is not complete leave at once (:class:`Partial`),
     as the in-process assembler delivers them; ``summary`` (updated here)
-    remembers them.
+    remembers them. With ``bodies``, the messages it wants are built there (rows with
+    ``payload_path``), as the batch job does with ``payload_dir``.
     """
     summary = summary if summary is not None else Summary()
-    asm = Assembler(limits, batch=True, unit_of_work=unit_of_work)
+    asm = Assembler(limits, batch=True, unit_of_work=unit_of_work, bodies=bodies)
     events = asm.receive_many(raws) + asm.close()
     failed = any(isinstance(e, (MessageFailed, GroupFailed)) for e in events)
     complete = any(isinstance(e, (MessageComplete, GroupComplete)) for e in events)
@@ -260,10 +268,10 @@ def _partial(
     summary.last_left = next((s for s, f in done.items() if is_last_in_group(f)), summary.last_left)
     summary.forget(done)
     rows = _plain(event_rows(mine))
-    keep = [raw for raw in raws if _seq(raw) not in done]
     if not summary.whole:
-        return Partial(rows, keep)
+        return Partial(rows, frozenset(done))
     tombstone = summary.tombstone(gid)
+    keep = [raw for raw in raws if _seq(raw) not in done]  # beyond the last message: late
     return Verdict(rows + late_rows(tombstone, "complete", keep, limits, False), tombstone, "complete")
 
 
@@ -284,6 +292,7 @@ def take(
     max_held_bytes: int,
     limits: Limits,
     unit_of_work: bool,
+    bodies: BodyStore | None = None,
 ) -> Verdict | Partial | None:
     """New segments for an undecided key. If holding them all would pass ``max_held_bytes``, decided at
     once as evicted (the bound is checked before anything is stored). Else judged with what it holds, but
@@ -293,7 +302,32 @@ def take(
     summary.add(decode_header(r) for r in new)
     if not over and not summary.ready(unit_of_work):
         return None
-    return judge([*held(), *new], limits, unit_of_work, Cause.EVICTED if over else None, summary)
+    every = _Chain(held(), new)
+    return judge(every, limits, unit_of_work, Cause.EVICTED if over else None, summary, bodies=bodies)
+
+
+class _Chain(Sequence[bytes]):
+    """Held segments (perhaps read from disk on demand), then the new ones: no list of them all."""
+
+    def __init__(self, first: Sequence[bytes], second: Sequence[bytes]) -> None:
+        self.first, self.second = first, second
+
+    def __len__(self) -> int:
+        return len(self.first) + len(self.second)
+
+    @overload
+    def __getitem__(self, i: int) -> bytes: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[bytes]: ...
+    def __getitem__(self, i: int | slice) -> bytes | Sequence[bytes]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self.first)
+        return self.first[i] if i < n else self.second[i - n]
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield from self.first
+        yield from self.second
 
 
 def late_rows(tombstone: bytes, state: str, raws: Iterable[bytes], limits: Limits, unit_of_work: bool) -> list[Row]:
