@@ -244,3 +244,59 @@ def test_sigkill_mid_batch_then_restart_exactly_once(tmp_path: Path) -> None:
     quarantined = read_committed(out, "quarantine")
     dups = sum(r["duplicates"] for r in msgs) + len(read_committed(out, "duplicate"))
     assert len(ds.rows) + len(fresh) == sum(r["segments_used"] for r in msgs) + len(quarantined) + dups
+
+
+def test_columns_in_and_group_messages_leave_one_by_one(stream_spark: Any, tmp_path: Path) -> None:
+    """Segments as columns (``encoded=False``); without Unit of Work the complete messages of an MQ group
+    leave in the micro-batch that completes each, not when the group is complete."""
+    from pyspark.sql import functions as F
+
+    from reassembly.spark.pipeline import ReassemblyOptions
+    from segmenter.producer import new_group_id
+    from segmenter.wire import decode_segment
+
+    rng = random.Random(8)
+    payloads = [rng.randbytes(n) for n in (700, 20, 900)]
+    segs = [s.encode() for s in Segmenter(300).segment_group(payloads, group_id=new_group_id())]
+    second = [s for s in segs if decode_segment(s).header.msg_seq_number == 2]
+    (tmp_path / "landing").mkdir()
+
+    def columns(raws: list[bytes], name: str, at: float) -> None:
+        heads = [decode_segment(r) for r in raws]
+        table = pa.table(
+            {
+                "group_id": [s.header.group_id for s in heads],
+                "msg_seq_number": [s.header.msg_seq_number for s in heads],
+                "offset": [s.header.offset for s in heads],
+                "msg_flags": [s.header.msg_flags for s in heads],
+                "original_length": [s.header.original_length for s in heads],
+                "data_checksum": [s.header.data_checksum for s in heads],
+                "message_checksum": [s.header.message_checksum for s in heads],
+                "data": pa.array([bytes(s.data) for s in heads], pa.binary()),
+            }
+        )
+        pq.write_table(table, tmp_path / f".{name}")
+        os.utime(tmp_path / f".{name}", (at, at))
+        (tmp_path / f".{name}").rename(tmp_path / "landing" / name)
+
+    columns([s for s in segs if s not in second[-1:]], "a.parquet", T0)
+    columns(second[-1:], "b.parquet", T0 + 1)
+    ints = ("msg_seq_number", "offset", "msg_flags", "original_length", "data_checksum", "message_checksum")
+    df = (
+        stream_spark.readStream.schema(f"group_id binary, data binary, {', '.join(f'{c} bigint' for c in ints)}")
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(tmp_path / "landing"))
+        .select("*", F.col("_metadata.file_modification_time").alias("event_time"))
+    )
+    options = StreamOptions(reassembly=ReassemblyOptions(unit_of_work=False), expire_after=300, watermark=0)
+    rows = reassemble_stream(df, encoded=False, options=options)
+    query = start(rows, tmp_path / "out", str(tmp_path / "ck"), "available-now")
+    assert query.awaitTermination(600) and query.exception() is None
+    msgs = read_committed(tmp_path / "out", "message")
+    assert sorted((m["batch"], m["msg_seq_number"], m["status"]) for m in msgs) == [
+        (0, 1, "complete"),
+        (0, 3, "complete"),
+        (1, 2, "complete"),
+    ]
+    assert {m["msg_seq_number"]: m["payload"] for m in msgs} == dict(enumerate(payloads, 1))
+    assert read_committed(tmp_path / "out", "quarantine") == []

@@ -21,7 +21,7 @@ from segmenter.wire import UNKNOWN_LENGTH, SegmentHeader
 from .schema import ColumnNames
 
 
-def _encode() -> Any:
+def _encode(keep: tuple[str, ...] = ()) -> Any:
     def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             cols = batch.to_pydict()
@@ -50,13 +50,15 @@ def _encode() -> Any:
                     out.append(header.pack() + data)
                 except (struct.error, TypeError, ValueError):  # a value that does not fit: keep it, as garbage
                     out.append(b"COLUMNS:" + repr(header).encode()[:200] + b"|" + data)
-            yield pa.RecordBatch.from_arrays([pa.array(out, pa.binary())], names=["segment"])
+            kept = [batch.column(k) for k in keep]
+            yield pa.RecordBatch.from_arrays([pa.array(out, pa.binary()), *kept], names=["segment", *keep])
 
     return fn
 
 
-def encode_columns(df: Any, names: ColumnNames) -> Any:
-    """One binary column ``segment`` (wire format v1) from the configured input columns."""
+def encode_columns(df: Any, names: ColumnNames, keep: tuple[str, ...] = ()) -> Any:
+    """One binary column ``segment`` (wire format v1) from the configured input columns, then the
+    columns named in ``keep`` as they are (a stream's event time)."""
     from pyspark.sql import functions as F
 
     picks = {
@@ -74,4 +76,5 @@ def encode_columns(df: Any, names: ColumnNames) -> Any:
     }
     types = {"group_id": "binary", "data": "binary", "msg_seq_number": "int", "codec": "int", "algorithm": "int"}
     cols = [F.col(src).cast(types.get(dst, "bigint")).alias(dst) for dst, src in picks.items() if src is not None]
-    return df.select(*cols).mapInArrow(_encode(), "segment binary")
+    kept = ", ".join(f"`{k}` {df.schema[k].dataType.simpleString()}" for k in keep)
+    return df.select(*cols, *keep).mapInArrow(_encode(keep), "segment binary" + (f", {kept}" if kept else ""))

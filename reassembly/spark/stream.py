@@ -2,10 +2,11 @@
 
 Keyed by GroupId, ``transformWithState`` (Row API, RocksDB state store, event
 time). Per key the state holds the raw segments received so far (list state,
-bounded in bytes), their first event time, and after the key is decided a small
-tombstone. What is decided and how is in :mod:`.stream_state` (the batch
-assembler, re-run on the held segments when new ones arrive), so the rows
-are the batch job's rows for the same segments.
+bounded in bytes), their first event time, a summary of their headers, and after
+the key is decided a small tombstone. What is decided and how is in
+:mod:`.stream_state` (the batch assembler, run on the held segments when the
+summary says new ones could complete something), so the rows are the batch
+job's rows for the same segments.
 
 Time is event time only (timers fire when the watermark passes them): this is
 what lets ``trigger(availableNow=True)`` end, and makes a replayed batch
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -29,12 +31,14 @@ from pathlib import Path
 from typing import Any
 
 from segmenter.header_table import FIELD
-from segmenter.wire import GROUP_ID_LENGTH
+from segmenter.wire import GROUP_ID_LENGTH, SegmentHeader, decode_header
 
+from ..bodies import FileBodyStore
 from ..events import Cause
 from .pipeline import ReassemblyOptions
-from .schema import OUTPUT_DDL, OUTPUT_FIELDS
-from .stream_state import KIND_DUPLICATE, judge, late_rows, reject_now, take, undecodable
+from .schema import OUTPUT_DDL, OUTPUT_FIELDS, ColumnNames
+from .stream_spool import IN_STATE, HeldRows, Spool
+from .stream_state import KIND_DUPLICATE, Partial, Summary, Verdict, judge, late_rows, reject_now, take, undecodable
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -55,8 +59,15 @@ class StreamOptions:
     max_held_bytes: int = 256 << 20  # raw bytes held per key; a key that would exceed it is evicted first
 
 
-_HELD = "raw binary"
+def spool_of(opts: StreamOptions) -> Spool | None:
+    """Large messages go to disk when a body directory is set (``reassembly.payload_dir``)."""
+    r = opts.reassembly
+    return None if r.payload_dir is None else Spool(r.payload_dir, r.large_message_bytes, r.max_message_size)
+
+
+_HELD = "raw binary, at long"  # a whole segment (at = IN_STATE), or a spooled one's header (stream_spool)
 _INFO = "first_ms long, deadline_ms long, held_bytes long, last_ms long"
+_SUMMARY = "blob binary"  # stream_state.Summary.dump(): coverage of what is held, what left
 _TOMB = "blob binary, state string, deadline_ms long"
 _NAMES = tuple(name for name, _, _ in OUTPUT_FIELDS)
 
@@ -68,6 +79,7 @@ def _processor(opts: StreamOptions) -> Any:
 
     limits = opts.reassembly.limits()
     uow = opts.reassembly.unit_of_work
+    spool = spool_of(opts)
     expire_ms, tomb_ms = int(opts.expire_after * 1000), int(opts.tombstone * 1000)
 
     def out(rows: list[dict[str, Any]]) -> Iterator[Any]:
@@ -79,6 +91,7 @@ def _processor(opts: StreamOptions) -> Any:
             self.handle = handle
             self.held = handle.getListState("held", _HELD)
             self.info = handle.getValueState("info", _INFO)
+            self.summary = handle.getValueState("summary", _SUMMARY)
             self.tomb = handle.getValueState("tomb", _TOMB)
 
         def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
@@ -93,31 +106,80 @@ def _processor(opts: StreamOptions) -> Any:
                 blob, state, _ = self.tomb.get()
                 result += late_rows(bytes(blob), state, good, limits, uow)
             elif good:
-                result += self._take(good, times)
+                result += self._take(bytes(key[0]), good, times)
             return out(result)
 
-        def _take(self, good: list[bytes], times: list[int]) -> list[dict[str, Any]]:
-            new_bytes = sum(len(r) for r in good)
+        def _take(self, gid: bytes, good: list[bytes], times: list[int]) -> list[dict[str, Any]]:
+            rows: list[dict[str, Any]] = []
             if self.info.exists():
                 first, deadline, held_bytes, last = self.info.get()
-                held = [bytes(r[0]) for r in self.held.get()]
+                summary = Summary.load(bytes(self.summary.get()[0]))
+                if summary.left:  # non-Unit-of-Work: copies of messages that already left are judged late
+                    gone = [raw for raw in good if decode_header(raw).msg_seq_number in summary.left]
+                    rows += late_rows(summary.tombstone(gid), "complete", gone, limits, uow)
+                    good = [raw for raw in good if decode_header(raw).msg_seq_number not in summary.left]
             else:
-                first, held_bytes, last, held = min(times), 0, min(times), []
+                first, held_bytes, last, summary = min(times), 0, min(times), Summary()
                 deadline = first + expire_ms
                 self.handle.registerTimer(deadline)
             last = max(last, *times)
-            verdict = take(held, good, held_bytes, opts.max_held_bytes, limits, uow)
+            if not good:
+                return rows
+            store = self._store()
+            verdict = take(self._held, good, held_bytes, summary, opts.max_held_bytes, limits, uow, store)
             if verdict is None:
-                self.held.appendList([(r,) for r in good])
-                self.info.update((first, deadline, held_bytes + new_bytes, last))
+                held_bytes += self._hold(good, summary)
+                self._keep(first, deadline, held_bytes, last, summary)
+            elif isinstance(verdict, Partial):
+                kept = [r for r in self._rows() if r[2].msg_seq_number not in verdict.left]
+                self.held.clear()
+                if kept:
+                    self.held.appendList([(head, at) for head, at, _ in kept])
+                fresh = [raw for raw in good if decode_header(raw).msg_seq_number not in verdict.left]
+                held_bytes = sum(len(head) for head, _, _ in kept) + self._hold(fresh, summary)
+                self._keep(first, deadline, held_bytes, last, summary)
+                rows += verdict.rows
+            else:
+                self._decided(verdict.tombstone, verdict.state, deadline, last)
+                rows += verdict.rows
+            if store is not None:
+                store.close()  # bodies not delivered (still open, or failed): their work files go
+            return rows
+
+        def _store(self) -> FileBodyStore | None:
+            """Where this call builds large messages (work files named for it; finished ones renamed)."""
+            if spool is None:
+                return None
+            return FileBodyStore(spool.directory, uuid.uuid4().hex, opts.reassembly.large_message_bytes)
+
+        def _hold(self, raws: list[bytes], summary: Summary) -> int:
+            """Append segments to the held list (a large message's data to its spool files); state bytes added."""
+            held = []
+            for raw in raws:
+                h = decode_header(raw)
+                held.append(
+                    spool.put(raw, h, summary.spool) if spool is not None and spool.wants(h) else (raw, IN_STATE)
+                )
+            self.held.appendList(held)
+            return sum(len(head) for head, _ in held)
+
+        def _rows(self) -> list[tuple[bytes, int, SegmentHeader]]:
+            if not self.held.exists():
                 return []
-            self._decided(verdict.tombstone, verdict.state, deadline, last)
-            return verdict.rows
+            return [(bytes(head), at, decode_header(head)) for head, at in self.held.get()]
+
+        def _held(self) -> HeldRows:
+            return HeldRows(self._rows(), spool)
+
+        def _keep(self, first: int, deadline: int, held_bytes: int, last: int, summary: Summary) -> None:
+            self.info.update((first, deadline, held_bytes, last))
+            self.summary.update((summary.dump(),))
 
         def _decided(self, tombstone: bytes, state: str, deadline: int, last: int) -> None:
             self.handle.deleteTimer(deadline)
             self.held.clear()
             self.info.clear()
+            self.summary.clear()
             until = max(last, deadline) + tomb_ms
             self.tomb.update((tombstone, state, until))
             self.handle.registerTimer(until)
@@ -127,8 +189,12 @@ def _processor(opts: StreamOptions) -> Any:
             if self.info.exists():
                 _, deadline, _, last = self.info.get()
                 if deadline == at:
-                    verdict = judge([bytes(r[0]) for r in self.held.get()], limits, uow, Cause.EXPIRED)
-                    assert verdict is not None  # a final cause always decides
+                    summary = Summary.load(bytes(self.summary.get()[0]))
+                    store = self._store()
+                    verdict = judge(self._held(), limits, uow, Cause.EXPIRED, summary, bytes(key[0]), store)
+                    assert isinstance(verdict, Verdict)  # a final cause always decides
+                    if store is not None:
+                        store.close()
                     self._decided(verdict.tombstone, verdict.state, deadline, last)
                     return out(verdict.rows)
             elif self.tomb.exists() and self.tomb.get()[2] <= at:
@@ -145,10 +211,13 @@ def reassemble_stream(
     df: Any,
     *,
     event_time: str = "event_time",
+    encoded: bool = True,
     raw_column: str = "segment",
+    columns: ColumnNames | None = None,
     options: StreamOptions | None = None,
 ) -> Any:
-    """Reassemble a streaming DataFrame of encoded segments; returns the stream of output rows.
+    """Reassemble a streaming DataFrame of segments (encoded, or as columns as for the batch
+    :func:`~reassembly.spark.reassemble`: see :class:`ColumnNames`); returns the stream of output rows.
 
     ``event_time`` names a timestamp column of ``df`` (for a file source, e.g.
     ``_metadata.file_modification_time`` selected as a column; for Kafka, the
@@ -164,6 +233,10 @@ def reassemble_stream(
     conf = df.sparkSession.conf.get("spark.sql.streaming.stateStore.providerClass", "")
     if conf != ROCKSDB:
         raise ValueError(f"streaming reassembly needs spark.sql.streaming.stateStore.providerClass={ROCKSDB}")
+    if not encoded:  # encoded row by row beside its event time: then the same path as encoded input
+        from .columns import encode_columns
+
+        df, raw_column = encode_columns(df, columns or ColumnNames(), keep=(event_time,)), "segment"
     rows = df.select(
         F.col(raw_column).alias("raw"),
         F.col(event_time).cast("timestamp").alias("event_time"),
@@ -192,15 +265,19 @@ class BatchWriter:
     the batches listed in ``_commits``.
     """
 
-    def __init__(self, out: Path, on_batch: Callable[[int, Counter[str]], None] | None = None) -> None:
+    def __init__(
+        self, out: Path, on_batch: Callable[[int, Counter[str]], None] | None = None, spool: Spool | None = None
+    ) -> None:
         self.out = out
         self.on_batch = on_batch
+        self.spool = spool
         for name in (*FOLDERS.values(), "_commits", "_incoming"):
             (out / name).mkdir(parents=True, exist_ok=True)
 
     def __call__(self, df: Any, batch_id: int) -> None:
         marker = self.out / "_commits" / str(batch_id)
         if marker.exists():
+            self._drop(batch_id)  # a crash may have come between the marker and the clean-up
             return
         part = f"batch={batch_id}"
         tmp = self.out / "_incoming" / part
@@ -216,8 +293,20 @@ class BatchWriter:
         pending = marker.with_name(f".{batch_id}.tmp")
         pending.write_text(_summary(counts))
         os.replace(pending, marker)
+        self._drop(batch_id)
         if self.on_batch is not None:
             self.on_batch(batch_id, counts)
+
+    def _drop(self, batch_id: int) -> None:
+        """Spool files of the messages whose rows batch ``batch_id`` committed (no replay needs them now)."""
+        if self.spool is None:
+            return
+        import pyarrow.parquet as pq
+
+        for f in (self.out / FOLDERS["message"] / f"batch={batch_id}").glob("*.parquet"):
+            keys = pq.read_table(f, columns=["group_id", "msg_seq_number"]).to_pydict()
+            for gid, seq in zip(keys["group_id"], keys["msg_seq_number"], strict=True):
+                self.spool.drop(gid, seq)
 
 
 def _counts(tmp: Path) -> Counter[str]:
@@ -276,11 +365,18 @@ def file_source(
 
 
 def start(
-    stream: Any, out: Path, checkpoint: str, trigger: str, on_batch: Callable[[int, Counter[str]], None] | None = None
+    stream: Any,
+    out: Path,
+    checkpoint: str,
+    trigger: str,
+    on_batch: Callable[[int, Counter[str]], None] | None = None,
+    options: StreamOptions | None = None,
 ) -> Any:
     """Start writing ``stream`` (from :func:`reassemble_stream`) to ``out``; ``trigger`` is
-    ``available-now`` or a processing-time interval such as ``10 seconds``."""
-    writer = stream.writeStream.foreachBatch(BatchWriter(out, on_batch)).option("checkpointLocation", checkpoint)
+    ``available-now`` or a processing-time interval such as ``10 seconds``. Pass the stream's
+    ``options`` when they set a ``payload_dir``: the sink removes committed messages' spool files."""
+    sink = BatchWriter(out, on_batch, spool_of(options) if options is not None else None)
+    writer = stream.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
     writer = writer.trigger(availableNow=True) if trigger == "available-now" else writer.trigger(processingTime=trigger)
     return writer.start()
 
