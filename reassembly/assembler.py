@@ -522,7 +522,9 @@ class Assembler:
         return {t.partition: t.checkpoint() for t in self._ledger}
 
     def checkpoint(self, partition: Hashable = None) -> Checkpoint:
-        return self._ledger.track(partition).checkpoint()
+        """One partition's checkpoint (all ``None`` for a partition nothing was received from)."""
+        track = self._ledger.get(partition)
+        return Checkpoint(partition, None, None, None) if track is None else track.checkpoint()
 
     def rewind(self, partition: Hashable, position: Any) -> None:
         """The application seeks ``partition`` back to ``position`` (to have a forgotten message
