@@ -144,6 +144,30 @@ def test_positions_come_back_after_snapshot_and_restore() -> None:
     assert restored.checkpoint(("t", 0)).restart is None
 
 
+def test_event_positions_are_parallel_to_their_segments() -> None:
+    segs = [s.encode() for s in segment_group([os.urandom(300), os.urandom(300)], 200)]
+    asm = Assembler()
+    (done,) = feed(asm, segs[::-1], partition="p")
+    assert isinstance(done, GroupComplete)
+    assert sorted(done.positions) == [Origin("p", i) for i in range(len(segs))]
+    feed(asm, [b"x"], partition="q")  # q: settled, nothing held
+    a = encoded(os.urandom(500))
+    feed(asm, a[:2], partition="q", start=1)
+    (left,) = asm.close()
+    assert isinstance(left, Unfinished) and left.segments == tuple(a[:2])
+    assert left.positions == (Origin("q", 1), Origin("q", 2))
+    assert asm.checkpoint("q") == Checkpoint("q", 2, None, 2)
+
+
+def test_a_revoked_group_starts_again_after_a_restore() -> None:
+    a = encoded(os.urandom(500))
+    asm = Assembler()
+    feed(asm, a[:2])
+    asm.revoke(0)
+    restored = Assembler.restore(asm.snapshot())
+    assert isinstance(feed(restored, a)[-1], MessageComplete)
+
+
 def test_positions_that_are_not_json_cannot_be_snapshotted() -> None:
     asm = Assembler()
     asm.receive(encoded(os.urandom(300))[0], position=object(), partition=0)
