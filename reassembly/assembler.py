@@ -194,9 +194,8 @@ class Assembler:
         """A segment of a finished group starts it again: not for a message it delivered (that is
         a duplicate or a conflict), only for a revoked group, one whose delivered message was
         forgotten, or (``second_chance``) one that expired or was evicted."""
-        if closed.delivered_seq(seq):
-            return False
-        return closed.reopen or (self.second_chance and closed.state in (GroupState.EXPIRED, GroupState.EVICTED))
+        again = closed.reopen or (self.second_chance and closed.state in (GroupState.EXPIRED, GroupState.EVICTED))
+        return again and not closed.delivered_seq(seq)  # asked only when it may start again: no cost otherwise
 
     def _open(self, h: SegmentHeader, before: Closed | None) -> Group:
         """A new group; a restarted one keeps what it delivered (never delivered twice) and its last number."""
