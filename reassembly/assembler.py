@@ -251,7 +251,7 @@ class Assembler:
                     if held.track is not None and not held.track.live and piece.track is not None:
                         # held from a revoked partition, read again now: this read keeps it unsettled
                         held.origin, held.track = piece.origin, piece.track
-                        piece.track.hold(piece.origin.position)  # type: ignore[union-attr]
+                        held.hold()
                     events.append(Duplicate(h.group_id, h.msg_seq_number, h.offset, h.data_length, piece.positions))
                     return False
         if self.bodies is not None and not msg.stored and self.bodies.wants(h):
@@ -265,8 +265,7 @@ class Assembler:
             msg.at[h.offset] = [piece]
         else:
             here.append(piece)
-        if piece.track is not None:
-            piece.track.hold(piece.origin.position)  # type: ignore[union-attr]
+        piece.hold()
         msg.present.add(h.offset, h.end)
         if h.is_last_segment:
             msg.last_ends.add(h.end)
