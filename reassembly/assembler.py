@@ -194,9 +194,8 @@ class Assembler:
         """A segment of a finished group starts it again: not for a message it delivered (that is
         a duplicate or a conflict), only for a revoked group, one whose delivered message was
         forgotten, or (``second_chance``) one that expired or was evicted."""
-        if closed.delivered_seq(seq):
-            return False
-        return closed.reopen or (self.second_chance and closed.state in (GroupState.EXPIRED, GroupState.EVICTED))
+        again = closed.reopen or (self.second_chance and closed.state in (GroupState.EXPIRED, GroupState.EVICTED))
+        return again and not closed.delivered_seq(seq)  # asked only when it may start again: no cost otherwise
 
     def _open(self, h: SegmentHeader, before: Closed | None) -> Group:
         """A new group; a restarted one keeps what it delivered (never delivered twice) and its last number."""
@@ -252,7 +251,7 @@ class Assembler:
                     if held.track is not None and not held.track.live and piece.track is not None:
                         # held from a revoked partition, read again now: this read keeps it unsettled
                         held.origin, held.track = piece.origin, piece.track
-                        piece.track.hold(piece.origin.position)  # type: ignore[union-attr]
+                        held.hold()
                     events.append(Duplicate(h.group_id, h.msg_seq_number, h.offset, h.data_length, piece.positions))
                     return False
         if self.bodies is not None and not msg.stored and self.bodies.wants(h):
@@ -266,8 +265,7 @@ class Assembler:
             msg.at[h.offset] = [piece]
         else:
             here.append(piece)
-        if piece.track is not None:
-            piece.track.hold(piece.origin.position)  # type: ignore[union-attr]
+        piece.hold()
         msg.present.add(h.offset, h.end)
         if h.is_last_segment:
             msg.last_ends.add(h.end)
@@ -522,7 +520,9 @@ class Assembler:
         return {t.partition: t.checkpoint() for t in self._ledger}
 
     def checkpoint(self, partition: Hashable = None) -> Checkpoint:
-        return self._ledger.track(partition).checkpoint()
+        """One partition's checkpoint (all ``None`` for a partition nothing was received from)."""
+        track = self._ledger.get(partition)
+        return Checkpoint(partition, None, None, None) if track is None else track.checkpoint()
 
     def rewind(self, partition: Hashable, position: Any) -> None:
         """The application seeks ``partition`` back to ``position`` (to have a forgotten message

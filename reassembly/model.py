@@ -78,6 +78,12 @@ class Piece:
     def positions(self) -> tuple[Origin, ...]:
         return () if self.origin is None else (self.origin,)
 
+    def hold(self) -> None:
+        """It is held in an open group: its position stays unsettled until :meth:`release`."""
+        if self.track is not None:
+            assert self.origin is not None
+            self.track.hold(self.origin.position)
+
     def release(self) -> None:
         """It leaves the assembler: its position settles (on a revoked track: nothing to do)."""
         if self.track is not None:

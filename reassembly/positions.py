@@ -150,6 +150,9 @@ class Ledger:
             t = self._tracks[partition] = Track(partition)
         return t
 
+    def get(self, partition: Hashable) -> Track | None:
+        return self._tracks.get(partition)
+
     def revoke(self, partition: Hashable) -> Track | None:
         t = self._tracks.pop(partition, None)
         if t is not None:

@@ -64,11 +64,12 @@ def snapshot(groups: Mapping[bytes, Group], closed: Mapping[bytes, Closed], ledg
 
 
 def _origins(g: Group) -> list[list[object] | None]:
-    """Where each segment of :meth:`Group.raws` was read (empty when no position was given)."""
+    """Where each segment of :meth:`Group.raws` was read (empty when no position was given). A segment
+    read from a partition since revoked pins nothing in the assembler: nor after a restore."""
     pieces = [p for _, m in sorted(g.messages.items()) for p in sorted(m.pieces(), key=lambda p: p.key())]
-    if all(p.origin is None for p in pieces):
+    if all(p.track is None or not p.track.live for p in pieces):
         return []
-    return [None if p.origin is None else [p.origin.partition, p.origin.position] for p in pieces]
+    return [None if p.origin is None or p.track is None or not p.track.live else [*p.origin] for p in pieces]
 
 
 def restore(

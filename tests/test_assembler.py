@@ -380,6 +380,31 @@ def test_open_group_limit_evicts_oldest() -> None:
     assert asm.open_groups == 2
 
 
+def test_a_group_whose_age_equals_the_expiry_is_kept() -> None:
+    clock = FakeClock()
+    asm = Assembler(Limits(expiry_seconds=30), clock=clock)
+    a = encoded(os.urandom(500))
+    asm.receive(a[0])
+    clock.now += 30
+    assert asm.expire() == [] and asm.open_groups == 1
+    clock.now = clock.now + 1e-6
+    (gone,) = asm.expire()
+    assert isinstance(gone, Unfinished) and gone.cause == Cause.EXPIRED
+
+
+def test_a_message_complete_in_its_own_call_never_evicts() -> None:
+    a, b = encoded(os.urandom(500)), encoded(os.urandom(500))
+    one = encoded(os.urandom(50))
+    assert len(one) == 1
+    asm = Assembler(Limits(max_open_groups=2))
+    asm.receive_many([a[0], b[0]])  # exactly at the limit
+    assert kinds(asm.receive(one[0])) == ["MessageComplete"]
+    assert asm.open_groups == 2
+    c = encoded(os.urandom(500))
+    evicted = [e for e in asm.receive(c[0]) if isinstance(e, Unfinished)]
+    assert [e.segments for e in evicted] == [(a[0],)]
+
+
 def test_snapshot_restore_continues_where_it_stopped() -> None:
     clock = FakeClock()
     payload = os.urandom(3000)
