@@ -3,7 +3,8 @@
     python -m bench.reseqbench [--messages 2000000] [--groups 1000] [--runs 5]
 
 Cases, each over the same pre-built arrival list (building it is not timed):
-``in_order`` (round-robin over the groups, each group's numbers in order),
+``in_order`` (round-robin over the groups, each group's numbers in order;
+``_no_end``: with ``end=None`` instead of ``EndAuto``, so no clock reading per message),
 ``swapped_10pct`` (one message in ten arrives after its successor: held,
 then released by it) and ``window_64`` (each group's numbers shuffled in
 windows of 64: the held dict works all the time). ``offer`` is called once per
@@ -54,8 +55,10 @@ def arrivals(case: str, messages: int, groups: int, seed: int = 1) -> list[tuple
     return [(g, orders[g][i]) for i in range(per) for g in range(groups)]
 
 
-def options() -> ResequenceOptions:
-    return ResequenceOptions(start=StartAt(0), end=EndAuto(idle=3600.0), missing_timeout=60.0)
+def options(case: str) -> ResequenceOptions:
+    """Automatic end (the default mode: one clock reading per message for the idle timer), or none."""
+    end = None if case.endswith("no_end") else EndAuto(idle=3600.0)
+    return ResequenceOptions(start=StartAt(0), end=end, missing_timeout=60.0)
 
 
 def floor(group: int, seq: int, item: bytes) -> list[tuple[int, int, bytes]]:
@@ -76,15 +79,15 @@ def timed(feed: list[tuple[int, int]], offer: Callable[[int, int, bytes], list[A
     return cpu, wall
 
 
-def run_once(feed: list[tuple[int, int]]) -> tuple[float, float]:
-    r = Resequencer(options(), clock=time.monotonic)
+def run_once(feed: list[tuple[int, int]], case: str) -> tuple[float, float]:
+    r = Resequencer(options(case), clock=time.monotonic)
     elapsed = timed(feed, r.offer)
     assert r.held_messages == 0 and r.open_groups == len({g for g, _ in feed[:10_000]})
     return elapsed
 
 
 def memory_per_waiting(hold: int, groups: int) -> float:
-    r = Resequencer(options(), clock=time.monotonic)
+    r = Resequencer(options("memory"), clock=time.monotonic)
     per = hold // groups
     for g in range(groups):  # open the groups first: their own cost is not a waiting message's
         r.offer(g, 0, ITEM)
@@ -107,12 +110,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--hold", type=int, default=1_000_000)
     a = p.parse_args(argv)
     print(f"Python {sys.version.split()[0]}; {a.messages:,} messages over {a.groups:,} open groups; {a.runs} runs")
-    feeds = {c: arrivals(c, a.messages, a.groups) for c in ("in_order", "swapped_10pct", "window_64")}
+    cases = ("in_order", "in_order_no_end", "swapped_10pct", "window_64")
+    feeds = {c: arrivals(c.removesuffix("_no_end"), a.messages, a.groups) for c in cases}
     results: dict[str, list[tuple[float, float]]] = {c: [] for c in ("floor", *feeds)}
     for _ in range(a.runs):  # interleaved: a load spike hits every case alike
         results["floor"].append(timed(feeds["in_order"], floor))
         for case, feed in feeds.items():
-            results[case].append(run_once(feed))
+            results[case].append(run_once(feed, case))
     n = len(feeds["in_order"])
     floor_best = n / min(cpu for cpu, _ in results["floor"])
     print("| case | msg per CPU second: median | best | best / floor's | wall clock msg/s: median | best |")
