@@ -231,8 +231,12 @@ class GroupClosed(NamedTuple):
 
 Event = Released | Expired | Missing | Failed | Skipped | GroupClosed
 
+# ``Group.stop``: offer() takes its fast paths only for numbers below it. Correctness never depends on
+# it (the general path handles every number); NEVER (below every int) keeps a group off them, ALWAYS is
+# an int (int-to-int comparisons are the fast ones) above any realistic number: larger ones take the
+# general path.
 NEVER = float("-inf")
-ALWAYS = float("inf")
+ALWAYS = 1 << 62
 
 
 # ------------------------------------------------------------------ what is held

@@ -1,7 +1,7 @@
 """The Spark resequencer equals the in-process one: a stream fed in micro-batches, and a finished table.
 
 Stream: six groups (gaps that arrive late or never, duplicates, numbers
-above the end, a null number) land as four Parquet files, one micro-batch
+above the end, a null number) land as three Parquet files, one micro-batch
 each, event time rising from file to file; two files far later in event
 time then push the watermark past every deadline. The in-process reference
 drives one :class:`Resequencer` the way the operator is specified to: per
@@ -46,7 +46,7 @@ SCHEMA = pa.schema(
 Row = tuple[str, int | None, bytes, bool, int]  # grp, seq, body, is_last, event ms
 
 
-def dataset(seed: int = 3, files: int = 4) -> list[list[Row]]:
+def dataset(seed: int = 3, files: int = 3) -> list[list[Row]]:
     rng = random.Random(seed)
     out: list[list[Row]] = [[] for _ in range(files)]
     for g in range(6):
@@ -115,7 +115,7 @@ def test_stream_equals_in_process_fed_in_micro_batches(spark: Any, tmp_path: Pat
 
 
 def _stream_equals_in_process(stream_spark: Any, tmp_path: Path) -> None:
-    batches = dataset() + flush(4)
+    batches = dataset() + flush(3)
     landing = tmp_path / "landing"
     landing.mkdir()
     for i, rows in enumerate(batches):

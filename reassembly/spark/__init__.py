@@ -3,6 +3,8 @@
 ``reassemble(df)`` returns messages and quarantine; ``reassemble_stream(df)``
 does the same on a streaming DataFrame (README "Streaming reassembly"); ``decode_segments(df)``
 turns the encoded form into columns in the JVM. See README "Spark reassembly".
+``resequence(df)`` / ``resequence_stream(df)`` put whole messages back in sequence order
+(README "Resequencer").
 """
 
 from .decode import decode_segments
