@@ -5,19 +5,20 @@ The order of writes is what makes every message land in exactly one batch file:
 1. **store**: an input's messages are written in one transaction (with the input's name, so a
    re-read input is stored once); only then is the input acknowledged (the landing file is
    marked done). A crash before the commit loses nothing: the input is read again.
-2. **claim**: a closed batch is recorded and its members assigned to it in one transaction,
-   only while this collector holds the destination's lease and only for members not yet in a
-   batch. From here the batch's content is fixed in the database.
+2. **claim**: a closed batch is recorded with its members packed in its row, and their message
+   rows deleted, in one transaction, only while this collector holds the destination's lease
+   and only if every member's row is still there (not taken by another batch). From here the
+   batch's content is fixed in the database.
 3. **emit**: the batch is written as ``OUTPUT/<target>/<batch_id>.parquet`` (a temporary file,
    fsync, rename, fsync of the directory): the name and the bytes follow from the claim
    (the GroupId is derived from the batch id), so writing it again gives the same file.
-4. **mark**: the batch is marked emitted and its message rows deleted.
+4. **mark**: the batch is marked emitted and its packed members dropped.
 
 A crash between 2 and 4 leaves a claimed, unemitted batch: whoever holds the destination's
 lease next (this collector restarted, or another one once the lease expired) emits it again
 from the database, under the same name; if the file is already there it is kept. A message
 is therefore never lost (stored before acknowledged, deleted only after its batch file is in
-place) and never in two batches (the claim assigns a row once, and the file name is the batch's).
+place) and never in two batches (a row is moved once, and the file name is the batch's).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from urllib.parse import quote
 
@@ -56,7 +58,11 @@ def write_batch(output: Path, batch: BatchReady, segmenter: Segmenter) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     segments = [s.encode() for s in batch_segments(batch, segmenter)]
-    pq.write_table(pa.table({"segment": pa.array(segments, pa.binary())}), tmp)
+    # No compression or statistics: segments of small messages are mostly unique bytes, and the
+    # file is read whole by the job that reassembles it.
+    pq.write_table(
+        pa.table({"segment": pa.array(segments, pa.binary())}), tmp, compression="none", write_statistics=False
+    )
     fd = os.open(tmp, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -163,7 +169,9 @@ class DurableCollector:
         self.leased = set()
 
     def _emit(self, batches: Iterable[BatchReady]) -> None:
-        for batch in batches:
+        for closed in batches:
+            # Members in storage order (id): the order a re-emit reads back from the database.
+            batch = replace(closed, messages=tuple(sorted(closed.messages)))
             if not self.storage.claim(batch, self.owner, self._clock(), self.lease):
                 # The lease is gone (or a member is in another batch): forget the destination, re-sync.
                 self.core.drop(batch.destination)

@@ -8,22 +8,26 @@ two dialects differ only in types, id allocation and the bulk statements (:class
 Tables (created if missing):
   destination_rules  destination, target, max_messages, max_bytes, max_wait, stranded_after, enabled
   collect_inputs     one row per input file stored, written in the transaction that stores its rows
-  collect_messages   messages held: id, destination, payload, received_at, batch_id (NULL: not batched), seq
-  collect_batches    closed batches: batch_id, destination, target, cause, count, closed_at/by, emitted_at
+  collect_messages   messages stored and in no batch yet: id, destination, payload, received_at
+  collect_batches    closed batches: batch_id, destination, target, cause, count, closed_at/by, emitted_at,
+                     members (the batch's messages, packed, until the batch file is in place)
   collect_leases     destination, owner, expires_at: who may close that destination's batches
 
 Why leases per destination and not ``SELECT ... FOR UPDATE SKIP LOCKED`` over messages: a
 batch is a destination's messages in arrival order up to ``max_messages``; SKIP LOCKED would
 let two collectors take interleaved slices of one destination and close small, reordered
 batches. A lease gives a destination one filler at a time; the claim that closes a batch
-re-checks the lease and assigns only rows still unbatched (``batch_id IS NULL``, rowcount
-checked) in one transaction, so even a collector that resumes after its lease expired (a long
-pause) cannot put a message into a second batch: its claim fails and it drops that batch.
+re-checks the lease and moves the member rows out of ``collect_messages`` into the batch row
+(a delete whose row count must equal the batch size) in one transaction, so even a collector
+that resumes after its lease expired (a long pause) cannot put a message into a second batch:
+its claim fails and it drops that batch.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
+import struct
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -55,7 +59,7 @@ class _Dialect:
     blob: str
     placeholder: str
     insert_messages: str  # rows (id, destination, payload, received_at)
-    assign: str  # (batch_id, seq, id) per member; counts the rows it assigned
+    take: str  # (the member ids as one parameter): deletes the rows still there
 
 
 _RULE_COLUMNS = "destination, target, max_messages, max_bytes, max_wait, stranded_after, enabled"
@@ -67,14 +71,12 @@ CREATE TABLE IF NOT EXISTS destination_rules (
 CREATE TABLE IF NOT EXISTS collect_inputs (
   name TEXT PRIMARY KEY, messages INTEGER NOT NULL, stored_at DOUBLE PRECISION NOT NULL);
 CREATE TABLE IF NOT EXISTS collect_messages (
-  id BIGINT PRIMARY KEY, destination TEXT NOT NULL, payload {blob} NOT NULL,
-  received_at DOUBLE PRECISION NOT NULL, batch_id TEXT, seq INTEGER);
-CREATE INDEX IF NOT EXISTS collect_messages_open ON collect_messages (destination, id) WHERE batch_id IS NULL;
-CREATE INDEX IF NOT EXISTS collect_messages_batch ON collect_messages (batch_id);
+  id BIGINT PRIMARY KEY, destination TEXT NOT NULL, payload {blob} NOT NULL, received_at DOUBLE PRECISION NOT NULL);
+CREATE INDEX IF NOT EXISTS collect_messages_destination ON collect_messages (destination, id);
 CREATE TABLE IF NOT EXISTS collect_batches (
   batch_id TEXT PRIMARY KEY, destination TEXT NOT NULL, target TEXT NOT NULL, cause TEXT NOT NULL,
   messages INTEGER NOT NULL, closed_at DOUBLE PRECISION NOT NULL, closed_by TEXT NOT NULL,
-  emitted_at DOUBLE PRECISION);
+  emitted_at DOUBLE PRECISION, members {blob});
 CREATE TABLE IF NOT EXISTS collect_leases (
   destination TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at DOUBLE PRECISION NOT NULL);
 """
@@ -83,7 +85,7 @@ _SQLITE = _Dialect(
     blob="BLOB",
     placeholder="?",
     insert_messages="INSERT INTO collect_messages (id, destination, payload, received_at) VALUES (?, ?, ?, ?)",
-    assign="UPDATE collect_messages SET batch_id = ?, seq = ? WHERE id = ? AND batch_id IS NULL",
+    take="DELETE FROM collect_messages WHERE id IN (SELECT value FROM json_each(?))",
 )
 _POSTGRES = _Dialect(
     blob="BYTEA",
@@ -92,10 +94,7 @@ _POSTGRES = _Dialect(
         "INSERT INTO collect_messages (id, destination, payload, received_at) "
         "SELECT * FROM unnest(?::bigint[], ?::text[], ?::bytea[], ?::float8[])"
     ),
-    assign=(
-        "UPDATE collect_messages m SET batch_id = ?, seq = u.seq FROM unnest(?::int[], ?::bigint[]) AS u(seq, id) "
-        "WHERE m.id = u.id AND m.batch_id IS NULL"
-    ),
+    take="DELETE FROM collect_messages WHERE id = ANY(?::bigint[])",
 )
 
 
@@ -128,8 +127,9 @@ class Storage:
     def _insert(self, cur: Any, rows: list[tuple[int, str, bytes, float]]) -> None:
         raise NotImplementedError
 
-    def _assign(self, cur: Any, batch_id: str, ids: list[int]) -> int:
-        raise NotImplementedError
+    def _id_list(self, ids: list[int]) -> Any:
+        """The member ids as one statement parameter (one UPDATE per batch, not one per member)."""
+        return ids
 
     @contextmanager
     def _tx(self) -> Iterator[Any]:
@@ -209,7 +209,7 @@ class Storage:
         with self._tx() as cur:
             rows = self._run(
                 cur,
-                "SELECT id FROM collect_messages WHERE destination = ? AND batch_id IS NULL ORDER BY id",
+                "SELECT id FROM collect_messages WHERE destination = ? ORDER BY id",
                 (destination,),
             ).fetchall()
             wanted = [int(r[0]) for r in rows if int(r[0]) not in known]
@@ -219,7 +219,7 @@ class Storage:
                 marks = ", ".join("?" * len(chunk))
                 found = self._run(
                     cur,
-                    f"SELECT id, payload, received_at FROM collect_messages WHERE id IN ({marks}) AND batch_id IS NULL",
+                    f"SELECT id, payload, received_at FROM collect_messages WHERE id IN ({marks})",
                     chunk,
                 ).fetchall()
                 out += [Held(int(r[0]), bytes(r[1]), float(r[2])) for r in found]
@@ -239,7 +239,7 @@ class Storage:
                 cur,
                 "INSERT INTO collect_leases (destination, owner, expires_at) "
                 "SELECT destination, ?, ? FROM ("
-                "  SELECT destination FROM collect_messages WHERE batch_id IS NULL"
+                "  SELECT destination FROM collect_messages"
                 "  UNION SELECT destination FROM collect_batches WHERE emitted_at IS NULL) AS work "
                 "WHERE true ORDER BY destination "
                 "ON CONFLICT (destination) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at "
@@ -258,9 +258,10 @@ class Storage:
 
     # --- batches ------------------------------------------------------------------------------
     def claim(self, batch: BatchReady, owner: str, now: float, lease: float) -> bool:
-        """Record a closed batch and assign its members, if ``owner`` still holds the lease; else nothing.
+        """Move a closed batch's messages into its batch row, if ``owner`` still holds the lease; else nothing.
 
-        All or nothing: a member already in another batch (or a lost lease) rolls the claim back.
+        All or nothing: a member already taken by another batch (its row is gone) or a lost lease
+        rolls the claim back. Moving instead of marking costs one row write per message, not two.
         """
         ids = [m.id for m in batch.messages]
         try:
@@ -272,14 +273,23 @@ class Storage:
                 )
                 if held.rowcount != 1:
                     raise _Rollback
+                if self._run(cur, self._d.take, (self._id_list(ids),)).rowcount != len(ids):
+                    raise _Rollback
                 self._run(
                     cur,
                     "INSERT INTO collect_batches (batch_id, destination, target, cause, messages, closed_at, "
-                    "closed_by) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (batch.batch_id, batch.destination, batch.rule.target, batch.cause.value, len(ids), now, owner),
+                    "closed_by, members) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        batch.batch_id,
+                        batch.destination,
+                        batch.rule.target,
+                        batch.cause.value,
+                        len(ids),
+                        now,
+                        owner,
+                        _pack(batch.messages),
+                    ),
                 )
-                if self._assign(cur, batch.batch_id, ids) != len(ids):
-                    raise _Rollback
         except _Rollback:
             return False
         return True
@@ -295,29 +305,44 @@ class Storage:
         return [BatchRecord(*r) for r in rows if r[1] in destinations]
 
     def members(self, batch_id: str) -> list[Held]:
+        """A claimed, unemitted batch's messages, in their batch order."""
         with self._tx() as cur:
-            rows = self._run(
-                cur,
-                "SELECT id, payload, received_at FROM collect_messages WHERE batch_id = ? ORDER BY seq",
-                (batch_id,),
-            ).fetchall()
-        return [Held(int(r[0]), bytes(r[1]), float(r[2])) for r in rows]
+            row = self._run(cur, "SELECT members FROM collect_batches WHERE batch_id = ?", (batch_id,)).fetchone()
+        return _unpack(bytes(row[0])) if row and row[0] is not None else []
 
     def mark_emitted(self, batch_id: str, now: float) -> None:
         """The batch file is in place: remember that, and drop its messages (the file holds them now)."""
         with self._tx() as cur:
-            self._run(cur, "UPDATE collect_batches SET emitted_at = ? WHERE batch_id = ?", (now, batch_id))
-            self._run(cur, "DELETE FROM collect_messages WHERE batch_id = ?", (batch_id,))
+            self._run(
+                cur, "UPDATE collect_batches SET emitted_at = ?, members = NULL WHERE batch_id = ?", (now, batch_id)
+            )
 
     def counts(self) -> dict[str, int]:
         """Messages held, batches closed and emitted (for status lines and tests)."""
         with self._tx() as cur:
-            held = self._run(cur, "SELECT count(*) FROM collect_messages WHERE batch_id IS NULL").fetchone()[0]
+            held = self._run(cur, "SELECT count(*) FROM collect_messages").fetchone()[0]
             closed, emitted = self._run(cur, "SELECT count(*), count(emitted_at) FROM collect_batches").fetchone()
         return {"held": int(held), "closed": int(closed), "emitted": int(emitted)}
 
     def close(self) -> None:
         self._conn.close()
+
+
+_MEMBER = struct.Struct(">qdI")  # id, received_at, payload length; then the payload
+
+
+def _pack(messages: Sequence[Held]) -> bytes:
+    return b"".join(_MEMBER.pack(m.id, m.received_at, len(m.payload)) + m.payload for m in messages)
+
+
+def _unpack(blob: bytes) -> list[Held]:
+    out, at = [], 0
+    while at < len(blob):
+        msg_id, received_at, n = _MEMBER.unpack_from(blob, at)
+        at += _MEMBER.size
+        out.append(Held(msg_id, blob[at : at + n], received_at))
+        at += n
+    return out
 
 
 class _Rollback(Exception):
@@ -344,9 +369,8 @@ class SQLiteStorage(Storage):
     def _insert(self, cur: Any, rows: list[tuple[int, str, bytes, float]]) -> None:
         cur.executemany(self._d.insert_messages, rows)
 
-    def _assign(self, cur: Any, batch_id: str, ids: list[int]) -> int:
-        cur.executemany(self._d.assign, [(batch_id, seq, i) for seq, i in enumerate(ids, 1)])
-        return int(cur.rowcount)
+    def _id_list(self, ids: list[int]) -> Any:
+        return json.dumps(ids)
 
     @contextmanager
     def _tx(self) -> Iterator[Any]:
@@ -395,10 +419,6 @@ class PostgresStorage(Storage):
     def _insert(self, cur: Any, rows: list[tuple[int, str, bytes, float]]) -> None:
         ids, destinations, payloads, times = (list(c) for c in zip(*rows, strict=True)) if rows else ([], [], [], [])
         self._run(cur, self._d.insert_messages, (ids, destinations, payloads, times))
-
-    def _assign(self, cur: Any, batch_id: str, ids: list[int]) -> int:
-        self._run(cur, self._d.assign, (batch_id, list(range(1, len(ids) + 1)), ids))
-        return int(cur.rowcount)
 
     @contextmanager
     def _tx(self) -> Iterator[Any]:
