@@ -12,7 +12,8 @@ The order of writes is what makes every message land in exactly one batch file:
 3. **emit**: the batch is written as ``OUTPUT/<target>/<batch_id>.parquet`` (a temporary file,
    fsync, rename, fsync of the directory): the name and the bytes follow from the claim
    (the GroupId is derived from the batch id), so writing it again gives the same file.
-4. **mark**: the batch is marked emitted and its packed members dropped.
+4. **mark**: once the directory is synced, the batch is marked emitted and its packed members
+   dropped (in the commit of the next claim, or at the next tick).
 
 A crash between 2 and 4 leaves a claimed, unemitted batch: whoever holds the destination's
 lease next (this collector restarted, or another one once the lease expired) emits it again
@@ -47,8 +48,20 @@ def batch_path(output: Path, target: str, batch_id: str) -> Path:
     return output / safe_name(target) / f"{safe_name(batch_id)}.parquet"
 
 
-def write_batch(output: Path, batch: BatchReady, segmenter: Segmenter) -> Path:
-    """The batch as a Parquet file of encoded segments (column ``segment``), atomically; kept if present."""
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_batch(output: Path, batch: BatchReady, segmenter: Segmenter, *, sync_dir: bool = True) -> Path:
+    """The batch as a Parquet file of encoded segments (column ``segment``), atomically; kept if present.
+
+    ``sync_dir=False`` leaves the directory's fsync (which makes the rename durable) to the
+    caller, who may sync once for several files before recording them as emitted.
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -60,20 +73,12 @@ def write_batch(output: Path, batch: BatchReady, segmenter: Segmenter) -> Path:
     segments = [s.encode() for s in batch_segments(batch, segmenter)]
     # No compression or statistics: segments of small messages are mostly unique bytes, and the
     # file is read whole by the job that reassembles it.
-    pq.write_table(
-        pa.table({"segment": pa.array(segments, pa.binary())}), tmp, compression="none", write_statistics=False
-    )
-    fd = os.open(tmp, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    table = pa.table({"segment": pa.array(segments, pa.binary())})
+    pq.write_table(table, tmp, compression="none", write_statistics=False)
+    _fsync(tmp)
     os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    if sync_dir:
+        _fsync(path.parent)
     return path
 
 
@@ -110,6 +115,8 @@ class DurableCollector:
         self.leased: set[str] = set()
         self._synced = float("-inf")
         self.emitted = 0
+        self._unmarked: list[str] = []  # batch files in place, not yet marked emitted
+        self._dirs: set[Path] = set()  # their directories, to fsync before the mark
 
     def ingest(self, name: str, messages: Sequence[tuple[str, bytes]]) -> bool:
         """Store one input durably (the acknowledgement), then batch what this collector holds leases for.
@@ -158,34 +165,55 @@ class DurableCollector:
         if self._clock() - self._synced >= self.sync_every:
             self.sync()
         self._emit(self.core.tick())
+        self.settle()
 
     def flush(self) -> None:
         """Close every open batch now (cause ``shutdown``)."""
         self._emit(self.core.close())
+        self.settle()
 
     def stop(self) -> None:
         """A clean stop: give the leases back; open batches stay in the database for the next holder."""
+        self.settle()
         self.storage.release(self.owner)
         self.leased = set()
 
     def _emit(self, batches: Iterable[BatchReady]) -> None:
-        for closed in batches:
-            # Members in storage order (id): the order a re-emit reads back from the database.
-            batch = replace(closed, messages=tuple(sorted(closed.messages)))
-            if not self.storage.claim(batch, self.owner, self._clock(), self.lease):
-                # The lease is gone (or a member is in another batch): forget the destination, re-sync.
+        """Claim the batches (one commit, carrying the marks of files written since), then write them."""
+        # Members in storage order (id): the order a re-emit reads back from the database.
+        closed = [replace(b, messages=tuple(sorted(b.messages))) for b in batches]
+        if not closed:
+            return
+        self._sync_dirs()
+        claimed = self.storage.claim(closed, self.owner, self._clock(), self.lease, self._unmarked)
+        self._unmarked = []
+        for batch, ok in zip(closed, claimed, strict=True):
+            if ok:
+                self._write(batch)
+            else:  # the lease is gone (or a member is in another batch): forget the destination, re-sync
                 self.core.drop(batch.destination)
                 self.leased.discard(batch.destination)
                 self._synced = float("-inf")
-                continue
-            self._write(batch)
 
     def _write(self, batch: BatchReady) -> None:
-        path = write_batch(self.output, batch, self._segmenter)
-        self.storage.mark_emitted(batch.batch_id, self._clock())
+        path = write_batch(self.output, batch, self._segmenter, sync_dir=False)
+        self._dirs.add(path.parent)
+        self._unmarked.append(batch.batch_id)
         self.emitted += 1
         if self._on_batch is not None:
             self._on_batch(batch, path)
+
+    def _sync_dirs(self) -> None:
+        for directory in self._dirs:
+            _fsync(directory)
+        self._dirs.clear()
+
+    def settle(self) -> None:
+        """Record the batch files written so far as emitted (after syncing their directories)."""
+        if self._unmarked:
+            self._sync_dirs()
+            self.storage.mark_emitted(self._unmarked, self._clock())
+            self._unmarked = []
 
 
 def input_name(path: Path) -> str:

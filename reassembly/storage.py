@@ -101,9 +101,10 @@ _POSTGRES = _Dialect(
 class Storage:
     """The collector's database. Every method is one transaction (committed durably before it returns).
 
-    Per message the only write is its row, stored with the rest of its input file in one
-    transaction (the acknowledgement); per batch: the claim (one transaction), then after the
-    batch file is in place the mark (one transaction, which also deletes the emitted rows).
+    Per message: its row, inserted with the rest of its input in one transaction (the
+    acknowledgement), deleted when its batch is claimed. Per batch: its row, inserted by the
+    claim and updated by the mark; the claims of the batches closed together share one commit,
+    and the marks ride on the next claim's commit.
     """
 
     def __init__(self, conn: Any, dialect: _Dialect, url: str) -> None:
@@ -257,41 +258,53 @@ class Storage:
             self._run(cur, "DELETE FROM collect_leases WHERE owner = ?", (owner,))
 
     # --- batches ------------------------------------------------------------------------------
-    def claim(self, batch: BatchReady, owner: str, now: float, lease: float) -> bool:
-        """Move a closed batch's messages into its batch row, if ``owner`` still holds the lease; else nothing.
+    def claim(
+        self, batches: Sequence[BatchReady], owner: str, now: float, lease: float, emitted: Sequence[str] = ()
+    ) -> list[bool]:
+        """Move each closed batch's messages into its batch row, if ``owner`` still holds its lease.
 
-        All or nothing: a member already taken by another batch (its row is gone) or a lost lease
-        rolls the claim back. Moving instead of marking costs one row write per message, not two.
+        One transaction for all (one commit per call, not per batch); each batch all or nothing
+        (a savepoint): a member already taken by another batch (its row is gone) or a lost lease
+        undoes that batch only. Moving instead of marking costs one row write per message, not
+        two. ``emitted`` batches (files in place since the last call) are marked in the same commit.
         """
+        done = []
+        with self._tx() as cur:
+            self._mark(cur, emitted, now)
+            for batch in batches:
+                self._run(cur, "SAVEPOINT claim")
+                if self._claim_one(cur, batch, owner, now, lease):
+                    done.append(True)
+                else:
+                    self._run(cur, "ROLLBACK TO SAVEPOINT claim")
+                    done.append(False)
+                self._run(cur, "RELEASE SAVEPOINT claim")
+        return done
+
+    def _claim_one(self, cur: Any, batch: BatchReady, owner: str, now: float, lease: float) -> bool:
         ids = [m.id for m in batch.messages]
-        try:
-            with self._tx() as cur:
-                held = self._run(
-                    cur,
-                    "UPDATE collect_leases SET expires_at = ? WHERE destination = ? AND owner = ? AND expires_at >= ?",
-                    (now + lease, batch.destination, owner, now),
-                )
-                if held.rowcount != 1:
-                    raise _Rollback
-                if self._run(cur, self._d.take, (self._id_list(ids),)).rowcount != len(ids):
-                    raise _Rollback
-                self._run(
-                    cur,
-                    "INSERT INTO collect_batches (batch_id, destination, target, cause, messages, closed_at, "
-                    "closed_by, members) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        batch.batch_id,
-                        batch.destination,
-                        batch.rule.target,
-                        batch.cause.value,
-                        len(ids),
-                        now,
-                        owner,
-                        _pack(batch.messages),
-                    ),
-                )
-        except _Rollback:
+        held = self._run(
+            cur,
+            "UPDATE collect_leases SET expires_at = ? WHERE destination = ? AND owner = ? AND expires_at >= ?",
+            (now + lease, batch.destination, owner, now),
+        )
+        if held.rowcount != 1 or self._run(cur, self._d.take, (self._id_list(ids),)).rowcount != len(ids):
             return False
+        self._run(
+            cur,
+            "INSERT INTO collect_batches (batch_id, destination, target, cause, messages, closed_at, "
+            "closed_by, members) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                batch.batch_id,
+                batch.destination,
+                batch.rule.target,
+                batch.cause.value,
+                len(ids),
+                now,
+                owner,
+                _pack(batch.messages),
+            ),
+        )
         return True
 
     def unemitted(self, destinations: set[str]) -> list[BatchRecord]:
@@ -310,9 +323,13 @@ class Storage:
             row = self._run(cur, "SELECT members FROM collect_batches WHERE batch_id = ?", (batch_id,)).fetchone()
         return _unpack(bytes(row[0])) if row and row[0] is not None else []
 
-    def mark_emitted(self, batch_id: str, now: float) -> None:
-        """The batch file is in place: remember that, and drop its messages (the file holds them now)."""
+    def mark_emitted(self, batch_ids: Sequence[str], now: float) -> None:
+        """The batch files are in place (and their directories synced): drop the packed members."""
         with self._tx() as cur:
+            self._mark(cur, batch_ids, now)
+
+    def _mark(self, cur: Any, batch_ids: Sequence[str], now: float) -> None:
+        for batch_id in batch_ids:
             self._run(
                 cur, "UPDATE collect_batches SET emitted_at = ?, members = NULL WHERE batch_id = ?", (now, batch_id)
             )
@@ -345,10 +362,6 @@ def _unpack(blob: bytes) -> list[Held]:
     return out
 
 
-class _Rollback(Exception):
-    """Raised inside a transaction to undo it; caught by :meth:`Storage._tx`'s callers as a failed claim."""
-
-
 class SQLiteStorage(Storage):
     """SQLite in WAL mode with ``synchronous=FULL``: a commit is on disk when it returns."""
 
@@ -356,6 +369,8 @@ class SQLiteStorage(Storage):
         conn = sqlite3.connect(path, isolation_level=None, timeout=60.0, check_same_thread=False)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("PRAGMA wal_autocheckpoint=16384")
+        conn.execute("PRAGMA cache_size=-65536")
         super().__init__(conn, _SQLITE, path)
 
     def _setup(self, cur: Any) -> None:
@@ -379,9 +394,6 @@ class SQLiteStorage(Storage):
             cur.execute("BEGIN IMMEDIATE")  # take the write lock now: no upgrade deadlock between processes
             yield cur
             cur.execute("COMMIT")
-        except _Rollback:
-            cur.execute("ROLLBACK")
-            raise
         except sqlite3.Error as exc:
             if self._conn.in_transaction:
                 cur.execute("ROLLBACK")

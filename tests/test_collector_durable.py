@@ -43,7 +43,7 @@ def test_crash_after_claim_or_after_write_is_emitted_once(tmp_path: Path) -> Non
     # A's core closes batches; A "crashes" after claiming the first two, one of them after its file was written.
     ready = [b for i, (d, p) in zip(ids, sent, strict=True) for b in a.core.add(d, i, p)]
     assert len(ready) >= 2
-    assert storage.claim(ready[0], "A", clock.now, 10) and storage.claim(ready[1], "A", clock.now, 10)
+    assert storage.claim(ready[:2], "A", clock.now, 10) == [True, True]
     kept = write_batch(out, ready[1], Segmenter())
     kept_bytes = kept.read_bytes()
     assert storage.store("in-1", sent, clock.now) is None  # re-read input: stored once
