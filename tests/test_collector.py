@@ -6,7 +6,7 @@ import itertools
 from collections import Counter
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reassembly import Assembler, GroupComplete
@@ -192,3 +192,10 @@ def test_every_message_in_exactly_one_batch(ops: list[tuple[str, object, int]]) 
         _check_limits(b)
         assert {sent[m.id] for m in b.messages} == {b.destination}
     assert len({b.batch_id for b in out}) == len(out)
+
+
+@pytest.mark.slow
+@settings(max_examples=5000)
+@given(st.lists(_op, max_size=300))
+def test_every_message_in_exactly_one_batch_many(ops: list[tuple[str, object, int]]) -> None:
+    test_every_message_in_exactly_one_batch.hypothesis.inner_test(ops)  # type: ignore[attr-defined]
