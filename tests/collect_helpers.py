@@ -31,20 +31,23 @@ def messages_for(prefix: str, destinations: list[str], n: int) -> list[tuple[str
     return [(destinations[i % len(destinations)], f"{prefix}:{i}".encode()) for i in range(n)]
 
 
-def read_batches(out: Path) -> dict[Path, list[bytes]]:
-    """Each batch file's members, reassembled as one Unit-of-Work group (asserted complete)."""
+def read_batches(out: Path) -> dict[tuple[Path, bytes], list[bytes]]:
+    """Every batch (file, GroupId) and its members, each reassembled as one complete Unit-of-Work group."""
     batches = {}
-    for path in sorted(p for p in out.rglob("*.parquet") if not p.name.startswith(".")):
+    files = [
+        p for p in out.rglob("*.parquet") if not any(part.startswith((".", "_")) for part in p.relative_to(out).parts)
+    ]
+    for path in sorted(files):
         asm = Assembler(unit_of_work=True)
         events = [e for raw in pq.read_table(path).column("segment").to_pylist() for e in asm.receive(raw)]
         events += asm.close()
-        groups = [e for e in events if isinstance(e, GroupComplete)]
-        assert len(groups) == 1 and len(events) == 1, (path, events)
-        batches[path] = [bytes(m.payload) for m in groups[0].messages]  # type: ignore[arg-type]
+        assert all(isinstance(e, GroupComplete) for e in events), (path, events)
+        for group in events:
+            batches[path, group.group_id] = [bytes(m.payload) for m in group.messages]  # type: ignore[union-attr,arg-type]
     return batches
 
 
-def assert_exactly_once(out: Path, sent: list[tuple[str, bytes]]) -> dict[Path, list[bytes]]:
+def assert_exactly_once(out: Path, sent: list[tuple[str, bytes]]) -> dict[tuple[Path, bytes], list[bytes]]:
     batches = read_batches(out)
     seen = Counter(p for members in batches.values() for p in members)
     twice = [p for p, n in seen.items() if n > 1]
@@ -53,6 +56,16 @@ def assert_exactly_once(out: Path, sent: list[tuple[str, bytes]]) -> dict[Path, 
     assert not missing, f"{len(missing)} messages in no batch, e.g. {sorted(missing)[:3]}"
     assert set(seen) == {p for _, p in sent}
     return batches
+
+
+class Clock:
+    """An injected clock the test moves by hand."""
+
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
 
 
 def collect_cmd(landing: Path, out: Path, rules: str, *extra: str) -> list[str]:

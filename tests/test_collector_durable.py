@@ -9,20 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from collect_helpers import assert_exactly_once, collect_cmd, land, messages_for, start
+from collect_helpers import Clock, assert_exactly_once, collect_cmd, land, messages_for, start
 
 from reassembly.collect_job import DurableCollector, batch_path, write_batch
 from reassembly.collector import Cause, Rule
 from reassembly.storage import SQLiteStorage, Storage
 from segmenter.producer import Segmenter
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _rules(storage: Storage) -> None:
@@ -117,8 +109,8 @@ def test_kill_9_mid_filling_then_restart(tmp_path: Path) -> None:
     assert second.returncode == 0, second.stderr
     batches = assert_exactly_once(out, sent)
     limit = {"ftp-acme": 4, "ftp-globex": 10, "default": 100}
-    assert all(len(members) <= limit[path.parent.name] for path, members in batches.items())
-    assert {path.parent.name for path in batches} == set(limit)
+    assert all(len(members) <= limit[path.parent.name] for (path, _), members in batches.items())
+    assert {path.parent.name for path, _ in batches} == set(limit)
 
 
 def test_command_errors_are_one_line(tmp_path: Path) -> None:
