@@ -32,11 +32,14 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from segmenter.errors import Reason, SegmentationError
 
 from .collector import DEFAULT_DESTINATION, DEFAULT_RULE, BatchReady, Held, Rule
+
+_T = TypeVar("_T")
+_ATTEMPTS = 5
 
 
 class StorageError(SegmentationError):
@@ -227,8 +230,23 @@ class Storage:
         return sorted(out)
 
     # --- leases -------------------------------------------------------------------------------
+    def _retried(self, work: Callable[[], _T]) -> _T:
+        """Run a transaction again when the server chose it as a deadlock victim (collectors renewing
+        and taking leases lock lease rows in different orders; the loser simply tries again)."""
+        for attempt in range(1, _ATTEMPTS + 1):
+            try:
+                return work()
+            except StorageError as exc:
+                if not exc.details.get("retryable") or attempt == _ATTEMPTS:
+                    raise
+                time.sleep(0.01 * attempt)
+        raise AssertionError("unreachable")
+
     def acquire(self, owner: str, now: float, lease: float) -> set[str]:
         """Renew this owner's leases, take free or expired ones that have work; the destinations held."""
+        return self._retried(lambda: self._acquire(owner, now, lease))
+
+    def _acquire(self, owner: str, now: float, lease: float) -> set[str]:
         expires = now + lease
         with self._tx() as cur:
             self._run(
@@ -268,6 +286,11 @@ class Storage:
         undoes that batch only. Moving instead of marking costs one row write per message, not
         two. ``emitted`` batches (files in place since the last call) are marked in the same commit.
         """
+        return self._retried(lambda: self._claim(batches, owner, now, lease, emitted))
+
+    def _claim(
+        self, batches: Sequence[BatchReady], owner: str, now: float, lease: float, emitted: Sequence[str]
+    ) -> list[bool]:
         done = []
         with self._tx() as cur:
             self._mark(cur, emitted, now)
@@ -439,7 +462,8 @@ class PostgresStorage(Storage):
             with self._conn.transaction(), self._conn.cursor() as cur:
                 yield cur
         except psycopg.Error as exc:
-            raise StorageError(f"PostgreSQL {self.url}: {_one_line(exc)}", url=self.url) from exc
+            retryable = isinstance(exc, (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure))
+            raise StorageError(f"PostgreSQL {self.url}: {_one_line(exc)}", url=self.url, retryable=retryable) from exc
 
 
 def _one_line(exc: BaseException) -> str:
