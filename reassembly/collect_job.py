@@ -221,15 +221,16 @@ def input_name(path: Path) -> str:
 
     Collectors sharing one landing directory must mount it at the same path.
     """
-    return str(path.resolve())
+    return str(path.parent.resolve() / path.name)
 
 
 def landing_files(directory: Path, done: set[str]) -> list[Path]:
     """Parquet files in the landing directory not stored yet, by name (hidden and ``_`` files are in flight)."""
+    base = directory.resolve()  # once per listing, not per file
     return sorted(
         p
         for p in directory.glob("*.parquet")
-        if not p.name.startswith((".", "_")) and p.is_file() and input_name(p) not in done
+        if not p.name.startswith((".", "_")) and str(base / p.name) not in done and p.is_file()
     )
 
 
