@@ -235,13 +235,27 @@ def landing_files(directory: Path, done: set[str]) -> list[Path]:
 
 
 def read_messages(path: Path, destination_column: str, payload_column: str) -> list[tuple[str, bytes]]:
-    """(destination, payload) per row. A missing destination is ``""`` (the default rule); a missing payload, b""."""
+    """(destination, payload) per row. A missing destination is ``""`` (the default rule); a missing payload, b"".
+
+    A non-string destination is its text; a string payload its UTF-8 bytes.
+    """
     import pyarrow.parquet as pq
 
     table = pq.read_table(path, columns=[destination_column, payload_column])
     destinations = table.column(destination_column).to_pylist()
     payloads = table.column(payload_column).to_pylist()
-    return [(d or "", bytes(p) if p is not None else b"") for d, p in zip(destinations, payloads, strict=True)]
+    return [(_text(d), _body(p)) for d, p in zip(destinations, payloads, strict=True)]
+
+
+def _text(value: object) -> str:
+    return "" if value is None else value if isinstance(value, str) else str(value)
+
+
+def _body(value: object) -> bytes:
+    """A binary payload as is; a string column as UTF-8 (a producer's choice, not an error)."""
+    if value is None:
+        return b""
+    return value.encode() if isinstance(value, str) else bytes(value)  # type: ignore[call-overload]
 
 
 def collect_directory(
@@ -253,33 +267,37 @@ def collect_directory(
     poll: float = 0.5,
     once: bool = False,
     on_unreadable: Callable[[Path, Exception], None] | None = None,
-) -> None:
+) -> list[Path]:
     """Collect from a landing directory as it fills, until interrupted (or, with ``once``, until done).
 
-    ``once``: store every file present, close every open batch (``shutdown``), and keep taking
-    over expired leases until the database holds no message and no unemitted batch. A file that
-    cannot be read (still being written, not Parquet, columns missing) is reported once and
-    tried again at the next poll: never skipped silently.
+    ``once``: store every readable file present, close every open batch (``shutdown``), keep
+    taking over expired leases until the database holds no message and no unemitted batch, and
+    return the files that could not be read. A file that cannot be read (still being written,
+    not Parquet, columns missing) is reported once and tried again at every poll: never skipped
+    silently.
     """
     done = collector.storage.stored_inputs()
-    reported: set[str] = set()
+    reported: set[Path] = set()
     collector.sync()
     while True:
-        new = landing_files(landing, done)
-        for path in new:
+        stored = 0
+        unreadable = []
+        for path in landing_files(landing, done):
             try:
                 messages = read_messages(path, destination_column, payload_column)
             except Exception as exc:  # pyarrow raises several types for a half-written or foreign file
-                if path.name not in reported and on_unreadable is not None:
+                if path not in reported and on_unreadable is not None:
                     on_unreadable(path, exc)
-                reported.add(path.name)
+                reported.add(path)
+                unreadable.append(path)
                 continue
             collector.ingest(input_name(path), messages)
             done.add(input_name(path))
+            stored += 1
         collector.tick()
-        if once and not new:
+        if once and not stored:
             collector.flush()
             counts = collector.storage.counts()
             if counts["held"] == 0 and counts["closed"] == counts["emitted"]:
-                return
+                return unreadable
         time.sleep(poll)

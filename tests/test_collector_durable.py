@@ -16,6 +16,7 @@ from collect_helpers import (
     land,
     messages_for,
     put_rules,
+    read_batches,
     start,
 )
 
@@ -103,6 +104,21 @@ def test_command_errors_are_one_line(tmp_path: Path) -> None:
         collect_cmd(tmp_path / "in", tmp_path / "out", bad_url, "--once"), capture_output=True, text=True
     )
     assert refused.returncode == 1 and refused.stderr.count("\n") == 1 and "secret" not in refused.stderr
+
+
+def test_unreadable_input_is_reported_not_skipped(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    landing, out, db = tmp_path / "landing", tmp_path / "out", str(tmp_path / "c.db")
+    landing.mkdir()
+    (landing / "garbage.parquet").write_bytes(b"not parquet at all")
+    pq.write_table(pa.table({"destination": [7, None], "payload": ["text", None]}), landing / "odd.parquet")
+    run = subprocess.run(collect_cmd(landing, out, db, "--once", "--poll", "0.05s"), capture_output=True, text=True)
+    assert run.returncode == 1 and "garbage.parquet" in run.stderr and "1 input files could not be read" in run.stderr
+    assert run.stderr.count("cannot read") == 1  # reported once, retried at every poll
+    assert sorted(m for ms in read_batches(out).values() for m in ms) == [b"", b"text"]  # "7" and "" (default)
+    assert (landing / "garbage.parquet").exists()
 
 
 def test_ctrl_c_is_a_clean_stop(tmp_path: Path) -> None:
