@@ -59,8 +59,7 @@ class Reason(IntEnum):
     DIGEST_MISSING = 9035  # the reader demands a digest or tag the message does not carry
     # Collector (9040 up): see reassembly/collector.py and reassembly/storage.py.
     RULE_ERROR = 9040  # a destination rule with impossible limits
-    LEASE_LOST = 9041  # a collector's lease on a destination expired or was taken over
-    STORAGE_ERROR = 9042  # the collection database refused or failed an operation
+    STORAGE_ERROR = 9041  # the collection database refused or failed an operation
 
 
 class SegmentationError(Exception):
