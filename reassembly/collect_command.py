@@ -22,7 +22,7 @@ from segmenter.producer import DEFAULT_SEGMENT_SIZE, Segmenter
 
 from .collect_job import DurableCollector, collect_directory
 from .collector import BatchReady
-from .jobs import UsageError, first_line, overlap
+from .jobs import JobError, UsageError, first_line, overlap
 from .spark.stream_job import seconds
 from .storage import is_postgres, open_storage
 
@@ -33,7 +33,9 @@ def add_collect_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("input", help="landing directory of Parquet files (destination and payload columns)")
     p.add_argument("output", help="directory the batches are written under (OUTPUT/<target>/<batch>.parquet)")
     p.add_argument("--rules", required=True, metavar="DB", help="SQLite file or postgresql:// URL (rules and state)")
-    p.add_argument("--once", action="store_true", help="collect what is there, close every batch, exit")
+    p.add_argument(
+        "--once", action="store_true", help="collect what is there, close every batch, exit (1 if a file is unreadable)"
+    )
     p.add_argument("--lease", type=seconds, default=30.0, help="how long a stopped collector keeps its destinations")
     p.add_argument("--rules-ttl", type=seconds, default=5.0, help="how long rules are cached (default 5s)")
     p.add_argument("--poll", type=seconds, default=0.5, help="how often INPUT is listed (default 0.5s)")
@@ -75,7 +77,7 @@ def run_collect(args: argparse.Namespace) -> int:
             print(f"batch {batch.batch_id} {batch.destination!r} {n} messages {cause} -> {path}")
             sys.stdout.flush()
 
-    def unreadable(path: Path, exc: Exception) -> None:
+    def warn(path: Path, exc: Exception) -> None:
         print(f"reassemble: warning: cannot read {path} yet: {first_line(exc)} (retried)", file=sys.stderr)
 
     collector = DurableCollector(
@@ -88,14 +90,14 @@ def run_collect(args: argparse.Namespace) -> int:
         on_batch=line,
     )
     try:
-        collect_directory(
+        unreadable = collect_directory(
             collector,
             landing,
             destination_column=args.destination_column,
             payload_column=args.payload_column,
             poll=args.poll,
             once=args.once,
-            on_unreadable=unreadable,
+            on_unreadable=warn,
         )
     finally:
         try:
@@ -103,4 +105,6 @@ def run_collect(args: argparse.Namespace) -> int:
         finally:
             storage.close()
     print(f"collect: {collector.emitted} batches written under {output}")
+    if unreadable:
+        raise JobError(f"{len(unreadable)} input files could not be read, e.g. {unreadable[0]} (left in place)")
     return 0

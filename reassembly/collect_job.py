@@ -5,19 +5,21 @@ The order of writes is what makes every message land in exactly one batch file:
 1. **store**: an input's messages are written in one transaction (with the input's name, so a
    re-read input is stored once); only then is the input acknowledged (the landing file is
    marked done). A crash before the commit loses nothing: the input is read again.
-2. **claim**: a closed batch is recorded and its members assigned to it in one transaction,
-   only while this collector holds the destination's lease and only for members not yet in a
-   batch. From here the batch's content is fixed in the database.
+2. **claim**: a closed batch is recorded with its members packed in its row, and their message
+   rows deleted, in one transaction, only while this collector holds the destination's lease
+   and only if every member's row is still there (not taken by another batch). From here the
+   batch's content is fixed in the database.
 3. **emit**: the batch is written as ``OUTPUT/<target>/<batch_id>.parquet`` (a temporary file,
    fsync, rename, fsync of the directory): the name and the bytes follow from the claim
    (the GroupId is derived from the batch id), so writing it again gives the same file.
-4. **mark**: the batch is marked emitted and its message rows deleted.
+4. **mark**: once the directory is synced, the batch is marked emitted and its packed members
+   dropped (in the commit of the next claim, or at the next tick).
 
 A crash between 2 and 4 leaves a claimed, unemitted batch: whoever holds the destination's
 lease next (this collector restarted, or another one once the lease expired) emits it again
 from the database, under the same name; if the file is already there it is kept. A message
 is therefore never lost (stored before acknowledged, deleted only after its batch file is in
-place) and never in two batches (the claim assigns a row once, and the file name is the batch's).
+place) and never in two batches (a row is moved once, and the file name is the batch's).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from urllib.parse import quote
 
@@ -45,8 +48,20 @@ def batch_path(output: Path, target: str, batch_id: str) -> Path:
     return output / safe_name(target) / f"{safe_name(batch_id)}.parquet"
 
 
-def write_batch(output: Path, batch: BatchReady, segmenter: Segmenter) -> Path:
-    """The batch as a Parquet file of encoded segments (column ``segment``), atomically; kept if present."""
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_batch(output: Path, batch: BatchReady, segmenter: Segmenter, *, sync_dir: bool = True) -> Path:
+    """The batch as a Parquet file of encoded segments (column ``segment``), atomically; kept if present.
+
+    ``sync_dir=False`` leaves the directory's fsync (which makes the rename durable) to the
+    caller, who may sync once for several files before recording them as emitted.
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -56,18 +71,14 @@ def write_batch(output: Path, batch: BatchReady, segmenter: Segmenter) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     segments = [s.encode() for s in batch_segments(batch, segmenter)]
-    pq.write_table(pa.table({"segment": pa.array(segments, pa.binary())}), tmp)
-    fd = os.open(tmp, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    # No compression or statistics: segments of small messages are mostly unique bytes, and the
+    # file is read whole by the job that reassembles it.
+    table = pa.table({"segment": pa.array(segments, pa.binary())})
+    pq.write_table(table, tmp, compression="none", write_statistics=False)
+    _fsync(tmp)
     os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    if sync_dir:
+        _fsync(path.parent)
     return path
 
 
@@ -104,6 +115,8 @@ class DurableCollector:
         self.leased: set[str] = set()
         self._synced = float("-inf")
         self.emitted = 0
+        self._unmarked: list[str] = []  # batch files in place, not yet marked emitted
+        self._dirs: set[Path] = set()  # their directories, to fsync before the mark
 
     def ingest(self, name: str, messages: Sequence[tuple[str, bytes]]) -> bool:
         """Store one input durably (the acknowledgement), then batch what this collector holds leases for.
@@ -152,32 +165,55 @@ class DurableCollector:
         if self._clock() - self._synced >= self.sync_every:
             self.sync()
         self._emit(self.core.tick())
+        self.settle()
 
     def flush(self) -> None:
         """Close every open batch now (cause ``shutdown``)."""
         self._emit(self.core.close())
+        self.settle()
 
     def stop(self) -> None:
         """A clean stop: give the leases back; open batches stay in the database for the next holder."""
+        self.settle()
         self.storage.release(self.owner)
         self.leased = set()
 
     def _emit(self, batches: Iterable[BatchReady]) -> None:
-        for batch in batches:
-            if not self.storage.claim(batch, self.owner, self._clock(), self.lease):
-                # The lease is gone (or a member is in another batch): forget the destination, re-sync.
+        """Claim the batches (one commit, carrying the marks of files written since), then write them."""
+        # Members in storage order (id): the order a re-emit reads back from the database.
+        closed = [replace(b, messages=tuple(sorted(b.messages))) for b in batches]
+        if not closed:
+            return
+        self._sync_dirs()
+        claimed = self.storage.claim(closed, self.owner, self._clock(), self.lease, self._unmarked)
+        self._unmarked = []
+        for batch, ok in zip(closed, claimed, strict=True):
+            if ok:
+                self._write(batch)
+            else:  # the lease is gone (or a member is in another batch): forget the destination, re-sync
                 self.core.drop(batch.destination)
                 self.leased.discard(batch.destination)
                 self._synced = float("-inf")
-                continue
-            self._write(batch)
 
     def _write(self, batch: BatchReady) -> None:
-        path = write_batch(self.output, batch, self._segmenter)
-        self.storage.mark_emitted(batch.batch_id, self._clock())
+        path = write_batch(self.output, batch, self._segmenter, sync_dir=False)
+        self._dirs.add(path.parent)
+        self._unmarked.append(batch.batch_id)
         self.emitted += 1
         if self._on_batch is not None:
             self._on_batch(batch, path)
+
+    def _sync_dirs(self) -> None:
+        for directory in self._dirs:
+            _fsync(directory)
+        self._dirs.clear()
+
+    def settle(self) -> None:
+        """Record the batch files written so far as emitted (after syncing their directories)."""
+        if self._unmarked:
+            self._sync_dirs()
+            self.storage.mark_emitted(self._unmarked, self._clock())
+            self._unmarked = []
 
 
 def input_name(path: Path) -> str:
@@ -185,26 +221,41 @@ def input_name(path: Path) -> str:
 
     Collectors sharing one landing directory must mount it at the same path.
     """
-    return str(path.resolve())
+    return str(path.parent.resolve() / path.name)
 
 
 def landing_files(directory: Path, done: set[str]) -> list[Path]:
     """Parquet files in the landing directory not stored yet, by name (hidden and ``_`` files are in flight)."""
+    base = directory.resolve()  # once per listing, not per file
     return sorted(
         p
         for p in directory.glob("*.parquet")
-        if not p.name.startswith((".", "_")) and p.is_file() and input_name(p) not in done
+        if not p.name.startswith((".", "_")) and str(base / p.name) not in done and p.is_file()
     )
 
 
 def read_messages(path: Path, destination_column: str, payload_column: str) -> list[tuple[str, bytes]]:
-    """(destination, payload) per row. A missing destination is ``""`` (the default rule); a missing payload, b""."""
+    """(destination, payload) per row. A missing destination is ``""`` (the default rule); a missing payload, b"".
+
+    A non-string destination is its text; a string payload its UTF-8 bytes.
+    """
     import pyarrow.parquet as pq
 
     table = pq.read_table(path, columns=[destination_column, payload_column])
     destinations = table.column(destination_column).to_pylist()
     payloads = table.column(payload_column).to_pylist()
-    return [(d or "", bytes(p) if p is not None else b"") for d, p in zip(destinations, payloads, strict=True)]
+    return [(_text(d), _body(p)) for d, p in zip(destinations, payloads, strict=True)]
+
+
+def _text(value: object) -> str:
+    return "" if value is None else value if isinstance(value, str) else str(value)
+
+
+def _body(value: object) -> bytes:
+    """A binary payload as is; a string column as UTF-8 (a producer's choice, not an error)."""
+    if value is None:
+        return b""
+    return value.encode() if isinstance(value, str) else bytes(value)  # type: ignore[call-overload]
 
 
 def collect_directory(
@@ -216,33 +267,37 @@ def collect_directory(
     poll: float = 0.5,
     once: bool = False,
     on_unreadable: Callable[[Path, Exception], None] | None = None,
-) -> None:
+) -> list[Path]:
     """Collect from a landing directory as it fills, until interrupted (or, with ``once``, until done).
 
-    ``once``: store every file present, close every open batch (``shutdown``), and keep taking
-    over expired leases until the database holds no message and no unemitted batch. A file that
-    cannot be read (still being written, not Parquet, columns missing) is reported once and
-    tried again at the next poll: never skipped silently.
+    ``once``: store every readable file present, close every open batch (``shutdown``), keep
+    taking over expired leases until the database holds no message and no unemitted batch, and
+    return the files that could not be read. A file that cannot be read (still being written,
+    not Parquet, columns missing) is reported once and tried again at every poll: never skipped
+    silently.
     """
     done = collector.storage.stored_inputs()
-    reported: set[str] = set()
+    reported: set[Path] = set()
     collector.sync()
     while True:
-        new = landing_files(landing, done)
-        for path in new:
+        stored = 0
+        unreadable = []
+        for path in landing_files(landing, done):
             try:
                 messages = read_messages(path, destination_column, payload_column)
             except Exception as exc:  # pyarrow raises several types for a half-written or foreign file
-                if path.name not in reported and on_unreadable is not None:
+                if path not in reported and on_unreadable is not None:
                     on_unreadable(path, exc)
-                reported.add(path.name)
+                reported.add(path)
+                unreadable.append(path)
                 continue
             collector.ingest(input_name(path), messages)
             done.add(input_name(path))
+            stored += 1
         collector.tick()
-        if once and not new:
+        if once and not stored:
             collector.flush()
             counts = collector.storage.counts()
             if counts["held"] == 0 and counts["closed"] == counts["emitted"]:
-                return
+                return unreadable
         time.sleep(poll)

@@ -60,8 +60,7 @@ class Reason(IntEnum):
     DIGEST_MISSING = 9035  # the reader demands a digest or tag the message does not carry
     # Collector (9040 up): see reassembly/collector.py and reassembly/storage.py.
     RULE_ERROR = 9040  # a destination rule with impossible limits
-    LEASE_LOST = 9041  # a collector's lease on a destination expired or was taken over
-    STORAGE_ERROR = 9042  # the collection database refused or failed an operation
+    STORAGE_ERROR = 9041  # the collection database refused or failed an operation
     # Resequencer (9050 up): see reassembly/resequencer.py.
     RESEQ_BAD_NUMBER = 9050  # the sequence number is not an integer (None, text, a float...)
     RESEQ_BEFORE_START = 9051  # below the group's start of sequence

@@ -49,8 +49,12 @@ def _die_with_parent() -> None:
 
 
 @contextmanager
-def postgres_server() -> Iterator[str]:
-    """Start a server, yield its URL, stop it and remove its directory."""
+def postgres_server(*, fsync: bool = False) -> Iterator[str]:
+    """Start a server, yield its URL, stop it and remove its directory.
+
+    Tests run with ``fsync=off`` (speed; the crash tests kill collectors, not the server); the
+    benchmark passes ``fsync=True`` so a commit is on disk when it returns.
+    """
     why = available()
     if why:
         pytest.skip(why)
@@ -89,7 +93,7 @@ def postgres_server() -> Iterator[str]:
             "-c",
             "listen_addresses=127.0.0.1",
             "-c",
-            "fsync=off",
+            f"fsync={'on' if fsync else 'off'}",
             "-c",
             "max_connections=50",
         ],

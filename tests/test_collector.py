@@ -6,7 +6,8 @@ import itertools
 from collections import Counter
 
 import pytest
-from hypothesis import given
+from collect_helpers import Clock
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reassembly import Assembler, GroupComplete
@@ -26,14 +27,6 @@ from segmenter.flags import MsgFlags
 from segmenter.producer import Segmenter
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def _ids() -> itertools.count[int]:
     return itertools.count(1)
 
@@ -44,7 +37,7 @@ def make(rules: dict[str, Rule], clock: Clock) -> Collector:
 
 
 def test_full_by_count_and_by_bytes() -> None:
-    clock = Clock()
+    clock = Clock(1000.0)
     c = make({"a": Rule("a", "ta", max_messages=3), "b": Rule("b", "tb", max_bytes=10)}, clock)
     out = [b for i in range(7) for b in c.add("a", i, b"x")]
     assert [len(b.messages) for b in out] == [3, 3] and {b.cause for b in out} == {Cause.FULL}
@@ -57,7 +50,7 @@ def test_full_by_count_and_by_bytes() -> None:
 
 
 def test_timeout_and_shutdown() -> None:
-    clock = Clock()
+    clock = Clock(1000.0)
     c = make({"a": Rule("a", "ta", max_wait=5.0)}, clock)
     c.add("a", 1, b"x")
     clock.now += 3
@@ -75,7 +68,7 @@ def test_timeout_and_shutdown() -> None:
 
 
 def test_restored_messages_are_recycled_once_stranded() -> None:
-    clock = Clock()
+    clock = Clock(1000.0)
     c = make({"a": Rule("a", "ta", max_wait=600.0, stranded_after=60.0)}, clock)
     old = [Held(1, b"x", clock.now - 100), Held(2, b"y", clock.now - 10)]
     (batch,) = c.restore("a", old)  # the oldest was held 100 s > 60 s
@@ -86,7 +79,7 @@ def test_restored_messages_are_recycled_once_stranded() -> None:
 
 
 def test_lowered_rule_applies_to_an_open_batch() -> None:
-    clock = Clock()
+    clock = Clock(1000.0)
     rules = {"a": Rule("a", "ta", max_messages=100)}
     c = make(rules, clock)
     for i in range(7):
@@ -103,7 +96,7 @@ def test_rule_validation() -> None:
 
 
 def test_round_trip_as_a_logical_group_through_the_assembler() -> None:
-    clock = Clock()
+    clock = Clock(1000.0)
     c = make({"a": Rule("a", "ta", max_messages=4)}, clock)
     payloads = [b"small", bytes(range(256)) * 3, b"", b"last one"]  # the second is segmented at 200 bytes
     (batch,) = [b for i, p in enumerate(payloads) for b in c.add("a", i, p)]
@@ -124,7 +117,7 @@ def test_round_trip_as_a_logical_group_through_the_assembler() -> None:
 
 
 def test_rule_cache_default_disabled_and_ttl() -> None:
-    clock = Clock()
+    clock = Clock(1000.0)
     table = {"a": Rule("a", "ta", max_messages=5), "off": Rule("off", "t-off", enabled=False)}
     reads = Counter[str]()
 
@@ -163,7 +156,7 @@ def _check_limits(batch: BatchReady) -> None:
 
 @given(st.lists(_op, max_size=80))
 def test_every_message_in_exactly_one_batch(ops: list[tuple[str, object, int]]) -> None:
-    clock = Clock()
+    clock = Clock(1000.0)
     c = make(_RULES, clock)
     sent: dict[int, str] = {}
     out: list[BatchReady] = []
@@ -192,3 +185,10 @@ def test_every_message_in_exactly_one_batch(ops: list[tuple[str, object, int]]) 
         _check_limits(b)
         assert {sent[m.id] for m in b.messages} == {b.destination}
     assert len({b.batch_id for b in out}) == len(out)
+
+
+@pytest.mark.slow
+@settings(max_examples=5000)
+@given(st.lists(_op, max_size=300))
+def test_every_message_in_exactly_one_batch_many(ops: list[tuple[str, object, int]]) -> None:
+    test_every_message_in_exactly_one_batch.hypothesis.inner_test(ops)  # type: ignore[attr-defined]

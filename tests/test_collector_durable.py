@@ -2,32 +2,28 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-from collect_helpers import assert_exactly_once, collect_cmd, land, messages_for, start
+from collect_helpers import (
+    Clock,
+    assert_exactly_once,
+    collect_cmd,
+    kill_9_then_restart,
+    land,
+    messages_for,
+    put_rules,
+    read_batches,
+    start,
+)
 
 from reassembly.collect_job import DurableCollector, batch_path, write_batch
 from reassembly.collector import Cause, Rule
-from reassembly.storage import SQLiteStorage, Storage
+from reassembly.storage import SQLiteStorage
 from segmenter.producer import Segmenter
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def _rules(storage: Storage) -> None:
-    storage.put_rule(Rule("acme", "ftp-acme", max_messages=4, max_wait=60, stranded_after=120))
-    storage.put_rule(Rule("globex", "ftp-globex", max_messages=10, max_wait=30, stranded_after=90))
 
 
 def test_crash_after_claim_or_after_write_is_emitted_once(tmp_path: Path) -> None:
@@ -35,7 +31,7 @@ def test_crash_after_claim_or_after_write_is_emitted_once(tmp_path: Path) -> Non
     db = str(tmp_path / "c.db")
     out = tmp_path / "out"
     storage = SQLiteStorage(db)
-    _rules(storage)
+    put_rules(storage)
     a = DurableCollector(storage, out, owner="A", lease=10, clock=clock)
     sent = messages_for("m", ["acme", "globex", "unknown"], 30)
     ids = storage.store("in-1", sent, clock.now)
@@ -43,7 +39,7 @@ def test_crash_after_claim_or_after_write_is_emitted_once(tmp_path: Path) -> Non
     # A's core closes batches; A "crashes" after claiming the first two, one of them after its file was written.
     ready = [b for i, (d, p) in zip(ids, sent, strict=True) for b in a.core.add(d, i, p)]
     assert len(ready) >= 2
-    assert storage.claim(ready[0], "A", clock.now, 10) and storage.claim(ready[1], "A", clock.now, 10)
+    assert storage.claim(ready[:2], "A", clock.now, 10) == [True, True]
     kept = write_batch(out, ready[1], Segmenter())
     kept_bytes = kept.read_bytes()
     assert storage.store("in-1", sent, clock.now) is None  # re-read input: stored once
@@ -75,7 +71,7 @@ def test_crash_after_claim_or_after_write_is_emitted_once(tmp_path: Path) -> Non
 def test_recycled_cause_after_restart(tmp_path: Path) -> None:
     clock = Clock()
     storage = SQLiteStorage(str(tmp_path / "c.db"))
-    _rules(storage)
+    put_rules(storage)
     batches = []
     a = DurableCollector(storage, tmp_path / "out", owner="A", lease=10, clock=clock)
     a.sync()
@@ -90,35 +86,7 @@ def test_recycled_cause_after_restart(tmp_path: Path) -> None:
 
 
 def test_kill_9_mid_filling_then_restart(tmp_path: Path) -> None:
-    landing, out, db = tmp_path / "landing", tmp_path / "out", str(tmp_path / "c.db")
-    landing.mkdir()
-    _rules(SQLiteStorage(db))
-    sent = []
-    for i in range(8):
-        rows = messages_for(f"f{i}", ["acme", "globex", "initech"], 60)
-        land(landing, f"part-{i:03d}.parquet", rows)
-        sent += rows
-    first = start(collect_cmd(landing, out, db, "--lease", "1s", "--poll", "0.05s"))
-    assert first.stdout is not None
-    lines = [first.stdout.readline() for _ in range(15)]  # mid-filling: 15 batches out, more to come
-    assert all(line.startswith("batch ") for line in lines), lines
-    os.kill(first.pid, signal.SIGKILL)
-    first.wait()
-    for i in range(8, 12):  # more input arrives while no collector runs
-        rows = messages_for(f"f{i}", ["acme", "globex", "initech"], 60)
-        land(landing, f"part-{i:03d}.parquet", rows)
-        sent += rows
-    second = subprocess.run(
-        collect_cmd(landing, out, db, "--lease", "1s", "--poll", "0.05s", "--once"),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert second.returncode == 0, second.stderr
-    batches = assert_exactly_once(out, sent)
-    limit = {"ftp-acme": 4, "ftp-globex": 10, "default": 100}
-    assert all(len(members) <= limit[path.parent.name] for path, members in batches.items())
-    assert {path.parent.name for path in batches} == set(limit)
+    kill_9_then_restart(tmp_path, str(tmp_path / "c.db"))
 
 
 def test_command_errors_are_one_line(tmp_path: Path) -> None:
@@ -136,6 +104,21 @@ def test_command_errors_are_one_line(tmp_path: Path) -> None:
         collect_cmd(tmp_path / "in", tmp_path / "out", bad_url, "--once"), capture_output=True, text=True
     )
     assert refused.returncode == 1 and refused.stderr.count("\n") == 1 and "secret" not in refused.stderr
+
+
+def test_unreadable_input_is_reported_not_skipped(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    landing, out, db = tmp_path / "landing", tmp_path / "out", str(tmp_path / "c.db")
+    landing.mkdir()
+    (landing / "garbage.parquet").write_bytes(b"not parquet at all")
+    pq.write_table(pa.table({"destination": [7, None], "payload": ["text", None]}), landing / "odd.parquet")
+    run = subprocess.run(collect_cmd(landing, out, db, "--once", "--poll", "0.05s"), capture_output=True, text=True)
+    assert run.returncode == 1 and "garbage.parquet" in run.stderr and "1 input files could not be read" in run.stderr
+    assert run.stderr.count("cannot read") == 1  # reported once, retried at every poll
+    assert sorted(m for ms in read_batches(out).values() for m in ms) == [b"", b"text"]  # "7" and "" (default)
+    assert (landing / "garbage.parquet").exists()
 
 
 def test_ctrl_c_is_a_clean_stop(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from collect_helpers import assert_exactly_once, collect_cmd, land, messages_for, start
+from collect_helpers import Clock, assert_exactly_once, collect_cmd, kill_9_then_restart, land, messages_for, start
 from pg_server import fresh_database, pg_url
 
 from reassembly.collect_job import DurableCollector
@@ -12,14 +12,6 @@ from reassembly.collector import Cause, Rule
 from reassembly.storage import PostgresStorage
 
 __all__ = ["pg_url"]  # the module-scoped server fixture
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_two_collectors_never_emit_the_same_message(pg_url: str, tmp_path: Path) -> None:
@@ -55,6 +47,10 @@ def test_two_collectors_never_emit_the_same_message(pg_url: str, tmp_path: Path)
     counts = check.counts()
     assert counts["held"] == 0 and counts["closed"] == counts["emitted"] == len(list(out.rglob("*.parquet")))
     check.close()
+
+
+def test_kill_9_mid_filling_then_restart(pg_url: str, tmp_path: Path) -> None:
+    kill_9_then_restart(tmp_path, fresh_database(pg_url, "kill"))
 
 
 def test_rule_change_applies_within_the_cache_time(pg_url: str, tmp_path: Path) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,22 +11,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from collect_helpers import read_batches
+from test_stream import stream_spark
 
 from reassembly.collector import Rule
 from reassembly.spark.collect import SparkCollectOptions, collect_stream, message_source, start
-from reassembly.spark.stream import ROCKSDB
 from reassembly.storage import SQLiteStorage
 
+__all__ = ["stream_spark"]  # the RocksDB-configured session fixture of the streaming tests
 pytestmark = pytest.mark.spark
 T0 = time.time() - 100_000
-
-
-@pytest.fixture(scope="module")
-def stream_spark(spark: Any) -> Iterator[Any]:
-    key = "spark.sql.streaming.stateStore.providerClass"
-    spark.conf.set(key, ROCKSDB)
-    yield spark
-    spark.conf.unset(key)
 
 
 def land(landing: Path, name: str, rows: list[tuple[str, bytes]], at: float) -> None:

@@ -14,13 +14,12 @@ Output rows are segments: (``target``, ``destination``, ``batch_id``, ``cause``,
 each batch one MQ logical group exactly as the collector core emits it
 (:func:`reassembly.collector.batch_segments`), with the batch id ``<destination>#<n>`` (the
 counter is state, so a replayed micro-batch names its batches the same). :func:`start` writes
-them with :class:`.stream.BatchWriter`-style commits into ``OUTPUT/target=<t>/batch=<N>``,
-which ``reassemble run OUTPUT/target=<t>`` reassembles.
+them with :class:`.stream.BatchWriter`-style commits into ``OUTPUT/batch=<N>/target=<t>``,
+which ``reassemble run 'OUTPUT/batch=*/target=<t>'`` reassembles.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -181,34 +180,27 @@ def message_source(spark: Any, path: str, *, event_time: str | None = None) -> A
 
 
 class TargetWriter:
-    """``foreachBatch`` sink: micro-batch N to ``OUTPUT/target=<t>/batch=N``, committed by ``OUTPUT/_commits/N``.
+    """``foreachBatch`` sink: micro-batch N to ``OUTPUT/batch=N/target=<t>/``, committed by ``OUTPUT/_commits/N``.
 
     A replay of a committed micro-batch is skipped; of an uncommitted one, its leftovers are
-    removed and it is written again (same state version, same rows, same batch ids).
+    removed and it is written again (same state version, same rows, same batch ids). Read
+    ``OUTPUT/batch=*/target=<t>`` for one target's batches.
     """
 
     def __init__(self, out: Path) -> None:
         self.out = out
-        for name in ("_commits", "_incoming"):
-            (out / name).mkdir(parents=True, exist_ok=True)
+        (out / "_commits").mkdir(parents=True, exist_ok=True)
 
     def __call__(self, df: Any, batch_id: int) -> None:
         marker = self.out / "_commits" / str(batch_id)
         if marker.exists():
             return
-        part = f"batch={batch_id}"
-        tmp = self.out / "_incoming" / part
-        shutil.rmtree(tmp, ignore_errors=True)
-        for stale in self.out.glob(f"target=*/{part}"):
+        final, tmp = self.out / f"batch={batch_id}", self.out / f"_incoming-{batch_id}"
+        for stale in (final, tmp):
             shutil.rmtree(stale, ignore_errors=True)
         df.write.partitionBy("target").parquet(str(tmp))
-        for src in tmp.glob("target=*"):
-            (self.out / src.name).mkdir(exist_ok=True)
-            src.rename(self.out / src.name / part)
-        shutil.rmtree(tmp)
-        pending = marker.with_name(f".{batch_id}.tmp")
-        pending.write_text("")
-        os.replace(pending, marker)
+        tmp.rename(final)
+        marker.touch()  # after the rename: a marker names a complete micro-batch
 
 
 def start(stream: Any, out: Path, checkpoint: str, trigger: str = "available-now") -> Any:
