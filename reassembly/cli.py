@@ -6,6 +6,7 @@ Subcommands:
   demo                 generate a landing table with every fault, run the job on it, check it
   refmsg INPUT OUTPUT  rebuild objects from reference-message chunks (MQRMH rows)
   receive --root DIR   a crash-safe refmsg receiver fed framed messages on stdin
+  drain URL QUEUE DIR  land segments from a broker queue (AMQP or STOMP) as Parquet files in DIR
 
 The jobs live in ``reassembly.spark`` and their plumbing in ``reassembly.jobs``; this module
 only parses arguments, calls them and turns every failure into one line and an exit code
@@ -134,6 +135,9 @@ def _parser() -> argparse.ArgumentParser:
     from .spark.stream_job import add_stream_parser  # streaming job (issue 10): its own module
 
     add_stream_parser(sub)
+    from .drain import add_drain_parser  # the broker drain (issue 13): its own module
+
+    add_drain_parser(sub)
     return p
 
 
@@ -258,6 +262,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _demo(args)
     if args.command == "receive":
         return _receive(args)
+    if args.command == "drain":
+        from .drain import run_drain
+
+        return run_drain(args)
     if args.command == "stream":
         from .spark.stream_job import run_stream
 
