@@ -6,7 +6,8 @@ Crashes at both dangerous points, as real processes against a real ActiveMQ:
   must count exactly those segments as duplicates;
 * the command SIGKILLed mid-file: the temporary file is orphaned (removed by the next drain) and
   its segments, never acknowledged, are redelivered.
-Then ``reassemble run`` on the landing directory: every message complete, nothing missing.
+Then the job on the landing directory (in the shared Spark session; the ``reassemble run``
+command as a process under ``-m slow``): every message complete, nothing missing.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -63,8 +65,18 @@ def _landed(landing: Path) -> list[bytes]:
     return [bytes(b) for f in files for b in pq.read_table(f, columns=["segment"]).column(0).to_pylist()]
 
 
-def test_drain_killed_twice_then_reassemble_run(broker: ActiveMQ, tmp_path: Path) -> None:
-    url, queue, landing = broker.amqp_url, "drain.test", tmp_path / "landing"
+class Drained(NamedTuple):
+    landing: Path
+    sent: int
+    in_first_file: int
+    payloads: dict[tuple[bytes, int], bytes]
+
+
+@pytest.fixture(scope="module")
+def drained(broker: ActiveMQ, tmp_path_factory: pytest.TempPathFactory) -> Drained:
+    """Mixed traffic through a drain killed twice (after a publish, mid-file), then restarted."""
+    url, queue = broker.amqp_url, "drain.test"
+    landing = tmp_path_factory.mktemp("drain") / "landing"
     rng = random.Random(7)
     payloads: dict[tuple[bytes, int], bytes] = {}
     segs = []
@@ -82,7 +94,6 @@ def test_drain_killed_twice_then_reassemble_run(broker: ActiveMQ, tmp_path: Path
     with open_sender(url, queue) as s:
         for x in segs:
             s.send(x)
-    sent = len(segs)
     env = free_env()
 
     # 1. Killed between publishing its first file and acknowledging it.
@@ -106,57 +117,80 @@ def test_drain_killed_twice_then_reassemble_run(broker: ActiveMQ, tmp_path: Path
     time.sleep(0.05)
     p.send_signal(signal.SIGKILL)
     p.wait()
-    orphans = list(landing.glob(".drain-*.tmp"))
+    assert list(landing.glob(".drain-*.tmp"))  # killed mid-file: its temporary file is orphaned
 
     # 3. Restarted; it removes the orphan and drains the rest, exiting when the queue stays empty.
-    done = subprocess.run(
-        [*cmd, "--idle-exit", "2"], env=env, capture_output=True, text=True, timeout=300
-    )  # fmt: skip
+    done = subprocess.run([*cmd, "--idle-exit", "2"], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert not list(landing.glob(".drain-*.tmp"))
     rows = _landed(landing)
-    encoded = {x.encode() for x in segs}
-    assert set(rows) == encoded  # nothing missing, nothing foreign
-    assert len(rows) - sent == in_first_file  # exactly the unacknowledged-but-landed file, twice
-    assert orphans  # it was killed mid-file: the restart removed the orphan
+    assert set(rows) == {x.encode() for x in segs}  # nothing missing, nothing foreign
+    assert len(rows) - len(segs) == in_first_file  # exactly the landed-but-unacknowledged file, twice
     c = open_consumer(url, queue)
     try:
-        assert c.fetch(1.0) == []
+        assert c.fetch(1.0) == []  # the queue is empty
     finally:
         c.close()
+    return Drained(landing, len(segs), in_first_file, payloads)
 
-    # 4. The Spark job on the landing directory: every message complete, the redelivered segments
-    # counted as duplicates, the accounting identity holds.
+
+def _check_messages(msgs: list[dict[str, Any]], d: Drained) -> None:
+    assert {r["status"] for r in msgs} == {"complete"}
+    assert {(bytes(r["group_id"]), r["msg_seq_number"]): bytes(r["payload"]) for r in msgs} == d.payloads
+
+
+def test_the_job_on_the_landing_table(spark: Any, drained: Drained) -> None:
+    """The Spark job (shared session) on what the drain landed: every message complete, the
+    redelivered segments counted as duplicates, the accounting identity holds."""
+    from reassembly.spark import reassemble
+
+    out = reassemble(spark.read.parquet(str(drained.landing))).combined.collect()
+    msgs = [r.asDict() for r in out if r.kind == "message"]
+    _check_messages(msgs, drained)
+    assert [r for r in out if r.kind == "quarantine"] == []
+    assert sum(r["segments_used"] for r in msgs) == drained.sent
+    assert sum(r["duplicates"] for r in msgs) == drained.in_first_file
+
+
+@pytest.mark.slow
+def test_reassemble_run_command_on_the_landing_directory(drained: Drained, tmp_path: Path) -> None:
+    """The same through the command, ``reassemble run LANDING OUT``, as a process (its own Spark)."""
     out = tmp_path / "out"
     run = subprocess.run(
-        _cli("run", str(landing), str(out), "--no-progress"), env=env, capture_output=True, text=True, timeout=900
-    )
+        _cli("run", str(drained.landing), str(out), "--no-progress"),
+        env=free_env(), capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
     assert run.returncode == 0, run.stderr
     m = re.search(r"segments: (\d+) in = (\d+) used \+ (\d+) quarantined \+ (\d+) duplicates: holds", run.stdout)
     assert m, run.stdout
-    assert [int(x) for x in m.groups()] == [len(rows), sent, 0, in_first_file]
+    d = drained
+    assert [int(x) for x in m.groups()] == [d.sent + d.in_first_file, d.sent, 0, d.in_first_file]
     import pyarrow.parquet as pq
 
-    msgs = pq.read_table(out / "messages").to_pylist()
-    assert {r["status"] for r in msgs} == {"complete"}
-    assert {(bytes(r["group_id"]), r["msg_seq_number"]): bytes(r["payload"]) for r in msgs} == payloads
+    _check_messages(pq.read_table(out / "messages").to_pylist(), d)
 
 
 def test_drain_over_stomp_rolls_by_time_and_lands_every_segment(broker: ActiveMQ, tmp_path: Path) -> None:
-    """STOMP, a slow trickle: files roll by age (1 s), the drain stops on SIGTERM after finishing
-    its current file, and everything sent is landed exactly once."""
+    """STOMP, a slow trickle: files roll by age (2 s); SIGTERM (as Ctrl-C) finishes and publishes
+    the current file before exiting 0; everything sent is landed exactly once."""
     url, queue, landing = broker.stomp_url, "drain.stomp", tmp_path / "landing"
     p = subprocess.Popen(
-        _cli("drain", url, queue, str(landing), "--max-file-seconds", "1"),
+        _cli("drain", url, queue, str(landing), "--max-file-seconds", "2"),
         env=free_env(), stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     segs = segment(os.urandom(40_000), max_segment_size=4096)
-    time.sleep(1.0)
+    deadline = time.monotonic() + 60
     with open_sender(url, queue) as s:
-        for x in segs:
+        s.send(segs[0])
+        s.flush()
+        while not list(landing.glob(".drain-*.tmp")):  # the drain is subscribed and writing
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        for x in segs[1:]:
+            time.sleep(0.25)
             s.send(x)
             s.flush()
-            time.sleep(0.25)
+    time.sleep(0.5)  # received by now, into the second file (opened about 1 s ago: not yet rolled)
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=60)
     assert p.returncode == 0, err
