@@ -171,28 +171,41 @@ def test_reassemble_run_command_on_the_landing_directory(drained: Drained, tmp_p
 
 
 def test_drain_over_stomp_rolls_by_time_and_lands_every_segment(broker: ActiveMQ, tmp_path: Path) -> None:
-    """STOMP, a slow trickle: files roll by age (2 s); SIGTERM (as Ctrl-C) finishes and publishes
-    the current file before exiting 0; everything sent is landed exactly once."""
+    """STOMP: files roll by age (2 s); SIGTERM (as Ctrl-C) finishes and publishes
+    the current file before exiting 0; every segment sent is landed or still queued, exactly once."""
     url, queue, landing = broker.stomp_url, "drain.stomp", tmp_path / "landing"
     p = subprocess.Popen(
         _cli("drain", url, queue, str(landing), "--max-file-seconds", "2"),
         env=free_env(), stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     segs = segment(os.urandom(40_000), max_segment_size=4096)
-    deadline = time.monotonic() + 60
+
+    def wait_for(pattern: str) -> None:
+        deadline = time.monotonic() + 60
+        while not list(landing.glob(pattern)):
+            assert time.monotonic() < deadline, f"no {pattern} in {landing}"
+            time.sleep(0.02)
+
     with open_sender(url, queue) as s:
-        s.send(segs[0])
-        s.flush()
-        while not list(landing.glob(".drain-*.tmp")):  # the drain is subscribed and writing
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        for x in segs[1:]:
-            time.sleep(0.25)
+        for x in segs[:5]:
             s.send(x)
-            s.flush()
-    time.sleep(0.5)  # received by now, into the second file (opened about 1 s ago: not yet rolled)
+        s.flush()
+        wait_for("*.parquet")  # nothing but age can roll a 20 KiB file: rolled by time
+        for x in segs[5:]:
+            s.send(x)
+        s.flush()
+    wait_for(".drain-*.tmp")  # the drain is writing the second file
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=60)
     assert p.returncode == 0, err
-    assert sorted(_landed(landing)) == sorted(x.encode() for x in segs)
-    assert len(list(landing.glob("*.parquet"))) >= 2  # rolled by time, not only at the end
+    c = open_consumer(url, queue)  # what arrived after the signal stays unacknowledged on the queue
+    left: list[bytes] = []
+    try:
+        while batch := c.fetch(1.0):
+            left += [d.body for d in batch]
+            for d in batch:
+                d.accept()
+    finally:
+        c.close()
+    assert sorted(_landed(landing) + left) == sorted(x.encode() for x in segs)  # each exactly once
+    assert len(list(landing.glob("*.parquet"))) >= 2  # the open file was finished, not abandoned
