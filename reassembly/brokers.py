@@ -34,16 +34,7 @@ from segmenter.errors import Reason, SegmentationError
 from segmenter.wire import decode_header
 
 from .assembler import Assembler
-from .events import (
-    Duplicate,
-    Event,
-    GroupComplete,
-    GroupFailed,
-    MessageComplete,
-    MessageFailed,
-    Rejected,
-    Unfinished,
-)
+from .events import Duplicate, Event, GroupComplete, GroupFailed, MessageComplete, MessageFailed, Rejected, Unfinished
 
 Delivered = MessageComplete | GroupComplete
 Quarantined = Rejected | MessageFailed | GroupFailed | Unfinished

@@ -7,6 +7,7 @@ Subcommands:
   refmsg INPUT OUTPUT  rebuild objects from reference-message chunks (MQRMH rows)
   receive --root DIR   a crash-safe refmsg receiver fed framed messages on stdin
   collect INPUT OUTPUT --rules DB   batch messages by destination under database rules
+  drain URL QUEUE DIR  land segments from a broker queue (AMQP or STOMP) as Parquet files in DIR
 
 The jobs live in ``reassembly.spark`` and their plumbing in ``reassembly.jobs``; this module
 only parses arguments, calls them and turns every failure into one line and an exit code
@@ -139,6 +140,9 @@ def _parser() -> argparse.ArgumentParser:
     from .collect_command import add_collect_parser  # collector (issue 12): its own module
 
     add_collect_parser(sub)
+    from .drain import add_drain_parser  # the broker drain (issue 13): its own module
+
+    add_drain_parser(sub)
     return p
 
 
@@ -263,6 +267,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _demo(args)
     if args.command == "receive":
         return _receive(args)
+    if args.command == "drain":
+        from .drain import run_drain
+
+        return run_drain(args)
     if args.command == "stream":
         from .spark.stream_job import run_stream
 

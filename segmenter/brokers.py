@@ -194,7 +194,10 @@ class _Proton:
         self.handler = handler
         self.error: str | None = None
         self.container = Container(handler)
-        self.container.timeout = 0.05
+        # How long one turn of the loop may wait in select(). Sends and settlements made outside an
+        # event are written on the next turn, so this bounds their latency: 50 ms gave 52 64-KiB
+        # messages/s, 1 ms 132/s, at the price of idle wake-ups. 5 ms is the compromise.
+        self.container.timeout = 0.005
         self.container.start()
         self.connection = self.container.connect(url, reconnect=False)
 

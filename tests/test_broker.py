@@ -265,25 +265,35 @@ def test_competing_consumers_groups_and_a_killed_consumer(
 
 
 # ------------------------------------------------------------------------------ size limits
+LIMIT = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def limited() -> Iterator[ActiveMQ]:
+    """A second broker whose AMQP and STOMP connectors refuse messages above 1 MiB."""
+    with activemq(max_frame_size=LIMIT) as b:
+        yield b
+
+
 @pytest.mark.parametrize("scheme", SCHEMES)
-def test_50_mib_through_a_1_mib_broker_limit(scheme: str) -> None:
-    limit = 1 << 20
-    with activemq(max_frame_size=limit) as b:
-        url = b.url(scheme)
-        payload = os.urandom(50 << 20)
-        size = segment_size_for(limit)
-        segs = segment(payload, max_segment_size=size)
-        assert len(segs) == 51 and max(len(s.encode()) for s in segs) <= size
-        with open_sender(url, "big", max_message_size=limit) as s:
-            with pytest.raises(SegmentationError) as too_big:  # refused here, before the broker sees it
-                s.send_bytes(bytes(limit))
-            assert too_big.value.reason == Reason.MSG_TOO_BIG_FOR_CHANNEL
-            for x in segs:
-                s.send(x)
-        got: list[bytes] = []
-        rx = Receiver(open_consumer(url, "big", prefetch=100), lambda ev: got.append(bytes(ev.payload)))  # type: ignore[union-attr,arg-type]
-        _until(lambda: rx.poll(0.5) >= 0 and bool(got), 120, "the 50 MiB message")
-        rx.close()
-        assert got == [payload] and rx.stats.used == len(segs)
-        with pytest.raises(BrokerError), open_sender(url, "big") as s:  # the broker drops a connection sending more
-            s.send_bytes(bytes(limit + 1))
+def test_50_mib_through_a_1_mib_broker_limit(limited: ActiveMQ, scheme: str) -> None:
+    limit = LIMIT
+    url = limited.url(scheme)
+    payload = os.urandom(50 << 20)
+    size = segment_size_for(limit)
+    segs = segment(payload, max_segment_size=size)
+    assert len(segs) == 51 and max(len(s.encode()) for s in segs) <= size
+    with open_sender(url, f"big.{scheme}", max_message_size=limit) as s:
+        with pytest.raises(SegmentationError) as too_big:  # refused here, before the broker sees it
+            s.send_bytes(bytes(limit))
+        assert too_big.value.reason == Reason.MSG_TOO_BIG_FOR_CHANNEL
+        for x in segs:
+            s.send(x)
+    got: list[bytes] = []
+    rx = Receiver(open_consumer(url, f"big.{scheme}", prefetch=100), lambda ev: got.append(bytes(ev.payload)))  # type: ignore[union-attr,arg-type]
+    _until(lambda: rx.poll(0.5) >= 0 and bool(got), 120, "the 50 MiB message")
+    rx.close()
+    assert got == [payload] and rx.stats.used == len(segs)
+    # the broker itself drops a connection that sends more
+    with pytest.raises(BrokerError), open_sender(url, f"big.{scheme}") as s:
+        s.send_bytes(bytes(limit + 1))

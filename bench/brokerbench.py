@@ -1,0 +1,161 @@
+"""Segments through a real broker against the floor: the same broker moving unsegmented messages
+of the same size (issue 13's performance goal: within 1.2x of that floor).
+
+For each segment size, protocol and round (floor and segmented interleaved, so a loaded machine
+hurts both alike): the sender side (segment + encode + send until the broker confirmed every
+message) over a queue, then the receiver side (fetch, assemble, hand over, acknowledge) draining
+it. The floor sends ``bytes`` bodies of the segment size with ``Sender.send_bytes`` and receives
+them with a bare consumer that accepts each. Starts a throwaway ActiveMQ (tests/activemq_server.py)
+unless ``--amqp``/``--stomp`` URLs are given.
+
+    python -m bench.brokerbench --mib 64 --rounds 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from reassembly import Assembler, Limits
+from reassembly.brokers import Receiver
+from segmenter import Segmenter
+from segmenter.brokers import open_consumer, open_sender
+
+SIZES = {"64KiB": 64 << 10, "1MiB": 1 << 20}
+PER_MESSAGE = 8  # segments per logical message
+
+
+def _timed(fn: Callable[[], int]) -> tuple[float, int]:
+    start = time.perf_counter()
+    n = fn()
+    return time.perf_counter() - start, n
+
+
+def _send_floor(url: str, queue: str, body: bytes, count: int) -> int:
+    with open_sender(url, queue) as s:
+        for _ in range(count):
+            s.send_bytes(body)
+    return count
+
+
+def _send_segmented(url: str, queue: str, payload: bytes, messages: int, size: int) -> int:
+    seg = Segmenter(max_segment_size=size)
+    n = 0
+    with open_sender(url, queue) as s:
+        for _ in range(messages):
+            for x in seg.segment(payload):
+                s.send(x)
+                n += 1
+    return n
+
+
+def _receive_floor(url: str, queue: str, count: int) -> int:
+    c = open_consumer(url, queue, prefetch=64)
+    got = 0
+    try:
+        while got < count:
+            for d in c.fetch(10.0):
+                d.accept()
+                got += 1
+    finally:
+        c.close()
+    return got
+
+
+def _receive_segmented(url: str, queue: str, messages: int) -> int:
+    rx = Receiver(open_consumer(url, queue, prefetch=64), lambda ev: None, Assembler(Limits()))
+    try:
+        while rx.stats.messages < messages:
+            rx.poll(10.0)
+    finally:
+        rx.close()
+    return rx.stats.received
+
+
+def run(urls: dict[str, str], mib: int, rounds: int) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for label, size in SIZES.items():
+        data = size - 84  # segment data per segment: an encoded segment is exactly `size` bytes
+        payload = os.urandom(data * PER_MESSAGE)
+        messages = max(1, (mib << 20) // (size * PER_MESSAGE))
+        count = messages * PER_MESSAGE
+        body = os.urandom(size)
+        for proto, url in urls.items():
+            for r in range(rounds):
+                queue = f"bench.{label}.{proto}.{r}"
+                cases: list[tuple[str, Callable[[], int], Callable[[], int]]] = [
+                    ("floor", partial(_send_floor, url, queue + ".f", body, count),
+                     partial(_receive_floor, url, queue + ".f", count)),
+                    ("segmented", partial(_send_segmented, url, queue + ".s", payload, messages, size),
+                     partial(_receive_segmented, url, queue + ".s", messages)),
+                ]  # fmt: skip
+                for kind, send, receive in cases if r % 2 == 0 else cases[::-1]:
+                    ts, n = _timed(send)
+                    tr, _ = _timed(receive)
+                    mb = n * size / (1 << 20)
+                    row = {"segment": label, "protocol": proto, "round": r, "case": kind, "messages": n,
+                           "send_s": ts, "recv_s": tr, "send_mib_s": mb / ts, "recv_mib_s": mb / tr,
+                           "send_seg_s": n / ts, "recv_seg_s": n / tr}  # fmt: skip
+                    rows.append(row)
+                    print(
+                        f"{label:>5} {proto:5} r{r} {kind:9} {n:5d} msgs  send {mb / ts:7.1f} MiB/s "
+                        f"{n / ts:8.0f}/s   receive {mb / tr:7.1f} MiB/s {n / tr:8.0f}/s",
+                        flush=True,
+                    )
+    return rows
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """Best round of each case; ratio = segmented time / floor time (same bytes)."""
+    best: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for r in rows:
+        k = (r["segment"], r["protocol"], r["case"])
+        if k not in best or r["send_s"] + r["recv_s"] < best[k]["send_s"] + best[k]["recv_s"]:
+            best[k] = r
+    lines = [
+        "| segment | protocol | floor send MiB/s (seg/s) | segmented send MiB/s (seg/s) | send ratio "
+        "| floor receive MiB/s (seg/s) | segmented receive MiB/s (seg/s) | receive ratio |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for seg, proto in sorted({(k[0], k[1]) for k in best}, key=lambda k: (SIZES[k[0]], k[1])):
+        f, s = best[(seg, proto, "floor")], best[(seg, proto, "segmented")]
+        lines.append(
+            f"| {seg} | {proto} | {f['send_mib_s']:.1f} ({f['send_seg_s']:.0f}) | {s['send_mib_s']:.1f} "
+            f"({s['send_seg_s']:.0f}) | {f['send_mib_s'] / s['send_mib_s']:.2f}x | {f['recv_mib_s']:.1f} "
+            f"({f['recv_seg_s']:.0f}) | {s['recv_mib_s']:.1f} ({s['recv_seg_s']:.0f}) "
+            f"| {f['recv_mib_s'] / s['recv_mib_s']:.2f}x |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.brokerbench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--mib", type=int, default=64, help="MiB per case (default 64)")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--amqp", default=None, help="an AMQP broker URL to use instead of a throwaway ActiveMQ")
+    p.add_argument("--stomp", default=None, help="a STOMP broker URL to use instead of a throwaway ActiveMQ")
+    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "broker.json"))
+    args = p.parse_args(argv)
+    if args.amqp or args.stomp:
+        urls = {k: v for k, v in (("amqp", args.amqp), ("stomp", args.stomp)) if v}
+        rows = run(urls, args.mib, args.rounds)
+    else:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+        from activemq_server import activemq
+
+        with activemq(heap="1g") as broker:
+            rows = run({"amqp": broker.amqp_url, "stomp": broker.stomp_url}, args.mib, args.rounds)
+    print(table(rows))
+    Path(args.out).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

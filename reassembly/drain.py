@@ -1,0 +1,257 @@
+"""The drain: segments from a broker queue into the landing table ``reassemble run`` reads.
+
+Each file is written under a hidden temporary name in the landing directory, closed, fsynced,
+renamed to ``part-<UTC time>-<id>.parquet`` and the directory fsynced; only then are the
+batch's deliveries acknowledged. A crash at any point loses nothing: before the rename the
+segments are unacknowledged (the broker redelivers them, the orphaned temporary file is removed
+by the next drain), between the rename and the acknowledgement they are redelivered *and* already
+landed, which ``reassemble run`` counts as duplicates. Files roll by size, by age and by segment
+count (STOMP's prefetch caps unacknowledged messages, so a file must never need more).
+
+Landing schema (what ``reassemble run`` reads; extra columns are ignored by it):
+``segment`` binary (the broker message body: one encoded segment, as sent), ``redelivered``
+bool (the broker's flag), ``landed_at`` timestamp[us, UTC] (when the drain received it).
+
+The drain does not assemble anything: it lands every body, even garbage, so ``reassemble run``
+judges and quarantines it with the original bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from segmenter.brokers import Consumer, Delivery
+
+_TMP_PREFIX = ".drain-"
+
+
+@dataclass(frozen=True)
+class Rolling:
+    """When the current file is closed and published."""
+
+    max_bytes: int = 128 << 20  # segment bytes per file
+    max_seconds: float = 60.0  # age of the file's first segment
+    max_segments: int = 10_000  # keep at most the consumer's prefetch (STOMP caps unacked at it)
+    row_group_bytes: int = 16 << 20  # bodies buffered in memory before they go to the file
+
+
+@dataclass
+class DrainStats:
+    segments: int = 0  # landed and acknowledged
+    redelivered: int = 0
+    files: int = 0
+    bytes: int = 0
+
+
+class _OpenFile:
+    """One landing file being written: a ParquetWriter on a hidden temporary path."""
+
+    def __init__(self, landing: Path, opened: float) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        self.schema = pa.schema(
+            [("segment", pa.binary()), ("redelivered", pa.bool_()), ("landed_at", pa.timestamp("us", tz="UTC"))]
+        )
+        self.tmp = landing / f"{_TMP_PREFIX}{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}.tmp"
+        self.writer = pq.ParquetWriter(str(self.tmp), self.schema, compression="none")
+        self.opened = opened
+        self.deliveries: list[Delivery] = []
+        self.bodies: list[bytes] = []
+        self.flags: list[bool] = []
+        self.times: list[datetime] = []
+        self.buffered = 0
+        self.bytes = 0
+
+    def add(self, d: Delivery, rolling: Rolling) -> None:
+        self.deliveries.append(d)
+        self.bodies.append(d.body)
+        self.flags.append(d.redelivered)
+        self.times.append(datetime.now(timezone.utc))
+        self.buffered += len(d.body)
+        self.bytes += len(d.body)
+        if self.buffered >= rolling.row_group_bytes:
+            self._write()
+
+    def _write(self) -> None:
+        import pyarrow as pa
+
+        if self.bodies:
+            cols = [self.bodies, self.flags, self.times]
+            self.writer.write_table(pa.Table.from_arrays([pa.array(c) for c in cols], schema=self.schema))
+            self.bodies, self.flags, self.times, self.buffered = [], [], [], 0
+
+    def publish(self, landing: Path) -> Path:
+        """Close, fsync, rename into place, fsync the directory: the file is durable and visible."""
+        self._write()
+        self.writer.close()
+        fd = os.open(self.tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+        final = landing / f"part-{stamp}-{uuid.uuid4().hex[:12]}.parquet"
+        os.rename(self.tmp, final)
+        dfd = os.open(landing, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+        return final
+
+
+def remove_orphans(landing: Path) -> int:
+    """Delete temporary files of drains on this host that are no longer running (their segments
+    were never acknowledged, so the broker redelivers them); another live drain's files stay."""
+    host, removed = socket.gethostname(), 0
+    for p in landing.glob(f"{_TMP_PREFIX}{host}-*.tmp"):
+        pid = int(p.name[len(_TMP_PREFIX) + len(host) + 1 :].split("-", 1)[0])
+        try:
+            os.kill(pid, 0)
+            continue  # alive (ours or another drain's)
+        except ProcessLookupError:
+            p.unlink(missing_ok=True)
+            removed += 1
+        except PermissionError:
+            continue
+    return removed
+
+
+class Drain:
+    """Moves deliveries from ``consumer`` into Parquet files under ``landing``.
+
+    ``on_file(path, segments)`` is called once a file is durable and visible, before its batch
+    is acknowledged (to notify a downstream job; if it raises, the batch is not acknowledged).
+    """
+
+    def __init__(
+        self,
+        consumer: Consumer,
+        landing: Path,
+        rolling: Rolling | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        on_file: Callable[[Path, int], None] | None = None,
+    ) -> None:
+        self.consumer = consumer
+        self.landing = landing
+        self.rolling = rolling or Rolling()
+        self.clock = clock
+        self.on_file = on_file
+        self.stats = DrainStats()
+        self._file: _OpenFile | None = None
+        landing.mkdir(parents=True, exist_ok=True)
+        remove_orphans(landing)
+
+    def run(self, stop: Callable[[], bool], *, idle_exit: float | None = None) -> DrainStats:
+        """Drain until ``stop()`` (or ``idle_exit`` seconds without a delivery); the current file is
+        finished and published before returning."""
+        idle_since = self.clock()
+        while not stop():
+            f = self._file
+            wait = 0.2 if f is None else max(0.0, min(0.2, f.opened + self.rolling.max_seconds - self.clock()))
+            got = self.consumer.fetch(wait)
+            now = self.clock()
+            for d in got:
+                self._add(d, now)
+            if got:
+                idle_since = now
+            elif idle_exit is not None and now - idle_since >= idle_exit:
+                break
+            f = self._file
+            if f is not None and now - f.opened >= self.rolling.max_seconds:
+                self._publish()
+        if self._file is not None:
+            self._publish()
+        return self.stats
+
+    def _add(self, d: Delivery, now: float) -> None:
+        r = self.rolling
+        if self._file is None:
+            self._file = _OpenFile(self.landing, now)
+        f = self._file
+        f.add(d, r)
+        self.stats.redelivered += d.redelivered
+        if f.bytes >= r.max_bytes or len(f.deliveries) >= r.max_segments:
+            self._publish()
+
+    def _publish(self) -> None:
+        f, self._file = self._file, None
+        assert f is not None
+        path = f.publish(self.landing)
+        if self.on_file is not None:
+            self.on_file(path, len(f.deliveries))
+        for d in f.deliveries:
+            d.accept()
+        self.stats.files += 1
+        self.stats.segments += len(f.deliveries)
+        self.stats.bytes += f.bytes
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+# ------------------------------------------------------------------------------ the command
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def add_drain_parser(sub: Any) -> None:
+    """``reassemble drain URL QUEUE LANDING-DIR``."""
+    d = sub.add_parser("drain", help="land segments from a broker queue as Parquet files (AMQP or STOMP)")
+    d.add_argument("url", help="broker URL: amqp://host:5672 or stomp://host:61613")
+    d.add_argument("queue", help="queue to drain")
+    d.add_argument("landing", help="directory the Parquet files appear in (what `reassemble run` reads)")
+    d.add_argument("--max-file-bytes", type=_positive, default=128 << 20, help="roll after this many bytes")
+    d.add_argument("--max-file-seconds", type=float, default=60.0, help="roll a file this old (default 60)")
+    d.add_argument(
+        "--prefetch", type=_positive, default=1000, help="deliveries in flight; also the segments per file cap"
+    )
+    d.add_argument("--idle-exit", type=float, default=None, help="exit after this many seconds with nothing received")
+
+
+def run_drain(args: argparse.Namespace) -> int:
+    """The command: Ctrl-C or SIGTERM finishes and publishes the current file, then exits 0; a
+    second Ctrl-C abandons it (its segments are redelivered)."""
+    from segmenter.brokers import open_consumer
+
+    stopping: list[int] = []
+
+    def on_signal(signum: int, frame: object) -> None:
+        if stopping:
+            raise KeyboardInterrupt
+        stopping.append(signum)
+        print("reassemble drain: finishing the current file (Ctrl-C again to abandon it)", file=sys.stderr)
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    rolling = Rolling(args.max_file_bytes, args.max_file_seconds, args.prefetch)
+    drain = Drain(open_consumer(args.url, args.queue, prefetch=args.prefetch), Path(args.landing), rolling)
+
+    def landed(path: Path, n: int) -> None:
+        print(f"reassemble drain: {path.name}: {n} segments", file=sys.stderr)
+
+    drain.on_file = landed
+    try:
+        st = drain.run(lambda: bool(stopping), idle_exit=args.idle_exit)
+    finally:
+        drain.close()
+        for s, h in old.items():
+            signal.signal(s, h)
+    print(f"drained {st.segments} segments ({st.bytes / (1 << 20):.1f} MiB, {st.redelivered} redelivered) "
+          f"into {st.files} files in {args.landing}")  # fmt: skip
+    return 0
