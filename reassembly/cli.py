@@ -140,6 +140,7 @@ def _parser() -> argparse.ArgumentParser:
     from .collect_command import add_collect_parser  # collector (issue 12): its own module
 
     add_collect_parser(sub)
+
     from .drain import add_drain_parser  # the broker drain (issue 13): its own module
 
     add_drain_parser(sub)

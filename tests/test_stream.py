@@ -248,7 +248,8 @@ def test_sigkill_mid_batch_then_restart_exactly_once(tmp_path: Path) -> None:
 
 def test_columns_in_and_group_messages_leave_one_by_one(stream_spark: Any, tmp_path: Path) -> None:
     """Segments as columns (``encoded=False``); without Unit of Work the complete messages of an MQ group
-    leave in the micro-batch that completes each, not when the group is complete."""
+    leave in the micro-batch that completes each, not when the group is complete; a large message is held
+    on disk between micro-batches and delivered as a file in the body directory."""
     from pyspark.sql import functions as F
 
     from reassembly.spark.pipeline import ReassemblyOptions
@@ -258,7 +259,7 @@ def test_columns_in_and_group_messages_leave_one_by_one(stream_spark: Any, tmp_p
     rng = random.Random(8)
     payloads = [rng.randbytes(n) for n in (700, 20, 900)]
     segs = [s.encode() for s in Segmenter(300).segment_group(payloads, group_id=new_group_id())]
-    second = [s for s in segs if decode_segment(s).header.msg_seq_number == 2]
+    last = [s for s in segs if decode_segment(s).header.is_last_segment][1:]  # of messages 2 and 3
     (tmp_path / "landing").mkdir()
 
     def columns(raws: list[bytes], name: str, at: float) -> None:
@@ -279,8 +280,8 @@ def test_columns_in_and_group_messages_leave_one_by_one(stream_spark: Any, tmp_p
         os.utime(tmp_path / f".{name}", (at, at))
         (tmp_path / f".{name}").rename(tmp_path / "landing" / name)
 
-    columns([s for s in segs if s not in second[-1:]], "a.parquet", T0)
-    columns(second[-1:], "b.parquet", T0 + 1)
+    columns([s for s in segs if s not in last], "a.parquet", T0)
+    columns(last, "b.parquet", T0 + 1)
     ints = ("msg_seq_number", "offset", "msg_flags", "original_length", "data_checksum", "message_checksum")
     df = (
         stream_spark.readStream.schema(f"group_id binary, data binary, {', '.join(f'{c} bigint' for c in ints)}")
@@ -288,15 +289,20 @@ def test_columns_in_and_group_messages_leave_one_by_one(stream_spark: Any, tmp_p
         .parquet(str(tmp_path / "landing"))
         .select("*", F.col("_metadata.file_modification_time").alias("event_time"))
     )
-    options = StreamOptions(reassembly=ReassemblyOptions(unit_of_work=False), expire_after=300, watermark=0)
+    bodies = tmp_path / "bodies"
+    large = ReassemblyOptions(unit_of_work=False, payload_dir=str(bodies), large_message_bytes=800)
+    options = StreamOptions(reassembly=large, expire_after=300, watermark=0)
     rows = reassemble_stream(df, encoded=False, options=options)
-    query = start(rows, tmp_path / "out", str(tmp_path / "ck"), "available-now")
+    query = start(rows, tmp_path / "out", str(tmp_path / "ck"), "available-now", options=options)
     assert query.awaitTermination(600) and query.exception() is None
     msgs = read_committed(tmp_path / "out", "message")
     assert sorted((m["batch"], m["msg_seq_number"], m["status"]) for m in msgs) == [
         (0, 1, "complete"),
-        (0, 3, "complete"),
         (1, 2, "complete"),
+        (1, 3, "complete"),
     ]
-    assert {m["msg_seq_number"]: m["payload"] for m in msgs} == dict(enumerate(payloads, 1))
+    got = {m["msg_seq_number"]: m["payload"] or (bodies / m["payload_path"]).read_bytes() for m in msgs}
+    assert got == dict(enumerate(payloads, 1))
+    assert [m["msg_seq_number"] for m in msgs if m["payload_path"]] == [3]
     assert read_committed(tmp_path / "out", "quarantine") == []
+    assert not list((bodies / ".stream").iterdir())  # spool files go once their message is committed

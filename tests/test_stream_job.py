@@ -118,3 +118,28 @@ def test_the_refusal_is_exit_code_2_and_touches_nothing(landing: Path) -> None:
     done = reassemble("stream", "landing", "out", "--checkpoint", "link/ck", cwd=landing.parent)
     assert done.returncode == 2 and "checkpoint link/ck is inside the input" in done.stderr
     assert _tree(landing.parent) == before
+
+
+def test_payload_dir_inside_the_input_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "landing").mkdir()
+    args = stream_args(
+        str(tmp_path / "landing"),
+        str(tmp_path / "out"),
+        "--checkpoint",
+        str(tmp_path / "ck"),
+        "--payload-dir",
+        str(tmp_path / "landing" / "bodies"),
+        "--large-message-bytes",
+        "1000",
+    )
+    with pytest.raises(UsageError, match="payload dir"):
+        check_args(args)
+    ok = stream_args(
+        str(tmp_path / "landing"),
+        str(tmp_path / "out"),
+        "--checkpoint",
+        str(tmp_path / "ck"),
+        "--payload-dir",
+        str(tmp_path / "bodies"),
+    )
+    assert check_args(ok) == tmp_path / "out" and ok.large_message_bytes == 128 << 20

@@ -70,6 +70,14 @@ def add_stream_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--master", default="local[2]", help="Spark master (default local[2]; spark://host:port)")
     p.add_argument("--partitions", type=int, default=8, help="state partitions (fixed by the first run's checkpoint)")
     p.add_argument("--max-message-size", type=int, default=1 << 30, help="bytes; larger declared sizes: 2030")
+    p.add_argument(
+        "--payload-dir",
+        default=None,
+        help="directory for large messages' bodies (one every worker sees); held there, not in state, as they arrive",
+    )
+    p.add_argument(
+        "--large-message-bytes", type=int, default=128 << 20, help="with --payload-dir: messages above this go there"
+    )
     p.add_argument("--verbose", action="store_true", help="show Spark's own output")
     p.add_argument("--require-sha256", action="store_true", help="refuse messages without a SHA-256 digest (9035)")
     p.add_argument("--hmac-keyring", metavar="FILE", default=None, help="demand an HMAC tag (see `run --help`)")
@@ -91,7 +99,8 @@ def check_args(args: argparse.Namespace) -> Path:
     if not os.path.isdir(args.input):
         raise JobError(f"input not found (a directory): {args.input}")
     source, out, checkpoint = Path(args.input).resolve(), Path(args.output), Path(args.checkpoint).resolve()
-    for name, path in (("output", args.output), ("checkpoint", args.checkpoint)):
+    named = [("output", args.output), ("checkpoint", args.checkpoint)]
+    for name, path in named + ([("payload dir", args.payload_dir)] if args.payload_dir else []):
         why = overlap(Path(path).resolve(), source)
         if why:
             raise UsageError(f"{name} {path} {why} {args.input}: choose a {name} outside the input")
@@ -169,7 +178,12 @@ def run_stream(args: argparse.Namespace) -> int:
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
     spark.conf.set("spark.sql.shuffle.partitions", str(args.partitions))
     options = StreamOptions(
-        reassembly=ReassemblyOptions(max_message_size=args.max_message_size, digest=digest),
+        reassembly=ReassemblyOptions(
+            max_message_size=args.max_message_size,
+            digest=digest,
+            payload_dir=args.payload_dir,
+            large_message_bytes=args.large_message_bytes,
+        ),
         expire_after=args.expire_after,
         watermark=args.watermark,
         tombstone=args.tombstone,
@@ -183,7 +197,8 @@ def run_stream(args: argparse.Namespace) -> int:
             event_time=args.event_time,
             max_files=args.max_files_per_trigger,
         )
-        query = start(reassemble_stream(df, options=options), out, args.checkpoint, args.trigger, lines.batch)
+        rows = reassemble_stream(df, options=options)
+        query = start(rows, out, args.checkpoint, args.trigger, lines.batch, options)
     except Exception as exc:  # a bad column name, an unusable checkpoint: one line, not a Java stack trace
         raise JobError(f"cannot start the stream: {first_line(exc)}") from None
     stop = threading.Event()
