@@ -45,6 +45,7 @@ from ..events import (
     Unfinished,
 )
 from ..model import Closed, Fingerprint
+from ..positions import Ledger, Origin
 from ..snapshot import restore, snapshot
 from .rows import GroupRows, Row, event_rows
 from .stream_spool import SpoolState
@@ -134,7 +135,7 @@ class Summary:
 
     def tombstone(self, group_id: bytes, state: GroupState = GroupState.COMPLETE) -> bytes:
         """An assembler snapshot remembering what left (what :func:`late_rows` judges against)."""
-        return snapshot({}, {group_id: Closed(state, dict(self.delivered))})
+        return snapshot({}, {group_id: Closed(state, dict(self.delivered))}, Ledger())
 
     def dump(self) -> bytes:
         return json.dumps(
@@ -225,13 +226,13 @@ def judge(
     rows = [r for r in event_rows(events) if not (r["kind"] == "message" and r["msg_seq_number"] in summary.left)]
     tomb = asm.snapshot()
     if summary.left and gid is not None:
-        closed = restore(tomb, _nothing, {})
+        closed = restore(tomb, _nothing, {}, Ledger())
         summary.delivered.update(closed[gid].delivered if gid in closed else {})
         tomb = summary.tombstone(gid, GroupState(state))
     return Verdict(_plain(rows), tomb, state)
 
 
-def _nothing(raw: bytes) -> None:
+def _nothing(raw: bytes, origin: Origin | None) -> None:
     """A snapshot taken after close holds no open group: nothing to feed back."""
 
 
@@ -262,7 +263,7 @@ def _partial(
         return None
     gid = decode_header(raws[0]).group_id
     mine = [e for e in events if _about(e) in done]
-    closed = restore(tomb, _nothing, {})[gid]
+    closed = restore(tomb, _nothing, {}, Ledger())[gid]
     summary.delivered.update({k: fp for k, fp in closed.delivered.items() if k[0] in done})
     summary.left.update(done)
     summary.last_left = next((s for s, f in done.items() if is_last_in_group(f)), summary.last_left)
