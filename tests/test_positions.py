@@ -207,6 +207,18 @@ def test_a_kept_split_group_pins_its_reassigned_partition_again() -> None:
     assert asm.checkpoint(0).safe == 3
 
 
+def test_a_kept_split_group_pins_its_reassigned_partition_after_a_restore_too() -> None:
+    c = encoded(os.urandom(500))
+    asm = Assembler()
+    asm.receive(c[0], position=3, partition=0)
+    asm.receive(c[1], position=0, partition=1)
+    asm.revoke(0)
+    restored = Assembler.restore(asm.snapshot())
+    assert 0 not in restored.checkpoints()
+    restored.receive(c[0], position=3, partition=0)  # reassigned, read again
+    assert restored.checkpoint(0) == Checkpoint(0, None, 3, 3)
+
+
 def segment_ids(raws: list[bytes]) -> bytes:
     return decode_header(raws[0]).group_id
 
