@@ -557,6 +557,15 @@ def test_committing_safe_positions_many_examples(
     test_committing_safe_positions_loses_nothing_and_delivers_once.hypothesis.inner_test(scenario, snapshots)  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow
+@settings(max_examples=1500, deadline=None)
+@given(scenarios(), st.integers(1, 3), st.sampled_from([None, 3.0, 8.0]))
+def test_under_limits_many_examples(
+    scenario: tuple[World, random.Random, set[int], float], max_open: int, expiry: float | None
+) -> None:
+    test_under_limits_every_message_is_delivered_or_handed_back.hypothesis.inner_test(scenario, max_open, expiry)  # type: ignore[attr-defined]
+
+
 def test_the_fake_log_really_crashes_and_rebalances() -> None:
     """The property is only as strong as the fake: it does crash, replay and rebalance."""
     rnd = random.Random(7)
