@@ -587,8 +587,11 @@ class Assembler:
         asm._closed = restore(blob, asm._feed, asm._groups, asm._ledger)
         return asm
 
-    def _feed(self, raw: bytes, origin: Origin | None) -> None:
-        track = None if origin is None else self._ledger.track(origin.partition)
+    def _feed(self, raw: bytes, origin: Origin | None, live: bool) -> None:
+        if origin is None:
+            track = None
+        else:
+            track = self._ledger.track(origin.partition) if live else self._ledger.detached(origin.partition)
         piece = self._decode(raw, [], origin, track)
         if piece is None:
             raise SegmentationError("a snapshot segment no longer decodes", reason=Reason.STATE_ERROR)

@@ -153,6 +153,13 @@ class Ledger:
     def get(self, partition: Hashable) -> Track | None:
         return self._tracks.get(partition)
 
+    @staticmethod
+    def detached(partition: Hashable) -> Track:
+        """A track for segments read from a partition no longer assigned (restored from a snapshot)."""
+        t = Track(partition)
+        t.live = False
+        return t
+
     def revoke(self, partition: Hashable) -> Track | None:
         t = self._tracks.pop(partition, None)
         if t is not None:

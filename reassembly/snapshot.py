@@ -64,22 +64,25 @@ def snapshot(groups: Mapping[bytes, Group], closed: Mapping[bytes, Closed], ledg
 
 
 def _origins(g: Group) -> list[list[object] | None]:
-    """Where each segment of :meth:`Group.raws` was read (empty when no position was given). A segment
-    read from a partition since revoked pins nothing in the assembler: nor after a restore."""
+    """Where each segment of :meth:`Group.raws` was read (empty when no position was given); a third
+    item ``false`` marks one read from a partition since revoked (it pins nothing until read again)."""
     pieces = [p for _, m in sorted(g.messages.items()) for p in sorted(m.pieces(), key=lambda p: p.key())]
-    if all(p.track is None or not p.track.live for p in pieces):
+    if all(p.origin is None for p in pieces):
         return []
-    return [None if p.origin is None or p.track is None or not p.track.live else [*p.origin] for p in pieces]
+    return [
+        None if p.origin is None or p.track is None else [*p.origin] + ([] if p.track.live else [False]) for p in pieces
+    ]
 
 
 def restore(
     blob: bytes,
-    feed: Callable[[bytes, Origin | None], None],
+    feed: Callable[[bytes, Origin | None, bool], None],
     groups: Mapping[bytes, Group],
     ledger: Ledger,
 ) -> OrderedDict[bytes, Closed]:
     """Restore the partitions' positions, feed every saved segment back (``feed``, with where it was
-    read), restore the groups' counters; return the closed records."""
+    read and whether that partition is still assigned), restore the groups' counters; return the
+    closed records."""
     view = memoryview(blob)
     try:
         if bytes(view[: len(MAGIC)]) != MAGIC:
@@ -90,10 +93,13 @@ def restore(
         pos = start + n
         ledger.load(meta.get("partitions", []))
         for g in meta["groups"]:
-            origins = [origin_from_json(o) for o in g.get("origins", [])] or [None] * g["segments"]
+            origins = g.get("origins") or [None] * g["segments"]
             for i in range(g["segments"]):
                 (size,) = _LEN.unpack_from(view, pos)
-                feed(bytes(view[pos + _LEN.size : pos + _LEN.size + size]), origins[i])
+                o = origins[i]
+                feed(
+                    bytes(view[pos + _LEN.size : pos + _LEN.size + size]), origin_from_json(o), o is None or len(o) == 2
+                )
                 pos += _LEN.size + size
             group = groups[bytes.fromhex(g["id"])]
             group.first_seen = g["first_seen"]

@@ -207,6 +207,18 @@ def test_a_kept_split_group_pins_its_reassigned_partition_again() -> None:
     assert asm.checkpoint(0).safe == 3
 
 
+def test_a_kept_split_group_pins_its_reassigned_partition_after_a_restore_too() -> None:
+    c = encoded(os.urandom(500))
+    asm = Assembler()
+    asm.receive(c[0], position=3, partition=0)
+    asm.receive(c[1], position=0, partition=1)
+    asm.revoke(0)
+    restored = Assembler.restore(asm.snapshot())
+    assert 0 not in restored.checkpoints()
+    restored.receive(c[0], position=3, partition=0)  # reassigned, read again
+    assert restored.checkpoint(0) == Checkpoint(0, None, 3, 3)
+
+
 def segment_ids(raws: list[bytes]) -> bytes:
     return decode_header(raws[0]).group_id
 
@@ -543,6 +555,15 @@ def test_committing_safe_positions_many_examples(
     scenario: tuple[World, random.Random, set[int], float], snapshots: bool
 ) -> None:
     test_committing_safe_positions_loses_nothing_and_delivers_once.hypothesis.inner_test(scenario, snapshots)  # type: ignore[attr-defined]
+
+
+@pytest.mark.slow
+@settings(max_examples=1500, deadline=None)
+@given(scenarios(), st.integers(1, 3), st.sampled_from([None, 3.0, 8.0]))
+def test_under_limits_many_examples(
+    scenario: tuple[World, random.Random, set[int], float], max_open: int, expiry: float | None
+) -> None:
+    test_under_limits_every_message_is_delivered_or_handed_back.hypothesis.inner_test(scenario, max_open, expiry)  # type: ignore[attr-defined]
 
 
 def test_the_fake_log_really_crashes_and_rebalances() -> None:
