@@ -59,13 +59,14 @@ EXTRA_FIELDS = (
     ("detail", "string"),
 )
 _MS, _SEQ, _FLAGS, _SIZE = "__reseq_ms", "__reseq_seq", "__reseq_flags", "__reseq_size"
+STARTS, ENDS = 1, 2  # bits of a row's predicate flags, computed in the JVM
 MessageEvent = Released | Expired | Missing | Failed
 
 
 class Ref(NamedTuple):
     """What the resequencer holds for a Spark row: its predicate flags and where the row is."""
 
-    flags: int  # 1: the start predicate is true, 2: the end predicate is true
+    flags: int  # STARTS: the start predicate is true, ENDS: the end predicate is true
     row: int  # the row's place in this micro-batch; -1: held in the state store
 
 
@@ -87,11 +88,11 @@ def core_options(options: ResequenceOptions) -> ResequenceOptions:
 
     start, end = options.start, options.end
     if isinstance(start, StartWhen):
-        start = StartWhen(lambda seq, ref: bool(ref.flags & 1))
+        start = StartWhen(lambda seq, ref: bool(ref.flags & STARTS))
     elif isinstance(start, StartAuto):
         start = StartAuto(ms(start.gather) or 0.0)
     if isinstance(end, EndWhen):
-        end = EndWhen(lambda seq, ref: bool(ref.flags & 2))
+        end = EndWhen(lambda seq, ref: bool(ref.flags & ENDS))
     elif isinstance(end, EndAuto):
         end = EndAuto(ms(end.idle) or 0.0)
     timeout, keep = ms(options.missing_timeout), ms(options.keep_closed)
@@ -127,9 +128,9 @@ def _prepare(df: Any, group: str, seq: str, event_time: str, options: Resequence
             raise ValueError(f"no column {name!r} in the input")
     flags = F.lit(0)
     if isinstance(options.start, StartWhen):
-        flags = flags + F.when(F.expr(_sql(options.start.predicate, "start")), 1).otherwise(0)
+        flags = flags + F.when(F.expr(_sql(options.start.predicate, "start")), STARTS).otherwise(0)
     if isinstance(options.end, EndWhen):
-        flags = flags + F.when(F.expr(_sql(options.end.predicate, "end")), 2).otherwise(0)
+        flags = flags + F.when(F.expr(_sql(options.end.predicate, "end")), ENDS).otherwise(0)
     return df.select(
         *(F.col(f"`{c}`") for c in df.columns),
         F.expr(f"unix_millis(`{event_time}`)").alias(_MS),

@@ -232,7 +232,7 @@ def judge(
     return Verdict(_plain(rows), tomb, state)
 
 
-def _nothing(raw: bytes, origin: Origin | None) -> None:
+def _nothing(raw: bytes, origin: Origin | None, held: bool) -> None:
     """A snapshot taken after close holds no open group: nothing to feed back."""
 
 
