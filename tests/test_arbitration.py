@@ -27,8 +27,10 @@ from reassembly import (
     Rejected,
     Unfinished,
 )
+from reassembly.assembler import Limits
 from reassembly.bodies import FileBodyStore, StoredBody
 from reassembly.events import Event
+from reassembly.spark.rows import reassemble_group
 from segmenter import ChecksumAlgorithm, Codec, MsgFlags, Reason, Segment, segment, segment_group
 from segmenter.checksum import checksum
 from segmenter.wire import HEADER_LENGTH
@@ -330,6 +332,32 @@ def test_group_flags_are_judged_in_msg_seq_number_order() -> None:
     landing = [s.encode() for s in segs] + [early_last.encode()]
     results = {frozenset(judged(order).items()) for order in all_orders(landing)}
     assert len(results) == 1
+
+
+def message_row_in_both_orders(first: bytes, second: bytes, limits: Limits) -> dict[str, Any]:
+    """The one message row the row layer (every Spark path's) reports, the same for both arrival orders."""
+    rows = [reassemble_group(order, limits) for order in ([first, second], [second, first])]
+    messages = [[r for r in out if r["kind"] == "message"] for out in rows]
+    assert messages[0] == messages[1] and len(messages[0]) == 1
+    assert sorted(map(repr, rows[0])) == sorted(map(repr, rows[1]))
+    return messages[0][0]
+
+
+def test_a_message_whose_every_copy_is_rejected_has_one_reason_in_any_order() -> None:
+    """Found by the differential property: the row named the first rejection to arrive (9005 or 9007)."""
+    (seg,) = segment(bytes(range(41)), 1000, group_id=GID)
+    flipped = bytearray(seg.encode())
+    flipped[-1] ^= 1  # data checksum fails: 9005
+    truncated = seg.encode()[: HEADER_LENGTH + 24]  # 24 of 41 data bytes: 9007
+    row = message_row_in_both_orders(bytes(flipped), truncated, Limits())
+    assert (row["status"], row["reason"], row["rejected"]) == ("invalid", Reason.DATA_CHECKSUM_ERROR, 2)
+
+
+def test_a_declared_size_above_the_limit_makes_it_too_big_in_any_order() -> None:
+    big = segment(bytes(4100), 5000, group_id=GID)[0].encode()  # above max_message_size: 2030
+    truncated = segment(bytes(41), 1000, group_id=GID)[0].encode()[: HEADER_LENGTH + 24]  # same message: 9007
+    row = message_row_in_both_orders(big, truncated, Limits(max_message_size=4000))
+    assert (row["status"], row["reason"], row["rejected"]) == ("too_big", Reason.MSG_TOO_BIG, 2)
 
 
 # ---------------------------------------------------------------- original bytes

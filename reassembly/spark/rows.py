@@ -62,7 +62,7 @@ class _Acc:
     duplicates: int = 0
     rejected: int = 0
     conflicts: int = 0
-    first_reject: int | None = None
+    reject_reasons: set[int] = field(default_factory=set)
 
 
 def _unviewed(payload: bytes | memoryview) -> bytes | bytearray:
@@ -156,8 +156,7 @@ class GroupRows:
                 acc = self._acc(ev.header.msg_seq_number)
                 acc.rejected += 1
                 acc.conflicts += isinstance(ev, ConflictingDuplicate)
-                if acc.first_reject is None:
-                    acc.first_reject = int(ev.reason)
+                acc.reject_reasons.add(int(ev.reason))
         elif isinstance(ev, MessageFailed):
             self._failed(ev)
         elif isinstance(ev, GroupFailed):
@@ -199,8 +198,12 @@ class GroupRows:
             acc = self.messages[seq]
             status, reason = acc.status, acc.reason
             if status is None:  # only rejected segments were seen for it
-                status = Status.TOO_BIG if acc.first_reject == Reason.MSG_TOO_BIG else Status.INVALID
-                reason = acc.first_reject
+                # The lowest code among its rejections, never the first to arrive: the same row for
+                # any arrival order (a set, so extra copies of one fault cannot outvote another).
+                # MQ's codes sort before the library's, so a declared size above the limit (2030)
+                # names the message too_big whatever else its copies show.
+                reason = min(acc.reject_reasons, default=None)
+                status = Status.TOO_BIG if reason == Reason.MSG_TOO_BIG else Status.INVALID
             out.append(
                 {
                     "kind": "message",
