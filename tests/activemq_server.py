@@ -52,6 +52,7 @@ log4j.logger.org.apache.xbean=WARN
 """
 
 _LISTENING = re.compile(r"Listening for connections at: (\w+)://[^:]+:(\d+)")
+_CONNECTORS = {"amqp", "stomp"}
 
 
 def available() -> bool:
@@ -92,8 +93,9 @@ class ActiveMQ:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             text = self.log.read_text(errors="replace")
-            if " started" in text and "Apache ActiveMQ" in text:
-                return {scheme: int(port) for scheme, port in _LISTENING.findall(text)}
+            ports = {scheme: int(port) for scheme, port in _LISTENING.findall(text)}
+            if ports.keys() >= _CONNECTORS and " started" in text and "Apache ActiveMQ" in text:
+                return ports  # every connector listening (one can log "started" before another listens)
             if self.proc.poll() is not None:
                 raise RuntimeError(f"ActiveMQ exited with {self.proc.returncode}:\n{text[-3000:]}")
             time.sleep(0.1)
