@@ -338,7 +338,8 @@ class Assembler:
         group.grouped = grouped
         group.last_seq = last
         judged = [(m, v) for m, v in verdicts if m.seq in group.messages and v.outcome != Outcome.INCOMPLETE]
-        whole = last is not None and [m.seq for m, _ in judged] == list(range(1, last + 1))
+        # Length first: a forged last number (up to 999 999 999) must never size a list.
+        whole = last == len(judged) and all(m.seq == n for n, (m, _) in enumerate(judged, 1))
         if not group.grouped or not self.unit_of_work or whole:
             self._conclude(group, judged, events)
 
