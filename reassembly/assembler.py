@@ -49,7 +49,7 @@ from .events import (
     Rejected,
     Unfinished,
 )
-from .model import Closed, Facts, Fingerprint, Group, Limits, Message, Piece, fingerprint
+from .model import Closed, Facts, Fingerprint, Group, Limits, Message, Piece, fingerprint, missing_numbers
 from .positions import Checkpoint, Ledger, Origin, Track
 from .snapshot import restore, snapshot
 
@@ -456,7 +456,7 @@ class Assembler:
         )
         present = set(group.messages) | group.delivered
         top = group.last_seq if group.last_seq is not None else max(present, default=0)
-        missing = tuple(s for s in range(1, top + 1) if s not in present) if group.grouped else ()
+        missing = missing_numbers(present, top) if group.grouped else ()
         return Unfinished(
             group_id=group.group_id,
             cause=cause,

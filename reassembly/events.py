@@ -130,7 +130,7 @@ class Unfinished:
     cause: Cause
     reason: Reason  # 2242 if a message is incomplete, else 2241 (MQ's preference)
     gaps: tuple[GapReport, ...]  # messages that are incomplete
-    missing_seq_numbers: tuple[int, ...]  # messages of which nothing arrived (known range only)
+    missing_seq_numbers: tuple[int, ...]  # messages of which nothing arrived (known range; the lowest 1,000)
     last_seq_number: int | None  # the group's last MsgSeqNumber, if its LAST message was seen
     segments: tuple[bytes, ...] = field(default=())  # original bytes of every segment held
     failed: tuple[MessageFailed, ...] = field(default=())  # messages that failed inside the group

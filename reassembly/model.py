@@ -21,6 +21,24 @@ from .bodies import MessageKey
 from .events import GapReport
 from .positions import Origin, Track
 
+MAX_MISSING_LISTED = 1000  # absent group members listed by number; the rest is implied by last_seq_number
+
+
+def missing_numbers(present: set[int], top: int) -> tuple[int, ...]:
+    """The lowest absent numbers in 1..``top``, at most :data:`MAX_MISSING_LISTED` of them.
+
+    ``top`` comes from a header (a forged LAST message may say 999,999,999), so the walk is bounded
+    by what is held plus the cap, never by the declared number: one hostile segment cannot make
+    the report, or the rows made from it, large.
+    """
+    out: list[int] = []
+    s = 1
+    while s <= top and len(out) < MAX_MISSING_LISTED:
+        if s not in present:
+            out.append(s)
+        s += 1
+    return tuple(out)
+
 
 @dataclass(frozen=True)
 class Limits:

@@ -30,6 +30,7 @@ from reassembly import (
 from reassembly.assembler import Limits
 from reassembly.bodies import FileBodyStore, StoredBody
 from reassembly.events import Event
+from reassembly.model import MAX_MISSING_LISTED
 from reassembly.spark.rows import reassemble_group
 from segmenter import ChecksumAlgorithm, Codec, MsgFlags, Reason, Segment, segment, segment_group
 from segmenter.checksum import checksum
@@ -361,6 +362,24 @@ def test_a_declared_size_above_the_limit_makes_it_too_big_in_any_order() -> None
 
 
 # ---------------------------------------------------------------- original bytes
+@pytest.mark.parametrize("unit_of_work", [True, False])
+def test_a_forged_last_msg_seq_number_lists_a_bounded_number_of_missing_messages(unit_of_work: bool) -> None:
+    """A LAST message claiming MsgSeqNumber 999,999,999 once made the report walk (and allocate) every
+    number below it: the listing is the lowest MAX_MISSING_LISTED, in any order, rows bounded alike."""
+    first, _ = segment_group([b"one", b"two"], 4096, group_id=GID)
+    forged = resealed(segment_group([b"x"], 4096, group_id=GID)[0], msg_seq_number=999_999_999).encode()
+    landing = [first.encode(), forged]
+    for order in all_orders(landing):
+        asm = Assembler(unit_of_work=unit_of_work)
+        for raw in order:
+            asm.receive(raw)
+        (ev,) = [e for e in asm.close() if isinstance(e, Unfinished)]
+        assert ev.last_seq_number == 999_999_999
+        assert ev.missing_seq_numbers == tuple(range(2, MAX_MISSING_LISTED + 2))
+        rows = reassemble_group(order, Limits())
+        assert len(rows) <= MAX_MISSING_LISTED + 2 * len(landing)  # a message and a quarantine row each
+
+
 def test_a_segment_with_a_header_extension_comes_back_byte_for_byte() -> None:
     payload = os.urandom(500)
     segs = segment(payload, HEADER_LENGTH + 200, group_id=GID)

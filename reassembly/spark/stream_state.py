@@ -44,7 +44,7 @@ from ..events import (
     Rejected,
     Unfinished,
 )
-from ..model import Closed, Fingerprint
+from ..model import Closed, Fingerprint, missing_numbers
 from ..positions import Ledger, Origin
 from ..snapshot import restore, snapshot
 from .rows import GroupRows, Row, event_rows
@@ -243,7 +243,7 @@ def _finally(ev: Unfinished, final: Cause, summary: Summary) -> Unfinished:
     present = {g.msg_seq_number for g in ev.gaps} | {_seq(raw) for raw in ev.segments} | summary.left
     last = summary.last_left if summary.last_left is not None else ev.last_seq_number
     top = last if last is not None else max(present, default=0)
-    missing = tuple(s for s in range(1, top + 1) if s not in present)
+    missing = missing_numbers(present, top)
     return replace(ev, cause=final, missing_seq_numbers=missing, last_seq_number=last)
 
 
