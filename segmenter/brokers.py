@@ -38,6 +38,7 @@ transfer frame size, not a message limit: proton splits a message over frames tr
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -392,6 +393,14 @@ class _StompListener:
         self.disconnected = True
 
 
+def _disconnect(conn: Any) -> None:
+    """Say goodbye if the link is still up. A broker that dropped the connection (a frame over its
+    limit) leaves a broken pipe: the error that explains it was already raised, not this one."""
+    if conn.is_connected():
+        with contextlib.suppress(OSError):
+            conn.disconnect()
+
+
 def _wait(until: Callable[[], bool], listener: _StompListener, timeout: float, what: str, url: str) -> None:
     deadline = time.monotonic() + timeout
     while not until():
@@ -429,8 +438,7 @@ class _StompSender:
         _wait(lambda: len(lst.receipts) >= self.sent, lst, timeout, "flush", self.url)
 
     def close(self) -> None:
-        if self.conn.is_connected():
-            self.conn.disconnect()
+        _disconnect(self.conn)
 
 
 class _StompDelivery:
@@ -475,5 +483,4 @@ class _StompConsumer:
         return [_StompDelivery(self.conn, f) for f in got]
 
     def close(self) -> None:
-        if self.conn.is_connected():
-            self.conn.disconnect()
+        _disconnect(self.conn)

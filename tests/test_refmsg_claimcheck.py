@@ -282,7 +282,7 @@ def test_a_reference_above_max_size_is_refused_before_the_store_is_asked() -> No
 def test_object_replaced_with_other_bytes_of_the_same_size(tmp_path: Path) -> None:
     payload = os.urandom(5000)
     store, msg = reference(tmp_path, payload)
-    (tmp_path / "store" / "obj").write_bytes(b"\0" + payload[1:])
+    (tmp_path / "store" / "obj").write_bytes(bytes([payload[0] ^ 0xFF]) + payload[1:])  # never the same byte
     with pytest.raises(ChecksumError) as err:
         resolve(msg, store)
     assert err.value.reason == Reason.MESSAGE_CHECKSUM_ERROR and err.value.details["key"] == "obj"

@@ -133,7 +133,7 @@ def test_conflicting_copies_overwrite_nothing_and_the_object_is_never_delivered(
         rx.receive(make(0, payload[:1000]))
         before = part.read_bytes()
         with pytest.raises(ConflictError) as err:  # a second verified copy with other bytes: no guess
-            rx.receive(make(0, b"\0" + payload[1:1000]))
+            rx.receive(make(0, bytes([payload[0] ^ 0xFF]) + payload[1:1000]))
         assert err.value.reason == Reason.CONFLICTING_DUPLICATE
         with pytest.raises(ConflictError):  # from now on nothing of this object is taken
             rx.receive(make(999, payload[999:2000]))
@@ -396,7 +396,7 @@ def test_header_only_messages_fetch_from_shared_storage(tmp_path: Path) -> None:
         outcomes = [rx.receive(m.encode()).outcome for m in reversed(msgs)]
     assert outcomes[-1] == Outcome.COMPLETED
     assert (root / "copy.dat").read_bytes() == payload
-    (shared / "big.dat").write_bytes(b"\0" + payload[1:])  # the shared copy changed under us
+    (shared / "big.dat").write_bytes(bytes([payload[0] ^ 0xFF]) + payload[1:])  # the shared copy changed under us
     with Receiver(tmp_path / "root2", source=DirectorySource(shared)) as rx, pytest.raises(ChecksumError):
         rx.receive(msgs[0].encode())
     with Receiver(tmp_path / "root3") as rx, pytest.raises(SegmentationError):
