@@ -114,39 +114,51 @@ def check_args(args: argparse.Namespace) -> Path:
 
 
 def status_line(batch: int, counts: Counter[str], progress: Any) -> str:
-    """One line per micro-batch: rows in, messages out by status, late, state rows/bytes, watermark."""
+    """One line per micro-batch: rows in, messages out by status, late, what state holds, watermark.
+
+    ``held``: open groups, their held segments, the bytes of those segments in state and the
+    data bytes kept in spool files instead (large messages); ``tombstones``: decided groups
+    remembered for late segments, and the bytes of their values. Exact: summed from the batch's
+    own ``state`` rows (:class:`~reassembly.spark.stream_state.Footprint`), not RocksDB's memory.
+    ``store rows`` is Spark's count of every row in the state store (timers and state variables).
+    """
     statuses = ", ".join(f"{k.split(':', 1)[1]} {v}" for k, v in sorted(counts.items()) if k.startswith("message:"))
     ops = progress.stateOperators if progress is not None else []
     rows_in = progress.numInputRows if progress is not None else 0
     wm = progress.eventTime.get("watermark", "-") if progress is not None else "-"
     dropped = sum(o.numRowsDroppedByWatermark for o in ops)
-    state = f"{sum(o.numRowsTotal for o in ops)} rows {sum(o.memoryUsedBytes for o in ops) / (1 << 20):.1f} MiB"
+    if "state:groups" in counts:
+        c = counts
+        state = (
+            f"held {c['state:groups']} groups, {c['state:segments']} segments, {c['state:held_bytes']} bytes in state,"
+            f" {c['state:spooled_bytes']} bytes spooled; tombstones {c['state:tombstones']}"
+            f" ({c['state:tombstone_bytes']} bytes)"
+        )
+    else:
+        state = "held unknown (checkpoint begun by an older version)"
     return (
         f"batch {batch}: {rows_in} rows in; messages {statuses or 'none'}; quarantined {counts['quarantine']}"
-        f" (late {counts['late']}); duplicates {counts['duplicate']}; state {state}; watermark {wm}"
+        f" (late {counts['late']}); duplicates {counts['duplicate']}; {state};"
+        f" store rows {sum(o.numRowsTotal for o in ops)}; watermark {wm}"
         + (f"; DROPPED by watermark {dropped}" if dropped else "")
     )
 
 
 class _Lines:
-    """Joins a batch's written counts (from the sink) with its progress (from Spark) into one line each."""
+    """Joins a batch's committed counts (its marker, written by the sink) with its progress (from Spark)."""
 
-    def __init__(self, out: TextIO) -> None:
+    def __init__(self, out: TextIO, output: Path) -> None:
         self.out = out
-        self.counts: dict[int, Counter[str]] = {}
+        self.output = output
         self.printed = -1
-        self.lock = threading.Lock()
-
-    def batch(self, batch_id: int, counts: Counter[str]) -> None:
-        with self.lock:
-            self.counts[batch_id] = counts
 
     def flush(self, query: Any) -> None:
+        from .stream import batch_counts
+
         for p in query.recentProgress:
             if p.batchId > self.printed:
                 self.printed = p.batchId
-                with self.lock:
-                    counts = self.counts.pop(p.batchId, Counter())
+                counts = batch_counts(self.output, p.batchId) or Counter()
                 print(status_line(p.batchId, counts, p), file=self.out, flush=True)
 
 
@@ -172,7 +184,7 @@ def run_stream(args: argparse.Namespace) -> int:
 
     out = check_args(args)
     digest = digest_policy(args.require_sha256, args.hmac_keyring)  # before Spark: a bad keyring fails at once
-    lines = _Lines(sys.stdout if args.verbose else _quiet_stdout())
+    lines = _Lines(sys.stdout if args.verbose else _quiet_stdout(), out)
     spark = open_session(SparkSettings(args.master, args.partitions, verbose=args.verbose))
     # session SQL confs, read when the query starts (a shared session keeps its other settings)
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
@@ -198,7 +210,7 @@ def run_stream(args: argparse.Namespace) -> int:
             max_files=args.max_files_per_trigger,
         )
         rows = reassemble_stream(df, options=options)
-        query = start(rows, out, args.checkpoint, args.trigger, lines.batch, options)
+        query = start(rows, out, args.checkpoint, args.trigger, options=options)
     except Exception as exc:  # a bad column name, an unusable checkpoint: one line, not a Java stack trace
         raise JobError(f"cannot start the stream: {first_line(exc)}") from None
     stop = threading.Event()
