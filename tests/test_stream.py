@@ -35,7 +35,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from reassembly.spark import reassemble
-from reassembly.spark.stream import ROCKSDB, StreamOptions, file_source, read_committed, reassemble_stream, start
+from reassembly.spark.stream import (
+    CHANGELOG,
+    ROCKSDB,
+    StreamOptions,
+    file_source,
+    read_committed,
+    reassemble_stream,
+    start,
+)
 from reassembly.spark.testdata import Dataset, _conflicting_copy, generate
 from segmenter import Reason
 from segmenter.producer import Segmenter
@@ -48,10 +56,12 @@ OPTIONS = StreamOptions(expire_after=300, watermark=0, tombstone=5000)
 
 @pytest.fixture(scope="module")
 def stream_spark(spark: Any) -> Iterator[Any]:
-    key = "spark.sql.streaming.stateStore.providerClass"
-    spark.conf.set(key, ROCKSDB)
+    keys = {"spark.sql.streaming.stateStore.providerClass": ROCKSDB, CHANGELOG: "true"}  # as configure() sets
+    for key, value in keys.items():
+        spark.conf.set(key, value)
     yield spark
-    spark.conf.unset(key)
+    for key in keys:
+        spark.conf.unset(key)
 
 
 def land(directory: Path, name: str, rows: list[bytes], at: float) -> None:

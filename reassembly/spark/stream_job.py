@@ -68,7 +68,12 @@ def add_stream_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--raw-column", default="segment", help="binary column holding encoded segments")
     p.add_argument("--max-files-per-trigger", type=int, default=None, help="files per micro-batch (default all)")
     p.add_argument("--master", default="local[2]", help="Spark master (default local[2]; spark://host:port)")
-    p.add_argument("--partitions", type=int, default=8, help="state partitions (fixed by the first run's checkpoint)")
+    p.add_argument(
+        "--partitions",
+        type=int,
+        default=None,
+        help="state partitions of a new checkpoint (default: Spark's cores; a resumed stream keeps its own)",
+    )
     p.add_argument("--max-message-size", type=int, default=1 << 30, help="bytes; larger declared sizes: 2030")
     p.add_argument(
         "--payload-dir",
@@ -180,15 +185,13 @@ def run_stream(args: argparse.Namespace) -> int:
     """The ``stream`` command: exit code 0, or JobError / UsageError for the command to report."""
     from ..jobs import digest_policy
     from .pipeline import ReassemblyOptions
-    from .stream import ROCKSDB, StreamOptions, file_source, reassemble_stream, start
+    from .stream import StreamOptions, configure, file_source, reassemble_stream, start
 
     out = check_args(args)
     digest = digest_policy(args.require_sha256, args.hmac_keyring)  # before Spark: a bad keyring fails at once
     lines = _Lines(sys.stdout if args.verbose else _quiet_stdout(), out)
     spark = open_session(SparkSettings(args.master, args.partitions, verbose=args.verbose))
-    # session SQL confs, read when the query starts (a shared session keeps its other settings)
-    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
-    spark.conf.set("spark.sql.shuffle.partitions", str(args.partitions))
+    configure(spark, args.partitions)  # session SQL confs, read when the query starts
     options = StreamOptions(
         reassembly=ReassemblyOptions(
             max_message_size=args.max_message_size,
