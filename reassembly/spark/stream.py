@@ -169,8 +169,8 @@ def _processor(opts: StreamOptions) -> Any:
                     good = [raw for raw in good if decode_header(raw).msg_seq_number not in summary.left]
             else:
                 first, held_bytes, last, summary = min(times), 0, min(times), Summary()
-                deadline = first + expire_ms
-                self.handle.registerTimer(deadline)
+                deadline = first + expire_ms  # its timer is registered only if the key stays open (_keep)
+                self.read = []  # a new key holds nothing: no need to ask the state store
             last = max(last, *times)
             if not good:
                 return rows
@@ -229,16 +229,18 @@ def _processor(opts: StreamOptions) -> Any:
             self.info.update((first, deadline, held_bytes, last))
             self.summary.update((summary.dump(),))
             if not known:
+                self.handle.registerTimer(deadline)
                 self.change = self.change._replace(groups=self.change.groups + 1)
 
         def _decided(self, tombstone: bytes, state: str, deadline: int, last: int, known: bool) -> None:
             self.change = self.change.plus(Footprint.of(self._rows()), -1).plus(
                 Footprint(groups=-int(known), tombstones=1, tombstone_bytes=Footprint.tombstone_size(tombstone, state))
             )
-            self.handle.deleteTimer(deadline)
-            self.held.clear()
-            self.info.clear()
-            self.summary.clear()
+            if known:  # a key decided by its first segments never stored any of this: no round trips
+                self.handle.deleteTimer(deadline)
+                self.held.clear()
+                self.info.clear()
+                self.summary.clear()
             until = max(last, deadline) + tomb_ms
             self.tomb.update((tombstone, state, until))
             self.handle.registerTimer(until)
