@@ -16,7 +16,8 @@ decide exactly as the first attempt did.
 micro-batch into ``batch=N`` folders, committed by a marker file; a batch
 replayed after a crash (same id, same input, same state version: the same
 rows) finds its marker and is skipped, or, without it, is written again from
-scratch.
+scratch. The marker also records what state holds after the batch (the sum
+of the ``state`` rows so far): the status line's exact state fields.
 """
 
 from __future__ import annotations
@@ -297,9 +298,11 @@ def reassemble_stream(
     ``_metadata.file_modification_time`` selected as a column; for Kafka, the
     record ``timestamp``). Rows are the batch job's combined schema
     (:data:`~reassembly.spark.schema.OUTPUT_DDL`); ``kind`` is ``message``,
-    ``quarantine`` or ``duplicate`` (an identical copy of a segment whose
-    message had already left: counted, no bytes). The session must use the
-    RocksDB state store provider (:data:`ROCKSDB`).
+    ``quarantine``, ``duplicate`` (an identical copy of a segment whose
+    message had already left: counted, no bytes) or ``state`` (the change of
+    what state holds for one key: see :data:`KIND_STATE`; drop them or sum
+    them). The session must use the RocksDB state store provider
+    (:data:`ROCKSDB`; :func:`configure` sets it).
     """
     from pyspark.sql import functions as F
 
