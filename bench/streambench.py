@@ -5,9 +5,16 @@
 2. The same data arriving as ``--files`` files, one every ``--every``
    seconds, with a processing-time trigger: for every message, the delay
    from its last file's arrival to the commit of the batch that wrote it
-   (p50/p99), and the state rows at the end.
+   (p50/p99), the arrival rate, the median per-micro-batch durations
+   (Spark's ``durationMs`` and the state operator's commit time), and what
+   state holds at the end (held bytes: 0 when every message is out;
+   tombstones until ``--tombstone``).
+
+Both use :func:`reassembly.spark.stream.configure` (state partitions = cores,
+changelog checkpointing), as ``reassemble stream`` does.
 
     python -m bench.streambench --mib 1024 --files 20 --every 1 --json bench/results/stream.json
+    python -m bench.streambench --mib 128 --files 20 --every 1 --arrivals-only
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -52,7 +60,14 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def _arrivals(spark: Any, data: Path, work: Path, files: int, every: float) -> dict[str, Any]:
-    from reassembly.spark.stream import StreamOptions, file_source, read_committed, reassemble_stream, start
+    from reassembly.spark.stream import (
+        StreamOptions,
+        file_source,
+        read_committed,
+        reassemble_stream,
+        start,
+        state_after,
+    )
 
     landing = work / "landing"
     landing.mkdir(parents=True)
@@ -63,6 +78,7 @@ def _arrivals(spark: Any, data: Path, work: Path, files: int, every: float) -> d
         str(work / "ck"),
         f"{int(every * 1000)} milliseconds",
     )
+    began = time.time()
     arrived: dict[bytes, float] = {}  # GroupId -> arrival of the last file holding one of its segments
     for i in range(files):
         part = rows[i::files]
@@ -73,25 +89,43 @@ def _arrivals(spark: Any, data: Path, work: Path, files: int, every: float) -> d
         for raw in part:
             arrived[decode_header(raw).group_id] = now
         time.sleep(every)
+    landed = time.time() - began
     expected = len(arrived)
     deadline = time.monotonic() + 600
     while len(read_committed(work / "out", "message")) < expected and time.monotonic() < deadline:
         time.sleep(0.2)
     progress = query.lastProgress
+    timings = _durations(query.recentProgress)
     query.stop()
     commits = {int(p.name): p.stat().st_mtime for p in (work / "out" / "_commits").iterdir() if p.name.isdigit()}
     delays = [commits[m["batch"]] - arrived[m["group_id"]] for m in read_committed(work / "out", "message")]
     ops = progress.stateOperators if progress is not None else []
+    held = state_after(work / "out")
+    data_mib = sum(len(r) for r in rows) / (1 << 20)
     return {
         "files": files,
         "every_s": every,
+        "landing_s": round(landed, 1),  # writing the files and sleeping between them
+        "arrival_mib_per_s": round(data_mib / landed, 1),
         "messages": len(delays),
         "delay_p50_s": round(_percentile(delays, 0.5), 2),
         "delay_p99_s": round(_percentile(delays, 0.99), 2),
-        "state_rows_at_end": sum(o.numRowsTotal for o in ops),  # tombstones: one per message until --tombstone
-        "state_mib_at_end": round(sum(o.memoryUsedBytes for o in ops) / (1 << 20), 1),
-        "last_batch_rows_in": progress.numInputRows if progress is not None else None,
+        "micro_batches": len(commits),
+        "batch_ms_median": timings,
+        "state_at_end": held._asdict() if held is not None else None,  # held 0; tombstones until --tombstone
+        "store_rows_at_end": sum(o.numRowsTotal for o in ops),  # Spark's count: tombstones and their timers
     }
+
+
+def _durations(progress: list[Any]) -> dict[str, int]:
+    """Median of each ``durationMs`` part and the state commit time over the micro-batches that read rows."""
+    busy = [p for p in progress if p.numInputRows > 0]
+    parts: dict[str, list[int]] = {}
+    for p in busy:
+        for k, v in p.durationMs.items():
+            parts.setdefault(k, []).append(v)
+        parts.setdefault("stateCommit", []).append(sum(o.commitTimeMs for o in p.stateOperators))
+    return {k: int(statistics.median(v)) for k, v in sorted(parts.items())}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,29 +135,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--every", type=float, default=1.0, help="seconds between files, and the trigger interval")
     p.add_argument("--work", default=None, help="work directory (default: a temporary one)")
     p.add_argument("--rounds", type=int, default=2, help="interleaved batch / available-now pairs")
+    p.add_argument("--arrivals-only", action="store_true", help="only the files-over-time measurement")
     p.add_argument("--json", default=None, help="also write the result here (e.g. bench/results/stream.json)")
     args = p.parse_args(argv)
     from reassembly.session import get_session
-    from reassembly.spark.stream import ROCKSDB
+    from reassembly.spark.stream import configure
 
     work = Path(args.work or tempfile.mkdtemp(prefix="streambench-"))
     data = work / "data"
     info = make_dataset(data, args.mib << 20, 64 * 1024, 8)
-    spark = get_session("local[2]", conf={"spark.sql.streaming.stateStore.providerClass": ROCKSDB})
+    spark = get_session("local[2]")
     spark.sparkContext.setLogLevel("OFF")
+    result: dict[str, Any] = {"data": info, "state_partitions": configure(spark)}
     shutil.rmtree(work / "runs", ignore_errors=True)
     _batch(spark, data, work / "runs" / "warmup")  # JIT and Python workers warm for both
-    batches, streams = [], []
-    for i in range(args.rounds):  # interleaved: the machine's load changes from minute to minute
-        batches.append(_batch(spark, data, work / "runs" / f"batch{i}"))
-        streams.append(_available_now(spark, data, work / "runs" / f"stream{i}"))
-    result = {
-        "data": info,
-        "batch_s": [round(t, 1) for t in batches],
-        "available_now_s": [round(t, 1) for t in streams],
-        "ratio": round(min(streams) / min(batches), 2),  # best against best
-        "arrivals": _arrivals(spark, data, work / "runs" / "arrivals", args.files, args.every),
-    }
+    if not args.arrivals_only:
+        batches, streams = [], []
+        for i in range(args.rounds):  # interleaved: the machine's load changes from minute to minute
+            batches.append(_batch(spark, data, work / "runs" / f"batch{i}"))
+            streams.append(_available_now(spark, data, work / "runs" / f"stream{i}"))
+        result["batch_s"] = [round(t, 1) for t in batches]
+        result["available_now_s"] = [round(t, 1) for t in streams]
+        result["ratio"] = round(min(streams) / min(batches), 2)  # best against best
+    result["arrivals"] = _arrivals(spark, data, work / "runs" / "arrivals", args.files, args.every)
     print(json.dumps(result, indent=2))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")

@@ -35,7 +35,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from reassembly.spark import reassemble
-from reassembly.spark.stream import ROCKSDB, StreamOptions, file_source, read_committed, reassemble_stream, start
+from reassembly.spark.stream import (
+    CHANGELOG,
+    ROCKSDB,
+    StreamOptions,
+    file_source,
+    read_committed,
+    reassemble_stream,
+    start,
+)
 from reassembly.spark.testdata import Dataset, _conflicting_copy, generate
 from segmenter import Reason
 from segmenter.producer import Segmenter
@@ -48,10 +56,12 @@ OPTIONS = StreamOptions(expire_after=300, watermark=0, tombstone=5000)
 
 @pytest.fixture(scope="module")
 def stream_spark(spark: Any) -> Iterator[Any]:
-    key = "spark.sql.streaming.stateStore.providerClass"
-    spark.conf.set(key, ROCKSDB)
+    keys = {"spark.sql.streaming.stateStore.providerClass": ROCKSDB, CHANGELOG: "true"}  # as configure() sets
+    for key, value in keys.items():
+        spark.conf.set(key, value)
     yield spark
-    spark.conf.unset(key)
+    for key in keys:
+        spark.conf.unset(key)
 
 
 def land(directory: Path, name: str, rows: list[bytes], at: float) -> None:
@@ -306,3 +316,69 @@ def test_columns_in_and_group_messages_leave_one_by_one(stream_spark: Any, tmp_p
     assert [m["msg_seq_number"] for m in msgs if m["payload_path"]] == [3]
     assert read_committed(tmp_path / "out", "quarantine") == []
     assert not list((bodies / ".stream").iterdir())  # spool files go once their message is committed
+
+
+def test_status_line_reports_exactly_what_state_holds(stream_spark: Any, tmp_path: Path) -> None:
+    """After a batch with two incomplete messages (one small, in state; one large, spooled to disk) the
+    status line's held bytes are exactly theirs; after the batch completing them, 0 held and two
+    tombstones; once event time passes the tombstones' time, those go too."""
+    from reassembly.spark.pipeline import ReassemblyOptions
+    from reassembly.spark.stream import batch_counts, committed_batches, state_after
+    from reassembly.spark.stream_job import status_line
+    from reassembly.spark.stream_state import Footprint
+    from segmenter.wire import decode_header
+
+    rng = random.Random(21)
+    small = [s.encode() for s in Segmenter(300).segment(rng.randbytes(800))]
+    large = [s.encode() for s in Segmenter(300).segment(rng.randbytes(900))]
+    first = [small[0], *small[2:], large[0], large[1]]
+    (tmp_path / "landing").mkdir()
+    bodies = tmp_path / "bodies"
+    options = StreamOptions(
+        reassembly=ReassemblyOptions(payload_dir=str(bodies), large_message_bytes=850),
+        expire_after=300,
+        watermark=0,
+        tombstone=600,
+    )
+
+    def run() -> tuple[Footprint | None, str]:
+        df = file_source(stream_spark, str(tmp_path / "landing"))
+        query = start(
+            reassemble_stream(df, options=options),
+            tmp_path / "out",
+            str(tmp_path / "ck"),
+            "available-now",
+            options=options,
+        )
+        assert query.awaitTermination(600) and query.exception() is None
+        last = committed_batches(tmp_path / "out")[-1]
+        line = status_line(last, batch_counts(tmp_path / "out", last) or Counter(), None)
+        return state_after(tmp_path / "out"), line
+
+    land(tmp_path / "landing", "a", first, T0)
+    held, line = run()
+    head = [decode_header(r).header_length for r in large[:2]]
+    want = Footprint(
+        groups=2,
+        segments=len(small) + 1,
+        held_bytes=sum(map(len, first[: len(small) - 1])) + sum(head),
+        spooled_bytes=sum(len(r) - n for r, n in zip(large[:2], head, strict=True)),
+    )
+    assert held == want
+    assert (
+        f"held 2 groups, {want.segments} segments, {want.held_bytes} bytes in state, {want.spooled_bytes} bytes spooled"
+        in line
+    )
+    assert "tombstones 0 (0 bytes)" in line
+
+    land(tmp_path / "landing", "b", [small[1], *large[2:]], T0 + 1)
+    held, line = run()
+    assert held is not None and held._replace(tombstone_bytes=0) == Footprint(tombstones=2)
+    assert held.tombstone_bytes > 0
+    assert "held 0 groups, 0 segments, 0 bytes in state, 0 bytes spooled; tombstones 2 (" in line
+    assert not list((bodies / ".stream").iterdir())  # the spooled data left with its message
+
+    fresh = [s.encode() for s in Segmenter(300).segment(b"moves event time on" * 10)]
+    land(tmp_path / "landing", "c", fresh, T0 + 5000)  # past both tombstones' time
+    held, _ = run()
+    assert held is not None and (held.groups, held.segments, held.held_bytes, held.tombstones) == (0, 0, 0, 1)

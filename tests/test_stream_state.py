@@ -13,9 +13,10 @@ from reassembly.assembler import Limits
 from reassembly.bodies import FileBodyStore
 from reassembly.events import Cause
 from reassembly.spark.rows import reassemble_group
-from reassembly.spark.stream_spool import IN_BODY, SPOOL, HeldRows, Spool, SpoolState
+from reassembly.spark.stream_spool import IN_BODY, IN_STATE, SPOOL, HeldRows, Spool, SpoolState
 from reassembly.spark.stream_state import (
     KIND_DUPLICATE,
+    Footprint,
     Partial,
     Summary,
     Verdict,
@@ -272,3 +273,25 @@ def test_large_messages_are_held_on_disk_and_a_replay_leaves_the_body_intact(tmp
     # anything that does not fit what its message declares stays in state (and is rejected when judged)
     h = decode_header(segs[0])
     assert not spool.wants(h._replace(offset=1 << 40)) and not Spool(str(tmp_path), 5000, 1 << 20).wants(h)
+
+
+def test_sync_covers_every_spool_file_written_since_the_last_one(tmp_path: Path) -> None:
+    """What sync() fsyncs: the body and aside files put() wrote, and the directory that was created
+    for them; nothing twice (a second sync with nothing written does nothing)."""
+    _, segs = _message(size=3000, seed=7)
+    spool = Spool(str(tmp_path / "bodies"), 1000, 1 << 20)
+    state = SpoolState()
+    for raw in [*segs[:2], segs[0]]:  # the copy of segs[0] goes to the aside file
+        spool.put(raw, decode_header(raw), state)
+    names = {p.name.rsplit(".", 1)[-1] for p in spool.unsynced}
+    assert names == {"body", "aside", "bodies"}  # the payload dir holds the new .stream directory's name
+    spool.sync()
+    assert spool.unsynced == set()
+    spool.sync()
+    h = decode_header(segs[2])
+    head, at = spool.put(segs[2], h, state)
+    # a footprint counts the spooled segment's header in state and its data as spooled
+    assert Footprint.of([(head, at, h)]) == Footprint(
+        segments=1, held_bytes=h.header_length, spooled_bytes=h.data_length
+    )
+    assert Footprint.of([(segs[0], IN_STATE, decode_header(segs[0]))]).held_bytes == len(segs[0])

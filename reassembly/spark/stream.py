@@ -16,7 +16,8 @@ decide exactly as the first attempt did.
 micro-batch into ``batch=N`` folders, committed by a marker file; a batch
 replayed after a crash (same id, same input, same state version: the same
 rows) finds its marker and is skipped, or, without it, is written again from
-scratch.
+scratch. The marker also records what state holds after the batch (the sum
+of the ``state`` rows so far): the status line's exact state fields.
 """
 
 from __future__ import annotations
@@ -38,14 +39,57 @@ from ..events import Cause
 from .pipeline import ReassemblyOptions
 from .schema import OUTPUT_DDL, OUTPUT_FIELDS, ColumnNames
 from .stream_spool import IN_STATE, HeldRows, Spool
-from .stream_state import KIND_DUPLICATE, Partial, Summary, Verdict, judge, late_rows, reject_now, take, undecodable
+from .stream_state import (
+    KIND_DUPLICATE,
+    Footprint,
+    Partial,
+    Summary,
+    Verdict,
+    judge,
+    late_rows,
+    reject_now,
+    take,
+    undecodable,
+)
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+# Each state commit uploads a small changelog instead of a RocksDB snapshot (snapshots are taken in the
+# background): halves the commit time of a micro-batch here. Spark switches existing checkpoints either way.
+CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
+
+
+def configure(spark: Any, partitions: int | None = None) -> int:
+    """Session settings for a stream: the RocksDB provider, changelog checkpointing, and state
+    partitions (``spark.sql.shuffle.partitions``; default: the cores Spark has). Returns the partitions.
+
+    Every micro-batch pays a fixed cost per state partition (a RocksDB commit, a Python state worker
+    round trip), so more partitions than cores only add latency. Spark fixes the number into a
+    checkpoint at its first start: a resumed stream keeps its own, whatever is set here.
+    """
+    if partitions is None:
+        sc = getattr(spark, "sparkContext", None)  # None on Spark Connect: keep the session's setting
+        partitions = sc.defaultParallelism if sc is not None else int(spark.conf.get("spark.sql.shuffle.partitions"))
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+    spark.conf.set(CHANGELOG, "true")
+    spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+    return partitions
+
 
 # Where the GroupId sits in a header: from the header table, like every decoder (no literal offset).
 _GROUP_ID_AT = FIELD["group_id"].offset
 
 FOLDERS = {"message": "messages", "quarantine": "quarantine", KIND_DUPLICATE: "duplicates"}
+
+# ``kind = "state"`` rows: one per key and call that changed what state holds, the change of its
+# :class:`Footprint` in these numeric columns (the sink sums them: the status line's exact state).
+KIND_STATE = "state"
+_FOOTPRINT_COLUMNS = dict(
+    zip(
+        Footprint._fields,
+        ("reason", "segments_used", "stored_length", "original_length", "rejected", "offset"),
+        strict=True,
+    )
+)
 
 
 @dataclass(frozen=True)
@@ -93,8 +137,11 @@ def _processor(opts: StreamOptions) -> Any:
             self.info = handle.getValueState("info", _INFO)
             self.summary = handle.getValueState("summary", _SUMMARY)
             self.tomb = handle.getValueState("tomb", _TOMB)
+            self.change = Footprint()  # what this call changed in the key's state (one kind=state row)
+            self.read: list[tuple[bytes, int, SegmentHeader]] | None = None  # held rows, read once a call
 
         def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
+            self.change, self.read = Footprint(), None
             raws, times = [], []
             for r in rows:
                 raws.append(bytes(r.raw))
@@ -107,11 +154,14 @@ def _processor(opts: StreamOptions) -> Any:
                 result += late_rows(bytes(blob), state, good, limits, uow)
             elif good:
                 result += self._take(bytes(key[0]), good, times)
-            return out(result)
+                if spool is not None:
+                    spool.sync()  # before the state that points at the spool files commits
+            return out(result + self._accounted())
 
         def _take(self, gid: bytes, good: list[bytes], times: list[int]) -> list[dict[str, Any]]:
             rows: list[dict[str, Any]] = []
-            if self.info.exists():
+            known = self.info.exists()
+            if known:
                 first, deadline, held_bytes, last = self.info.get()
                 summary = Summary.load(bytes(self.summary.get()[0]))
                 if summary.left:  # non-Unit-of-Work: copies of messages that already left are judged late
@@ -120,8 +170,8 @@ def _processor(opts: StreamOptions) -> Any:
                     good = [raw for raw in good if decode_header(raw).msg_seq_number not in summary.left]
             else:
                 first, held_bytes, last, summary = min(times), 0, min(times), Summary()
-                deadline = first + expire_ms
-                self.handle.registerTimer(deadline)
+                deadline = first + expire_ms  # its timer is registered only if the key stays open (_keep)
+                self.read = []  # a new key holds nothing: no need to ask the state store
             last = max(last, *times)
             if not good:
                 return rows
@@ -129,18 +179,20 @@ def _processor(opts: StreamOptions) -> Any:
             verdict = take(self._held, good, held_bytes, summary, opts.max_held_bytes, limits, uow, store)
             if verdict is None:
                 held_bytes += self._hold(good, summary)
-                self._keep(first, deadline, held_bytes, last, summary)
+                self._keep(first, deadline, held_bytes, last, summary, known)
             elif isinstance(verdict, Partial):
-                kept = [r for r in self._rows() if r[2].msg_seq_number not in verdict.left]
+                before = self._rows()
+                kept = [r for r in before if r[2].msg_seq_number not in verdict.left]
                 self.held.clear()
                 if kept:
                     self.held.appendList([(head, at) for head, at, _ in kept])
+                self.change = self.change.plus(Footprint.of(kept)).plus(Footprint.of(before), -1)
                 fresh = [raw for raw in good if decode_header(raw).msg_seq_number not in verdict.left]
                 held_bytes = sum(len(head) for head, _, _ in kept) + self._hold(fresh, summary)
-                self._keep(first, deadline, held_bytes, last, summary)
+                self._keep(first, deadline, held_bytes, last, summary, known)
                 rows += verdict.rows
             else:
-                self._decided(verdict.tombstone, verdict.state, deadline, last)
+                self._decided(verdict.tombstone, verdict.state, deadline, last, known)
                 rows += verdict.rows
             if store is not None:
                 store.close()  # bodies not delivered (still open, or failed): their work files go
@@ -157,35 +209,47 @@ def _processor(opts: StreamOptions) -> Any:
             held = []
             for raw in raws:
                 h = decode_header(raw)
-                held.append(
-                    spool.put(raw, h, summary.spool) if spool is not None and spool.wants(h) else (raw, IN_STATE)
-                )
-            self.held.appendList(held)
-            return sum(len(head) for head, _ in held)
+                head, at = spool.put(raw, h, summary.spool) if spool is not None and spool.wants(h) else (raw, IN_STATE)
+                held.append((head, at, h))
+            self.held.appendList([(head, at) for head, at, _ in held])
+            self.read = None
+            added = Footprint.of(held)
+            self.change = self.change.plus(added)
+            return added.held_bytes
 
         def _rows(self) -> list[tuple[bytes, int, SegmentHeader]]:
-            if not self.held.exists():
-                return []
-            return [(bytes(head), at, decode_header(head)) for head, at in self.held.get()]
+            if self.read is None:
+                held = self.held.get() if self.held.exists() else ()
+                self.read = [(bytes(head), at, decode_header(head)) for head, at in held]
+            return self.read
 
         def _held(self) -> HeldRows:
             return HeldRows(self._rows(), spool)
 
-        def _keep(self, first: int, deadline: int, held_bytes: int, last: int, summary: Summary) -> None:
+        def _keep(self, first: int, deadline: int, held_bytes: int, last: int, summary: Summary, known: bool) -> None:
             self.info.update((first, deadline, held_bytes, last))
             self.summary.update((summary.dump(),))
+            if not known:
+                self.handle.registerTimer(deadline)
+                self.change = self.change._replace(groups=self.change.groups + 1)
 
-        def _decided(self, tombstone: bytes, state: str, deadline: int, last: int) -> None:
-            self.handle.deleteTimer(deadline)
-            self.held.clear()
-            self.info.clear()
-            self.summary.clear()
+        def _decided(self, tombstone: bytes, state: str, deadline: int, last: int, known: bool) -> None:
+            self.change = self.change.plus(Footprint.of(self._rows()), -1).plus(
+                Footprint(groups=-int(known), tombstones=1, tombstone_bytes=Footprint.tombstone_size(tombstone, state))
+            )
+            if known:  # a key decided by its first segments never stored any of this: no round trips
+                self.handle.deleteTimer(deadline)
+                self.held.clear()
+                self.info.clear()
+                self.summary.clear()
             until = max(last, deadline) + tomb_ms
             self.tomb.update((tombstone, state, until))
             self.handle.registerTimer(until)
 
         def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[Any]:
+            self.change, self.read = Footprint(), None
             at = expiredTimerInfo.getExpiryTimeInMs()
+            rows: list[dict[str, Any]] = []
             if self.info.exists():
                 _, deadline, _, last = self.info.get()
                 if deadline == at:
@@ -195,11 +259,22 @@ def _processor(opts: StreamOptions) -> Any:
                     assert isinstance(verdict, Verdict)  # a final cause always decides
                     if store is not None:
                         store.close()
-                    self._decided(verdict.tombstone, verdict.state, deadline, last)
-                    return out(verdict.rows)
-            elif self.tomb.exists() and self.tomb.get()[2] <= at:
-                self.tomb.clear()
-            return iter(())
+                    self._decided(verdict.tombstone, verdict.state, deadline, last, True)
+                    rows = verdict.rows
+            elif self.tomb.exists():
+                blob, state, until = self.tomb.get()
+                if until <= at:
+                    self.tomb.clear()
+                    self.change = Footprint(
+                        tombstones=-1, tombstone_bytes=-Footprint.tombstone_size(bytes(blob), state)
+                    )
+            return out(rows + self._accounted())
+
+        def _accounted(self) -> list[dict[str, Any]]:
+            """The call's change of the key's footprint as one ``state`` row (none if nothing changed)."""
+            if self.change == Footprint():
+                return []
+            return [{"kind": KIND_STATE, **{_FOOTPRINT_COLUMNS[k]: v for k, v in self.change._asdict().items()}}]
 
         def close(self) -> None:
             pass
@@ -223,9 +298,11 @@ def reassemble_stream(
     ``_metadata.file_modification_time`` selected as a column; for Kafka, the
     record ``timestamp``). Rows are the batch job's combined schema
     (:data:`~reassembly.spark.schema.OUTPUT_DDL`); ``kind`` is ``message``,
-    ``quarantine`` or ``duplicate`` (an identical copy of a segment whose
-    message had already left: counted, no bytes). The session must use the
-    RocksDB state store provider (:data:`ROCKSDB`).
+    ``quarantine``, ``duplicate`` (an identical copy of a segment whose
+    message had already left: counted, no bytes) or ``state`` (the change of
+    what state holds for one key: see :data:`KIND_STATE`; drop them or sum
+    them). The session must use the RocksDB state store provider
+    (:data:`ROCKSDB`; :func:`configure` sets it).
     """
     from pyspark.sql import functions as F
 
@@ -285,6 +362,10 @@ class BatchWriter:
             shutil.rmtree(stale, ignore_errors=True)
         df.write.partitionBy("kind").parquet(str(tmp))
         counts = _counts(tmp)
+        before = Footprint() if batch_id == 0 else state_after(self.out, batch_id - 1)
+        if before is not None:  # None: the checkpoint was started by a version that kept no accounting
+            after = before.plus(_change(tmp))
+            counts.update({f"state:{k}": v for k, v in after._asdict().items()})
         for kind, folder in FOLDERS.items():
             src = tmp / f"kind={kind}"
             if src.exists():
@@ -328,8 +409,42 @@ def _counts(tmp: Path) -> Counter[str]:
     return counts
 
 
+def _change(tmp: Path) -> Footprint:
+    """The sum of a written batch's ``state`` rows: how much its calls changed what state holds."""
+    import pyarrow.parquet as pq
+
+    total = Footprint()
+    for f in sorted((tmp / f"kind={KIND_STATE}").glob("*.parquet")):
+        cols = pq.read_table(f, columns=list(_FOOTPRINT_COLUMNS.values())).to_pydict()
+        total = total.plus(Footprint(*(sum(cols[c]) for c in _FOOTPRINT_COLUMNS.values())))
+    return total
+
+
 def _summary(counts: Counter[str]) -> str:
     return "".join(f"{k} {v}\n" for k, v in sorted(counts.items()))
+
+
+def batch_counts(out: Path, batch_id: int) -> Counter[str] | None:
+    """What a committed batch's marker records (rows by kind and status, ``state:*`` after it), or None."""
+    try:
+        text = (out / "_commits" / str(batch_id)).read_text()
+    except FileNotFoundError:
+        return None
+    return Counter({k: int(v) for k, v in (line.split(" ") for line in text.splitlines())})
+
+
+def state_after(out: Path, batch_id: int | None = None) -> Footprint | None:
+    """What state held after a committed batch (default: the last one); None if that is not known
+    (no such batch, or a checkpoint begun by a version that kept no accounting)."""
+    if batch_id is None:
+        batches = committed_batches(out)
+        if not batches:
+            return None
+        batch_id = batches[-1]
+    counts = batch_counts(out, batch_id)
+    if counts is None or "state:groups" not in counts:
+        return None
+    return Footprint(*(counts[f"state:{k}"] for k in Footprint._fields))
 
 
 def committed_batches(out: Path) -> list[int]:
@@ -382,12 +497,17 @@ def start(
 
 
 __all__ = [
+    "CHANGELOG",
     "ROCKSDB",
     "BatchWriter",
     "StreamOptions",
+    "KIND_STATE",
+    "batch_counts",
     "committed_batches",
+    "configure",
     "file_source",
     "read_committed",
     "reassemble_stream",
     "start",
+    "state_after",
 ]

@@ -68,7 +68,12 @@ def add_stream_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--raw-column", default="segment", help="binary column holding encoded segments")
     p.add_argument("--max-files-per-trigger", type=int, default=None, help="files per micro-batch (default all)")
     p.add_argument("--master", default="local[2]", help="Spark master (default local[2]; spark://host:port)")
-    p.add_argument("--partitions", type=int, default=8, help="state partitions (fixed by the first run's checkpoint)")
+    p.add_argument(
+        "--partitions",
+        type=int,
+        default=None,
+        help="state partitions of a new checkpoint (default: Spark's cores; a resumed stream keeps its own)",
+    )
     p.add_argument("--max-message-size", type=int, default=1 << 30, help="bytes; larger declared sizes: 2030")
     p.add_argument(
         "--payload-dir",
@@ -114,39 +119,51 @@ def check_args(args: argparse.Namespace) -> Path:
 
 
 def status_line(batch: int, counts: Counter[str], progress: Any) -> str:
-    """One line per micro-batch: rows in, messages out by status, late, state rows/bytes, watermark."""
+    """One line per micro-batch: rows in, messages out by status, late, what state holds, watermark.
+
+    ``held``: open groups, their held segments, the bytes of those segments in state and the
+    data bytes kept in spool files instead (large messages); ``tombstones``: decided groups
+    remembered for late segments, and the bytes of their values. Exact: summed from the batch's
+    own ``state`` rows (:class:`~reassembly.spark.stream_state.Footprint`), not RocksDB's memory.
+    ``store rows`` is Spark's count of every row in the state store (timers and state variables).
+    """
     statuses = ", ".join(f"{k.split(':', 1)[1]} {v}" for k, v in sorted(counts.items()) if k.startswith("message:"))
     ops = progress.stateOperators if progress is not None else []
     rows_in = progress.numInputRows if progress is not None else 0
     wm = progress.eventTime.get("watermark", "-") if progress is not None else "-"
     dropped = sum(o.numRowsDroppedByWatermark for o in ops)
-    state = f"{sum(o.numRowsTotal for o in ops)} rows {sum(o.memoryUsedBytes for o in ops) / (1 << 20):.1f} MiB"
+    if "state:groups" in counts:
+        c = counts
+        state = (
+            f"held {c['state:groups']} groups, {c['state:segments']} segments, {c['state:held_bytes']} bytes in state,"
+            f" {c['state:spooled_bytes']} bytes spooled; tombstones {c['state:tombstones']}"
+            f" ({c['state:tombstone_bytes']} bytes)"
+        )
+    else:
+        state = "held unknown (checkpoint begun by an older version)"
     return (
         f"batch {batch}: {rows_in} rows in; messages {statuses or 'none'}; quarantined {counts['quarantine']}"
-        f" (late {counts['late']}); duplicates {counts['duplicate']}; state {state}; watermark {wm}"
+        f" (late {counts['late']}); duplicates {counts['duplicate']}; {state};"
+        f" store rows {sum(o.numRowsTotal for o in ops)}; watermark {wm}"
         + (f"; DROPPED by watermark {dropped}" if dropped else "")
     )
 
 
 class _Lines:
-    """Joins a batch's written counts (from the sink) with its progress (from Spark) into one line each."""
+    """Joins a batch's committed counts (its marker, written by the sink) with its progress (from Spark)."""
 
-    def __init__(self, out: TextIO) -> None:
+    def __init__(self, out: TextIO, output: Path) -> None:
         self.out = out
-        self.counts: dict[int, Counter[str]] = {}
+        self.output = output
         self.printed = -1
-        self.lock = threading.Lock()
-
-    def batch(self, batch_id: int, counts: Counter[str]) -> None:
-        with self.lock:
-            self.counts[batch_id] = counts
 
     def flush(self, query: Any) -> None:
+        from .stream import batch_counts
+
         for p in query.recentProgress:
             if p.batchId > self.printed:
                 self.printed = p.batchId
-                with self.lock:
-                    counts = self.counts.pop(p.batchId, Counter())
+                counts = batch_counts(self.output, p.batchId) or Counter()
                 print(status_line(p.batchId, counts, p), file=self.out, flush=True)
 
 
@@ -168,15 +185,13 @@ def run_stream(args: argparse.Namespace) -> int:
     """The ``stream`` command: exit code 0, or JobError / UsageError for the command to report."""
     from ..jobs import digest_policy
     from .pipeline import ReassemblyOptions
-    from .stream import ROCKSDB, StreamOptions, file_source, reassemble_stream, start
+    from .stream import StreamOptions, configure, file_source, reassemble_stream, start
 
     out = check_args(args)
     digest = digest_policy(args.require_sha256, args.hmac_keyring)  # before Spark: a bad keyring fails at once
-    lines = _Lines(sys.stdout if args.verbose else _quiet_stdout())
+    lines = _Lines(sys.stdout if args.verbose else _quiet_stdout(), out)
     spark = open_session(SparkSettings(args.master, args.partitions, verbose=args.verbose))
-    # session SQL confs, read when the query starts (a shared session keeps its other settings)
-    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
-    spark.conf.set("spark.sql.shuffle.partitions", str(args.partitions))
+    configure(spark, args.partitions)  # session SQL confs, read when the query starts
     options = StreamOptions(
         reassembly=ReassemblyOptions(
             max_message_size=args.max_message_size,
@@ -198,7 +213,7 @@ def run_stream(args: argparse.Namespace) -> int:
             max_files=args.max_files_per_trigger,
         )
         rows = reassemble_stream(df, options=options)
-        query = start(rows, out, args.checkpoint, args.trigger, lines.batch, options)
+        query = start(rows, out, args.checkpoint, args.trigger, options=options)
     except Exception as exc:  # a bad column name, an unusable checkpoint: one line, not a Java stack trace
         raise JobError(f"cannot start the stream: {first_line(exc)}") from None
     stop = threading.Event()

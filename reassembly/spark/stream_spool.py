@@ -64,6 +64,7 @@ class Spool:
         self.directory = directory
         self.large = large_message_bytes
         self.max = max_message_size
+        self.unsynced: set[Path] = set()  # written since the last sync()
 
     def wants(self, h: SegmentHeader) -> bool:
         """Spool a segment of a large message whose range lies inside what it declares (anything
@@ -87,17 +88,35 @@ class Spool:
         unwritten = not written.covered(h.offset, h.end)
         path = self._path(h.group_id, seq, "body" if unwritten else "aside")
         at = h.offset if unwritten else state.aside.get(seq, 0)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.parent.is_dir():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.unsynced.add(path.parent.parent)  # the new directory's own name
         fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
         try:
             os.pwrite(fd, data, at)
         finally:
             os.close(fd)
+        self.unsynced.add(path)
         if unwritten:
             written.add(h.offset, h.end)
             return head, IN_BODY
         state.aside[seq] = at + len(data)
         return head, at
+
+    def sync(self) -> None:
+        """Make what put() wrote durable: each file written since the last call, then the directory
+        (new files' names). Called before the state that points into these files can commit, so a
+        machine crash after that commit finds every byte the state refers to (once per file and
+        call, not per segment: a message's segments arriving in one micro-batch cost one fsync)."""
+        if not self.unsynced:
+            return
+        for path in (*sorted(self.unsynced), Path(self.directory) / SPOOL):
+            fd = os.open(path, os.O_RDONLY)  # Linux fsyncs a file's data through any descriptor
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        self.unsynced.clear()
 
     def read(self, head: bytes, at: int, h: SegmentHeader) -> bytes:
         """The whole segment back (header as received, then its data)."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import overload
+from typing import NamedTuple, overload
 
 from segmenter.coverage import RangeSet
 from segmenter.errors import Reason, SegmentationError
@@ -48,9 +48,43 @@ from ..model import Closed, Fingerprint, missing_numbers
 from ..positions import Ledger, Origin
 from ..snapshot import restore, snapshot
 from .rows import GroupRows, Row, event_rows
-from .stream_spool import SpoolState
+from .stream_spool import IN_STATE, SpoolState
 
 KIND_DUPLICATE = "duplicate"  # an identical copy of a segment whose message already left (counted, no bytes)
+
+
+class Footprint(NamedTuple):
+    """What one key (or, summed, the whole state) holds: the progress output's state fields.
+
+    ``held_bytes`` are the bytes of held segments in state (whole segments; a spooled segment's
+    header), ``spooled_bytes`` the data bytes of held segments kept in spool files instead. A
+    tombstone's bytes are its value (the assembler snapshot, how it ended, its deadline), not
+    RocksDB's key and encoding overhead. Kept as per-batch changes (see ``stream.py``): exact.
+    """
+
+    groups: int = 0  # keys still open (segments held, undecided)
+    segments: int = 0  # held segments
+    held_bytes: int = 0
+    spooled_bytes: int = 0
+    tombstones: int = 0  # decided keys remembered for late segments
+    tombstone_bytes: int = 0
+
+    def plus(self, other: Footprint, sign: int = 1) -> Footprint:
+        return Footprint(*(a + sign * b for a, b in zip(self, other, strict=True)))
+
+    @classmethod
+    def of(cls, rows: Iterable[tuple[bytes, int, SegmentHeader]]) -> Footprint:
+        """Held rows (header-or-segment bytes, where the data is, header) as a footprint."""
+        segments = held = spooled = 0
+        for head, at, h in rows:
+            segments += 1
+            held += len(head)
+            spooled += 0 if at == IN_STATE else h.data_length
+        return cls(segments=segments, held_bytes=held, spooled_bytes=spooled)
+
+    @staticmethod
+    def tombstone_size(blob: bytes, state: str) -> int:
+        return len(blob) + len(state.encode()) + 8  # + the deadline (a long)
 
 
 @dataclass(frozen=True)
@@ -370,4 +404,15 @@ def _plain(rows: list[Row]) -> list[Row]:
     return rows
 
 
-__all__ = ["KIND_DUPLICATE", "Partial", "Summary", "Verdict", "judge", "late_rows", "reject_now", "take", "undecodable"]
+__all__ = [
+    "KIND_DUPLICATE",
+    "Footprint",
+    "Partial",
+    "Summary",
+    "Verdict",
+    "judge",
+    "late_rows",
+    "reject_now",
+    "take",
+    "undecodable",
+]
