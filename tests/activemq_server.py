@@ -36,7 +36,7 @@ _CONFIG = """<beans xmlns="http://www.springframework.org/schema/beans"
     <plugins><statisticsBrokerPlugin/></plugins>
     {store}
     <transportConnectors>
-      <transportConnector name="amqp" uri="amqp://127.0.0.1:0{limit}"/>
+      <transportConnector name="amqp" uri="amqp://127.0.0.1:0{amqp_limit}"/>
       <transportConnector name="stomp" uri="stomp://127.0.0.1:0{limit}"/>
     </transportConnectors>
   </broker>
@@ -67,16 +67,27 @@ def _die_with_parent() -> None:
 class ActiveMQ:
     """One running broker; ``amqp_url`` / ``stomp_url`` point at its loopback connectors."""
 
-    def __init__(self, base: Path, *, max_frame_size: int | None = None, heap: str = "512m") -> None:
+    def __init__(
+        self, base: Path, *, max_frame_size: int | None = None, amqp_frame_size: int | None = None, heap: str = "512m"
+    ) -> None:
         self.base = base
         self.log = base / "broker.log"
         for d in ("conf", "lib", "data", "tmp"):
             (base / d).mkdir(parents=True, exist_ok=True)
         for jar in JARS.glob("*.jar"):
             shutil.copy(jar, base / "lib" / jar.name)
-        limit = f"?wireFormat.maxFrameSize={max_frame_size}" if max_frame_size else ""
+        # maxFrameSize: the largest message a connector accepts (both protocols). maxAmqpFrameSize:
+        # the AMQP transfer frame size the broker offers (128 KiB by default); a message larger
+        # than it travels as several frames, each one more pass through the client's event loop.
+        opts = [f"wireFormat.maxFrameSize={max_frame_size}"] if max_frame_size else []
+        amqp = opts + ([f"wireFormat.maxAmqpFrameSize={amqp_frame_size}"] if amqp_frame_size else [])
         (base / "conf" / "activemq.xml").write_text(
-            _CONFIG.format(persistent="false", store="", limit=limit)
+            _CONFIG.format(
+                persistent="false",
+                store="",
+                limit="?" + "&amp;".join(opts) if opts else "",
+                amqp_limit="?" + "&amp;".join(amqp) if amqp else "",
+            )
         )
         (base / "conf" / "log4j.properties").write_text(_LOG4J)
         cmd = [

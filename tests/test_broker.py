@@ -18,6 +18,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,7 +30,7 @@ from activemq_server import ActiveMQ, activemq, available, free_env
 from reassembly import Assembler, Limits, Unfinished
 from reassembly.brokers import Delivered, Quarantined, Receiver
 from segmenter import Segment, segment, segment_group
-from segmenter.brokers import BrokerError, open_consumer, open_sender, segment_size_for
+from segmenter.brokers import AMQP_FRAME_SIZE, BrokerError, _amqp_message, open_consumer, open_sender, segment_size_for
 from segmenter.errors import Reason, SegmentationError
 
 pytestmark = pytest.mark.skipif(not available(), reason="ActiveMQ (Debian package activemq) or java missing")
@@ -39,7 +40,7 @@ HERE = Path(__file__).resolve().parent
 
 @pytest.fixture(scope="module")
 def broker() -> Iterator[ActiveMQ]:
-    with activemq() as b:
+    with activemq(amqp_frame_size=1 << 20) as b:  # the 1 MiB-limited broker below keeps the default 128 KiB
         yield b
 
 
@@ -69,6 +70,27 @@ def _until(cond: Callable[[], bool], timeout: float, what: str) -> None:
 
 
 # ------------------------------------------------------------------------------ in-process
+def test_amqp_envelope_and_frame_size(broker: ActiveMQ, request: pytest.FixtureRequest) -> None:
+    """The hand-encoded AMQP message is what proton decodes (durable, group-id, the body as one data
+    section), and the connection runs with the 1 MiB frames both sides offer."""
+    from proton import Message
+
+    for group in (None, "ab" * 24):
+        head, body = _amqp_message(b"x" * 70_000, group)
+        m = Message()
+        m.decode(head + body)
+        assert m.durable and m.group_id == group and bytes(m.body) == b"x" * 70_000
+    with pytest.raises(BrokerError):
+        _amqp_message(b"", "g" * 201)
+    q = _queue(request)
+    with open_sender(broker.amqp_url, q) as tx:
+        t: Any = tx._t
+        transport = t.p.connection.transport
+        assert (transport.max_frame_size, transport.remote_max_frame_size) == (AMQP_FRAME_SIZE, 1 << 20)
+        tx.send_bytes(b"y" * 300_000, "g")
+    assert _drain(broker.amqp_url, q) == [b"y" * 300_000]
+
+
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_ack_after_handler_duplicates_and_dead_letters(
     broker: ActiveMQ, scheme: str, request: pytest.FixtureRequest
