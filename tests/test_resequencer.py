@@ -510,3 +510,13 @@ def test_offer_many_equals_offer_one_by_one_at_the_same_clock(
     assert comparable(feed(opts, ops, many=True)) == comparable(one)
     ends = sorted(e.item for e in one if terminal(e))
     assert ends == list(range(len(ends)))  # every message ends in exactly one terminal
+
+
+def test_spark_refuses_in_all_limits_it_cannot_enforce_across_keys() -> None:
+    from reassembly.spark.resequence import core_options
+
+    core_options(ResequenceOptions(limits=ResequenceLimits(max_group_messages=5, max_messages=5)))  # per key: fine
+    with pytest.raises(ValueError, match="in all"):
+        core_options(ResequenceOptions(limits=ResequenceLimits(max_messages=1000)))
+    with pytest.raises(ValueError, match="in all"):
+        core_options(ResequenceOptions(limits=ResequenceLimits(max_bytes=1 << 20)))

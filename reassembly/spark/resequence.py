@@ -25,9 +25,15 @@ Batch: the same per group, as if the rows had streamed in event-time order
 with a perfect watermark (each row sees every deadline up to its own time),
 then the input ends: what is still held leaves to Expire.
 
-The limits ``max_messages``/``max_bytes``/``max_groups`` are per resequencer,
-so in Spark (one per key) they bound one key like the per-group limits; the
-state store holds the rest (RocksDB spills to disk).
+Limits are per key: ``max_group_messages``/``max_group_bytes`` bound each
+key's held rows (over them: ``expire`` rows after the skip, as in-process).
+The in-all limits cannot be: ``transformWithState`` only reaches the state of
+the key it is handling, so no key can evict another's rows, and a per-task
+count would make the output depend on partitioning and task scheduling (a
+replayed micro-batch could then decide differently). Rather than give
+``max_messages``/``max_bytes`` a silently different meaning, options where
+they are tighter than the per-group limits are refused (``ValueError``); all
+keys together are bounded by the state store (RocksDB spills to disk).
 """
 
 from __future__ import annotations
@@ -82,6 +88,14 @@ class Clock:
 
 def core_options(options: ResequenceOptions) -> ResequenceOptions:
     """Seconds to milliseconds; SQL predicates to readers of the flags computed in the JVM."""
+
+    lim = options.limits
+    if lim.max_messages < lim.max_group_messages or lim.max_bytes < lim.max_group_bytes:
+        raise ValueError(
+            "in Spark every group key has its own resequencer: max_messages/max_bytes (in all) cannot be "
+            "enforced across keys (transformWithState reaches only the key it is handling); bound each key "
+            "with max_group_messages/max_group_bytes (the state store bounds the keys together)"
+        )
 
     def ms(x: float | None) -> float | None:
         return None if x is None else float(round(x * 1000))
