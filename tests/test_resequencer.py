@@ -169,13 +169,17 @@ OPS = st.lists(
 )
 
 
-def normal(events: list[Event]) -> list[tuple[Any, ...]]:
-    """Comparable events; within one call, groups in a fixed order (their own order kept)."""
-    rows = [
+def comparable(events: list[Event]) -> list[tuple[Any, ...]]:
+    """Events as values (a SegmentationError compares by identity: its reason and numbers instead)."""
+    return [
         (type(ev).__name__, *((f.reason, f.details) if isinstance(f, SegmentationError) else f for f in ev))
         for ev in events
     ]
-    return sorted(rows, key=lambda row: str(row[1]))
+
+
+def normal(events: list[Event]) -> list[tuple[Any, ...]]:
+    """Comparable events; within one call, groups in a fixed order (their own order kept)."""
+    return sorted(comparable(events), key=lambda row: str(row[1]))
 
 
 def replay(opts: ResequenceOptions, ops: list[tuple[str, Any, int]], cut: int | None) -> list[list[tuple[Any, ...]]]:
@@ -460,3 +464,59 @@ def test_offer_never_fires_a_timeout_tick_does_at_the_deadline_time() -> None:
         Skipped("g", 1, 2, 3, SkipCause.TIMEOUT),
         Expired("g", 1, 3, "z", 1),
     ]
+
+
+# ---------------------------------------------------------------- property: the batch entry point
+BATCHES = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("batch"),
+            st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(-1, 14), st.integers(0, 3)), max_size=12),
+        ),
+        st.tuples(st.just("tick"), st.sampled_from([0.5, 1.0, 4.0, 11.0])),
+    ),
+    max_size=20,
+)
+
+
+def feed(opts: ResequenceOptions, ops: list[Any], many: bool) -> list[Event]:
+    """Each batch at one clock reading: one ``offer_many`` call, or ``offer`` per message."""
+    clock = Clock()
+    r = Resequencer(opts, clock=clock)
+    events: list[Event] = []
+    n = 0
+    for op, arg in ops:
+        if op == "tick":
+            clock.now += arg
+            events += r.tick()
+            continue
+        msgs = [(g, s, n + i, size) if size else (g, s, n + i) for i, (g, s, size) in enumerate(arg)]
+        n += len(msgs)
+        if many:
+            events += r.offer_many(msgs, now=clock.now) if n % 2 else r.offer_many(iter(msgs))
+        else:
+            for m in msgs:
+                events += r.offer(*m)
+    return events + r.close()
+
+
+@given(START, END, LIMITS, st.sampled_from([None, 3.0]), BATCHES)
+@settings(max_examples=150)
+def test_offer_many_equals_offer_one_by_one_at_the_same_clock(
+    start: Any, end: Any, limits: ResequenceLimits, timeout: float | None, ops: list[Any]
+) -> None:
+    opts = ResequenceOptions(start=start, end=end, missing_timeout=timeout, keep_closed=8.0, limits=limits)
+    one = feed(opts, ops, many=False)
+    assert comparable(feed(opts, ops, many=True)) == comparable(one)
+    ends = sorted(e.item for e in one if terminal(e))
+    assert ends == list(range(len(ends)))  # every message ends in exactly one terminal
+
+
+def test_spark_refuses_in_all_limits_it_cannot_enforce_across_keys() -> None:
+    from reassembly.spark.resequence import core_options
+
+    core_options(ResequenceOptions(limits=ResequenceLimits(max_group_messages=5, max_messages=5)))  # per key: fine
+    with pytest.raises(ValueError, match="in all"):
+        core_options(ResequenceOptions(limits=ResequenceLimits(max_messages=1000)))
+    with pytest.raises(ValueError, match="in all"):
+        core_options(ResequenceOptions(limits=ResequenceLimits(max_bytes=1 << 20)))

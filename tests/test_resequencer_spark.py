@@ -7,8 +7,8 @@ time then push the watermark past every deadline. The in-process reference
 drives one :class:`Resequencer` the way the operator is specified to: per
 micro-batch, tick to the batch's watermark (the newest event time of the
 earlier batches), then offer the batch's rows in event-time order. The
-output rows must be the same, row for row (terminal, position, instance,
-reason, payload).
+output rows must be the same, row for row and column for column: every
+event, the ``skipped`` and ``group_closed`` rows included.
 """
 
 from __future__ import annotations
@@ -26,7 +26,16 @@ import pytest
 
 from reassembly.resequence_model import EndWhen, Event, ResequenceOptions, StartAt
 from reassembly.resequencer import Resequencer
-from reassembly.spark.resequence import Clock, Ref, core_options, outputs, resequence, resequence_stream
+from reassembly.spark.resequence import (
+    EXTRA_FIELDS,
+    Clock,
+    Ref,
+    core_options,
+    outputs,
+    ref_of,
+    resequence,
+    resequence_stream,
+)
 from reassembly.spark.stream import ROCKSDB
 
 pytestmark = pytest.mark.spark
@@ -88,7 +97,21 @@ def reference(batches: list[list[Row]], options: ResequenceOptions) -> Counter[t
         wm = max([wm, *(row[4] for row in batch)])
     clock.now = wm
     events += r.tick()
-    return Counter((*rows[ev.item.row][:3], *extra) for ev, extra in outputs(events))
+    return rows_of(events, rows)
+
+
+def rows_of(events: list[Event], rows: list[Row]) -> Counter[tuple[Any, ...]]:
+    """Every event as the operator's output row: grp, seq, body, then the extra columns."""
+    out: Counter[tuple[Any, ...]] = Counter()
+    for ev, extra in outputs(events):
+        ref = ref_of(ev)
+        head = (ev.group, None, None) if ref is None else rows[ref.row][:3]
+        out[(*head, *(freeze(v) for v in extra))] += 1
+    return out
+
+
+def freeze(v: Any) -> Any:
+    return tuple(tuple(x) for x in v) if isinstance(v, list) else v
 
 
 def land(directory: Path, name: str, rows: list[Row], mtime: float) -> None:
@@ -102,8 +125,8 @@ def land(directory: Path, name: str, rows: list[Row], mtime: float) -> None:
 
 
 def _got(rows: list[Any]) -> Counter[tuple[Any, ...]]:
-    cols = ("grp", "seq", "body", "instance", "terminal", "position", "reason", "reason_name", "detail")
-    return Counter(tuple(bytes(r[c]) if c == "body" else r[c] for c in cols) for r in rows)
+    cols = ("grp", "seq", "body", *(name for name, _ in EXTRA_FIELDS))
+    return Counter(tuple(bytes(r[c]) if c == "body" and r[c] is not None else freeze(r[c]) for c in cols) for r in rows)
 
 
 def test_stream_equals_in_process_fed_in_micro_batches(spark: Any, tmp_path: Path) -> None:
@@ -134,8 +157,10 @@ def _stream_equals_in_process(stream_spark: Any, tmp_path: Path) -> None:
     want = reference(batches, OPTIONS)
     assert got == want
     terminals = Counter(k[4] for k in want.elements())
-    assert {"out", "expire", "missing", "failure"} <= set(terminals), terminals  # the data exercises every terminal
-    assert sum(want.values()) == sum(len(b) for b in batches)  # every row exactly once
+    every = {"out", "expire", "missing", "failure", "skipped", "group_closed"}
+    assert every <= set(terminals), terminals  # the data exercises every terminal and both other events
+    messages = sum(n for k, n in want.items() if k[4] not in ("skipped", "group_closed"))
+    assert messages == sum(len(b) for b in batches)  # every row exactly once
 
 
 SCHEMA_DDL = "grp string, seq bigint, body binary, is_last boolean, ts timestamp"
@@ -158,9 +183,10 @@ def test_batch_equals_in_process_with_a_perfect_watermark(spark: Any) -> None:
             events += rs.tick() + rs.offer(grp, r[1], Ref(2 if r[3] else 0, i))
         clock.now = float("inf")
         events += rs.tick() + rs.close()
-        want += Counter((*mine[ev.item.row][:3], *extra) for ev, extra in outputs(events))
+        want += rows_of(events, mine)
     assert got == want
-    assert sum(got.values()) == len(rows)
+    assert {"skipped", "group_closed"} <= {k[4] for k in got}
+    assert sum(n for k, n in got.items() if k[4] not in ("skipped", "group_closed")) == len(rows)
 
 
 def test_stream_refuses_a_session_without_rocksdb(spark: Any) -> None:

@@ -8,7 +8,11 @@ the input row. Each output row is an input row plus ``instance``,
 ``terminal`` (``out``, ``expire``, ``missing``, ``failure``), ``position``
 (its place in the group instance's released order; null for missing and
 failure), ``reason``/``reason_name``/``detail`` (failures; 0/NONE otherwise).
-Every input row comes out exactly once (rows dropped by the watermark aside).
+Every input row comes out exactly once (rows dropped by the watermark aside),
+and every ``Skipped`` / ``GroupClosed`` event as a row of its own (terminal
+``skipped`` / ``group_closed``; of the input columns only the group column
+set) with ``cause``, ``skip_first``/``skip_stop`` and the closed instance's
+``n_released``/``n_expired``/``n_missing``/``n_failed``/``gaps``.
 
 Stream: ``transformWithState`` keyed by the group column, RocksDB state
 store, **event-time** timers. Per key the state holds the resequencer's
@@ -25,9 +29,15 @@ Batch: the same per group, as if the rows had streamed in event-time order
 with a perfect watermark (each row sees every deadline up to its own time),
 then the input ends: what is still held leaves to Expire.
 
-The limits ``max_messages``/``max_bytes``/``max_groups`` are per resequencer,
-so in Spark (one per key) they bound one key like the per-group limits; the
-state store holds the rest (RocksDB spills to disk).
+Limits are per key: ``max_group_messages``/``max_group_bytes`` bound each
+key's held rows (over them: ``expire`` rows after the skip, as in-process).
+The in-all limits cannot be: ``transformWithState`` only reaches the state of
+the key it is handling, so no key can evict another's rows, and a per-task
+count would make the output depend on partitioning and task scheduling (a
+replayed micro-batch could then decide differently). Rather than give
+``max_messages``/``max_bytes`` a silently different meaning, options where
+they are tighter than the per-group limits are refused (``ValueError``); all
+keys together are bounded by the state store (RocksDB spills to disk).
 """
 
 from __future__ import annotations
@@ -42,9 +52,11 @@ from ..resequence_model import (
     Event,
     Expired,
     Failed,
+    GroupClosed,
     Missing,
     Released,
     ResequenceOptions,
+    Skipped,
     StartAuto,
     StartWhen,
 )
@@ -57,10 +69,17 @@ EXTRA_FIELDS = (
     ("reason", "int"),
     ("reason_name", "string"),
     ("detail", "string"),
+    ("cause", "string"),
+    ("skip_first", "bigint"),
+    ("skip_stop", "bigint"),
+    ("n_released", "bigint"),
+    ("n_expired", "bigint"),
+    ("n_missing", "bigint"),
+    ("n_failed", "bigint"),
+    ("gaps", "array<array<bigint>>"),
 )
 _MS, _SEQ, _FLAGS, _SIZE = "__reseq_ms", "__reseq_seq", "__reseq_flags", "__reseq_size"
 STARTS, ENDS = 1, 2  # bits of a row's predicate flags, computed in the JVM
-MessageEvent = Released | Expired | Missing | Failed
 
 
 class Ref(NamedTuple):
@@ -82,6 +101,14 @@ class Clock:
 
 def core_options(options: ResequenceOptions) -> ResequenceOptions:
     """Seconds to milliseconds; SQL predicates to readers of the flags computed in the JVM."""
+
+    lim = options.limits
+    if lim.max_messages < lim.max_group_messages or lim.max_bytes < lim.max_group_bytes:
+        raise ValueError(
+            "in Spark every group key has its own resequencer: max_messages/max_bytes (in all) cannot be "
+            "enforced across keys (transformWithState reaches only the key it is handling); bound each key "
+            "with max_group_messages/max_group_bytes (the state store bounds the keys together)"
+        )
 
     def ms(x: float | None) -> float | None:
         return None if x is None else float(round(x * 1000))
@@ -105,16 +132,29 @@ def _sql(p: Any, what: str) -> str:
     return p
 
 
-def outputs(events: list[Event]) -> Iterator[tuple[MessageEvent, tuple[Any, ...]]]:
-    """Each message event with its ``instance, terminal, position, reason, reason_name, detail``."""
+def outputs(events: list[Event]) -> Iterator[tuple[Event, tuple[Any, ...]]]:
+    """Every event with its extra columns (:data:`EXTRA_FIELDS`): a row per message, and a row per
+    ``Skipped`` (terminal ``skipped``) and ``GroupClosed`` (terminal ``group_closed``)."""
+    none = (None,) * 8  # cause, skip_first, skip_stop, the four counts, gaps
     for ev in events:
         if isinstance(ev, Failed):
-            yield ev, (ev.instance, "failure", None, int(ev.reason), ev.reason.name, str(ev.error))
+            yield ev, (ev.instance, "failure", None, int(ev.reason), ev.reason.name, str(ev.error), *none)
         elif isinstance(ev, Missing):
-            yield ev, (ev.instance, "missing", None, 0, "NONE", None)
+            yield ev, (ev.instance, "missing", None, 0, "NONE", None, *none)
         elif isinstance(ev, (Released, Expired)):
             terminal = "out" if isinstance(ev, Released) else "expire"
-            yield ev, (ev.instance, terminal, ev.position, 0, "NONE", None)
+            yield ev, (ev.instance, terminal, ev.position, 0, "NONE", None, *none)
+        elif isinstance(ev, Skipped):
+            yield ev, (ev.instance, "skipped", None, 0, "NONE", None, ev.cause.value, ev.first, ev.stop, *none[:5])
+        else:
+            counts = (ev.released, ev.expired, ev.missing, ev.failed)
+            gaps = [list(g) for g in ev.gaps]
+            yield ev, (ev.instance, "group_closed", None, 0, "NONE", None, ev.cause.value, None, None, *counts, gaps)
+
+
+def ref_of(ev: Event) -> Ref | None:
+    """Where a message event's row is; None for ``Skipped`` / ``GroupClosed`` (rows of their own)."""
+    return None if isinstance(ev, (Skipped, GroupClosed)) else ev.item  # type: ignore[no-any-return]
 
 
 def _prepare(df: Any, group: str, seq: str, event_time: str, options: ResequenceOptions, size: str | None) -> Any:
@@ -159,7 +199,7 @@ def _order(row: Any) -> tuple[int, int, int]:
     return (row[_MS] or 0, seq is None, seq or 0)
 
 
-def _processor(options: ResequenceOptions, columns: list[str], value_schema: Any) -> Any:
+def _processor(options: ResequenceOptions, columns: list[str], value_schema: Any, group_column: str) -> Any:
     from pyspark.sql import Row
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
@@ -187,21 +227,22 @@ def _processor(options: ResequenceOptions, columns: list[str], value_schema: Any
             for i, row in enumerate(batch):
                 clock.now = row[_MS] or 0
                 events += r.offer(group, row[_SEQ], Ref(row[_FLAGS], i), size=row[_SIZE] or 0)
-            return self._emit(r, events, batch)
+            return self._emit(r, events, batch, key[0])
 
         def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[Any]:
             clock = Clock()
             r = self._load(clock)
             clock.now = max(timerValues.getCurrentWatermarkInMs(), expiredTimerInfo.getExpiryTimeInMs())
-            return self._emit(r, r.tick(), [])
+            return self._emit(r, r.tick(), [], key[0])
 
-        def _emit(self, r: Resequencer, events: list[Event], batch: list[Any]) -> Iterator[Any]:
+        def _emit(self, r: Resequencer, events: list[Event], batch: list[Any], key_value: Any) -> Iterator[Any]:
             out, left = [], set()
             for ev, extra in outputs(events):
-                ref: Ref = ev.item
-                if ref.row >= 0:
-                    values = tuple(batch[ref.row][c] for c in columns)
-                    left.add(ref.row)
+                if isinstance(ev, (Skipped, GroupClosed)):  # only the group column of the input is set
+                    values = tuple(key_value if c == group_column else None for c in columns)
+                elif ev.item.row >= 0:
+                    values = tuple(batch[ev.item.row][c] for c in columns)
+                    left.add(ev.item.row)
                 else:
                     values = tuple(self.held.getValue((ev.seq,)))
                     self.held.removeKey((ev.seq,))
@@ -252,7 +293,7 @@ def resequence_stream(
     delayed = df.withWatermark(event_time, f"{round(watermark * 1000)} milliseconds")
     prepared = _prepare(delayed, group, seq, event_time, opts, size)
     return prepared.groupBy(f"`{group}`").transformWithState(
-        statefulProcessor=_processor(opts, list(df.columns), df.schema),
+        statefulProcessor=_processor(opts, list(df.columns), df.schema, group),
         outputStructType=_out_schema(df),
         outputMode="Append",
         timeMode="EventTime",
@@ -261,8 +302,9 @@ def resequence_stream(
 
 def resequence_table(
     options: ResequenceOptions, group: Any, rows: list[dict[str, Any]]
-) -> list[tuple[int, tuple[Any, ...]]]:
-    """One group of a finished table, in-process: ``(row index, extras)`` per output row, in event order."""
+) -> list[tuple[int | None, tuple[Any, ...]]]:
+    """One group of a finished table, in-process: ``(row index, extras)`` per output row, in event order
+    (index None: a ``skipped`` or ``group_closed`` row)."""
     clock = Clock()
     r = Resequencer(core_options(options), clock=clock)
     events: list[Event] = []
@@ -273,7 +315,7 @@ def resequence_table(
         events += r.offer(group, row[_SEQ], Ref(row[_FLAGS], i), size=row[_SIZE] or 0)
     clock.now = float("inf")
     events += r.tick() + r.close()
-    return [(ev.item.row, extra) for ev, extra in outputs(events)]
+    return [(None if (ref := ref_of(ev)) is None else ref.row, extra) for ev, extra in outputs(events)]
 
 
 def resequence(
@@ -292,11 +334,17 @@ def resequence(
     columns = list(df.columns)
     schema = _out_schema(df)
     types = {"bigint": pa.int64(), "int": pa.int32(), "string": pa.string()}
+    types["array<array<bigint>>"] = pa.list_(pa.list_(pa.int64()))
 
     def per_group(key, table):  # type: ignore[no-untyped-def]  # no hints: Spark picks the table form
+        import pyarrow.compute as pc
+
         helpers = table.select([_MS, _SEQ, _FLAGS, _SIZE]).to_pylist()
         decided = resequence_table(opts, _key(key), helpers)
-        out = table.select(columns).take(pa.array([i for i, _ in decided], pa.int64()))
+        out = table.select(columns).take(pa.array([i for i, _ in decided], pa.int64()))  # None: a null row
+        at = columns.index(group)
+        filled = pc.fill_null(out.column(at), pa.scalar(key[0], out.schema.field(at).type))
+        out = out.set_column(at, out.schema.field(at), filled)
         for k, (name, ddl) in enumerate(EXTRA_FIELDS):
             out = out.append_column(name, pa.array([e[k] for _, e in decided], types[ddl]))
         return out
@@ -305,4 +353,13 @@ def resequence(
     return prepared.groupBy(f"`{group}`").applyInArrow(per_group, schema)
 
 
-__all__ = ["EXTRA_FIELDS", "Ref", "core_options", "outputs", "resequence", "resequence_stream", "resequence_table"]
+__all__ = [
+    "EXTRA_FIELDS",
+    "Ref",
+    "core_options",
+    "outputs",
+    "ref_of",
+    "resequence",
+    "resequence_stream",
+    "resequence_table",
+]
