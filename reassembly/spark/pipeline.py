@@ -26,7 +26,7 @@ from typing import Any
 from segmenter.digest import NO_POLICY, REDACT_KEYS, DigestPolicy
 
 from ..assembler import Limits
-from . import jvm
+from . import jar, jvm
 from .decode import decode_segments
 from .judge import make_judge
 from .schema import MESSAGE_COLUMNS, OUTPUT_FIELDS, QUARANTINE_COLUMNS, ColumnNames
@@ -47,6 +47,9 @@ class ReassemblyOptions:
     payload_dir: str | None = None
     large_message_bytes: int = 128 << 20
     jvm_fast_path: bool = True  # False: every group through the Python assembler (same rows, slower)
+    # Use the bundled jar when the session has it (README "JVM fast path"): the clean test folds the
+    # segments' verified CRCs instead of reading each message again. False: Spark SQL only (same rows).
+    use_jar: bool = True
     # SHA-256 / HMAC-SHA-256: verified in the JVM on the fast path, by the assembler otherwise.
     # With a keyring, its keys are literals in the plan: reassemble() sets REDACT_KEYS.
     digest: DigestPolicy = NO_POLICY
@@ -117,7 +120,8 @@ def reassemble(
     agg = jvm.aggregate(routed, n)
     if opts.digest.keyring is not None and opts.jvm_fast_path:
         _redact_keys(df.sparkSession)
-    clean = F.expr(jvm.clean(opts.digest)) if opts.jvm_fast_path else F.lit(False)
+    folded = opts.jvm_fast_path and opts.use_jar and jar.enable(df.sparkSession)
+    clean = F.expr(jvm.clean(opts.digest, folded)) if opts.jvm_fast_path else F.lit(False)
     judge = make_judge(limits, opts.unit_of_work, opts.payload_dir, threshold)
     job = F.when(~clean, F.struct("routable", "pk", F.col("bk").isNotNull().alias("large"), "blob", "meta"))
     rows = agg.select("*", judge(job).alias("r"))
