@@ -9,7 +9,9 @@ Data path (one scan, one shuffle, one aggregate; see ``jvm.py`` and ``judge.py``
 2. One shuffle by GroupId; one aggregate concatenates each message's (or MQ
    group's) data in the JVM and collects its headers.
 3. A message that passes the JVM's narrow clean test (the common case) is
-   written from the JVM: its bytes never cross into Python.
+   written from the JVM: its bytes never cross into Python. With the bundled jar
+   (``jar.py``) its CRC is folded from the segments' verified CRCs; without it,
+   Spark's ``crc32`` reads the concatenation again (same rows).
 4. Everything else (gaps, duplicates, conflicts, bad checksums, zstd, MQ groups,
    rows that are not segments, NULL rows, large messages) goes to the same
    :class:`~reassembly.assembler.Assembler` the in-process consumer uses, in a
