@@ -56,7 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", default=None, help="scratch directory for generated data (default: a temp dir)")
     p.add_argument("--out", default=str(HERE / "results"), help="where issue14.json and issue14.md go")
     p.add_argument("--readme", action="store_true", help="replace the generated part of bench/README.md's section")
+    p.add_argument("--render", metavar="JSON", help="no run: the section from a results file (partial ones too)")
+    p.add_argument("--large-json", metavar="JSON", help="with --render: the large case from bench.largecase --json")
     args = p.parse_args(argv)
+    if args.render:
+        return render(Path(args.render), args.large_json, args.readme)
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="bench-"))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -98,6 +102,21 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def render(results_file: Path, large_json: str | None, readme: bool) -> int:
+    """Write the section from a saved run (``issue14.partial.json`` of an interrupted run too)."""
+    r = json.loads(results_file.read_text())
+    r["summary"] = sparkbench.summarize(r["runs"])
+    if "seconds_total" not in r:
+        r |= {"partial": True, "load_after": r["load_before"], "seconds_total": 0}
+    if large_json:
+        r["large"] = json.loads(Path(large_json).read_text())
+    text = section(r)
+    if readme:
+        update_readme(HERE / "README.md", text)
+    print(text)
+    return 0
+
+
 def stage_profile(src: Path, runs: int, work: Path) -> list[dict[str, Any]]:
     """``bench.stages`` on one data set in its own process; its records."""
     target = work / f"stages-{src.name}.json"
@@ -124,6 +143,7 @@ def section(r: dict[str, Any]) -> str:
         f"pyspark {m['pyspark']}, pyarrow {m['pyarrow']}; {r['rounds']} round(s) interleaved, each case in a fresh "
         f"process after a 32 MiB warm-up; load average {lb[0]:.1f} before, {la[0]:.1f} after; "
         f"{r['seconds_total'] / 60:.0f} min in all.",
+        *(["", "**Interrupted run: only the cases in the table were measured.**"] if r.get("partial") else []),
         "",
         "| data | segment | approach | median s | min-max s | MiB/s | vs floor | vs listagg "
         "| JVM peak | Py workers peak (all) | largest Py process |",
