@@ -1,5 +1,8 @@
 """Run the benchmark suite: ``python -m bench [--quick] [--out DIR]``.
 
+``python -m bench --only issue14 [--rounds 3] [...]`` runs issue 14's benchmark instead
+(:mod:`bench.jvmbench`; the other arguments go to it).
+
 Writes ``results.json``, PNG plots and ``table.md`` into ``--out`` (default
 ``bench/results``); with the default it also rewrites the results section of
 ``bench/README.md``. Timings live here, never in tests.
@@ -56,11 +59,19 @@ def machine() -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:2] == ["--only", "issue14"]:
+        from . import jvmbench
+
+        return jvmbench.main(argv[2:])
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     p.add_argument("--quick", action="store_true", help="small sizes: a smoke run under two minutes")
     p.add_argument("--out", default=str(HERE / "results"), help="where results.json, plots and table.md go")
     p.add_argument("--work", default=None, help="scratch directory for generated data (default: a temp dir)")
     p.add_argument("--skip-spark", action="store_true")
+    p.add_argument(
+        "--only", choices=["issue14"], help="only issue 14's benchmark (must come first: --only issue14 ...)"
+    )
     p.add_argument(
         "--digests",
         action="store_true",

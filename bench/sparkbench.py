@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +78,9 @@ APPROACHES = (
     "(d) floor: shuffle by message + write",
 )
 DIGEST_APPROACHES = {name: f"ours + {name}" for name in DIGESTS}  # ours, verifying (in the JVM) what it signs
+# One message far above Spark's 2 GiB value cap: only the streamed path can build it, into a payload file.
+LARGE = "ours, streamed to a payload file"
+LARGE_MESSAGE_BYTES = 64 * MiB  # pieces at offsets past this travel alone and are written straight to the file
 
 
 def approaches(spark: Any, payload_dir: Path) -> dict[str, Callable[[Any], Any]]:
@@ -127,8 +131,14 @@ def approaches(spark: Any, payload_dir: Path) -> dict[str, Callable[[Any], Any]]
 
         return run
 
+    def streamed(df: Any) -> Any:
+        options = ReassemblyOptions(
+            payload_dir=str(payload_dir), large_message_bytes=LARGE_MESSAGE_BYTES, max_message_size=1 << 40
+        )
+        return reassemble(df, options=options).combined
+
     table = dict(zip(APPROACHES, (ours, listagg, collect_concat, pandas_udf, floor), strict=True))
-    return table | {DIGEST_APPROACHES[name]: verifying(policy) for name, policy in DIGESTS.items()}
+    return table | {DIGEST_APPROACHES[name]: verifying(policy) for name, policy in DIGESTS.items()} | {LARGE: streamed}
 
 
 class _Window:
@@ -136,10 +146,11 @@ class _Window:
 
     def __init__(self) -> None:
         self.driver = self.jvm = self.python_workers = 0
+        self.python_worker = 0  # the largest single Python process (the daemon or one worker)
 
 
 def _sample(root: psutil.Process, window: _Window) -> None:
-    jvm = workers = 0
+    jvm = workers = largest = 0
     try:
         driver = root.memory_info().rss
         children = root.children(recursive=True)
@@ -154,14 +165,24 @@ def _sample(root: psutil.Process, window: _Window) -> None:
             jvm += rss
         elif "python" in name:
             workers += rss
+            largest = max(largest, rss)
     window.driver = max(window.driver, driver)
     window.jvm = max(window.jvm, jvm)
     window.python_workers = max(window.python_workers, workers)
+    window.python_worker = max(window.python_worker, largest)
 
 
-def run_cases(data: Path, names: list[str], warmup: Path, out: Path) -> list[dict[str, Any]]:
-    """Time ``names`` on ``data`` in one fresh Spark process; peak memory per case."""
+def run_cases(
+    data: Path, names: list[str], warmup: Path, out: Path, *, keep: bool = False, conf: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """Time ``names`` on ``data`` in one fresh Spark process; peak memory per case.
+
+    ``keep``: leave the last case's output (and payload files) for the caller to check.
+    ``conf``: extra Spark settings for that process.
+    """
     cmd = [sys.executable, "-m", "bench.sparkcase", "--data", str(data), "--warmup", str(warmup), "--out", str(out)]
+    cmd += ["--keep"] if keep else []
+    cmd += [f"--conf={k}={v}" for k, v in (conf or {}).items()]
     with open(out.parent / "sparkcase.log", "a") as log:  # Spark's start-up chatter, kept for a post-mortem
         proc = psutil.Popen(
             [*cmd, *names], stdout=subprocess.PIPE, stderr=log, text=True, cwd=Path(__file__).parent.parent
@@ -191,6 +212,7 @@ def run_cases(data: Path, names: list[str], warmup: Path, out: Path) -> list[dic
                     "peak_driver_rss": window.driver,
                     "peak_jvm_rss": window.jvm,
                     "peak_python_workers_rss": window.python_workers,
+                    "peak_python_worker_rss": window.python_worker,
                 }
             )
     proc.wait()
@@ -199,6 +221,15 @@ def run_cases(data: Path, names: list[str], warmup: Path, out: Path) -> list[dic
     for name in names[len(results) :]:  # the process died: say so, do not drop the case
         results.append({"approach": name, "seconds": None, "error": f"bench process exited {proc.returncode}"})
     return results
+
+
+def datasets(work: Path, kind: str, shapes: Iterable[tuple[int, int, int]]) -> list[tuple[str, Path, dict[str, Any]]]:
+    """Generate (or reuse) the landing table of each (total, segment size, segments per message)."""
+    out = []
+    for total, ssize, per in shapes:
+        src = work / f"data-{total // MiB}M-{ssize // 1024}K-{per}"
+        out.append((kind, src, make_dataset(src, total, ssize, per)))
+    return out
 
 
 MATRIX = (
@@ -210,6 +241,48 @@ MATRIX = (
 )
 
 
+def interleaved(
+    datasets: Iterable[tuple[str, Path, dict[str, Any]]], names: Iterable[str], warmup: Path, out: Path, rounds: int
+) -> Iterator[dict[str, Any]]:
+    """Every (data set, approach) ``rounds`` times, round-robin: round 1 of all, then round 2, ...
+
+    Each case in its own fresh process; interleaving spreads the drift of a shared machine's
+    load over every approach alike instead of charging it to whichever ran last.
+    """
+    sets, approaches_ = list(datasets), list(names)
+    for r in range(1, rounds + 1):
+        for kind, src, info in sets:
+            for name in approaches_:
+                for case in run_cases(src, [name], warmup, out):
+                    yield {"kind": kind, "round": r, **info, **case}
+
+
+PEAKS = ("peak_driver_rss", "peak_jvm_rss", "peak_python_workers_rss", "peak_python_worker_rss")
+
+
+def summarize(cases: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (kind, data set, approach): median, min and max seconds over its runs, highest peaks."""
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for c in cases:
+        groups.setdefault((c["kind"], c["bytes"], c["segment"], c["per_message"], c["approach"]), []).append(c)
+    out = []
+    for runs in groups.values():
+        times = [c["seconds"] for c in runs if c["seconds"] is not None]
+        first = runs[0]
+        out.append(
+            {
+                **{k: first[k] for k in ("kind", "messages", "bytes", "segment", "per_message", "approach")},
+                "seconds": statistics.median(times) if times else None,
+                "min": min(times, default=None),
+                "max": max(times, default=None),
+                "runs": [c["seconds"] for c in runs],
+                "error": next((c["error"] for c in runs if c["error"]), None),
+                **{k: max(c.get(k, 0) for c in runs) for k in PEAKS},
+            }
+        )
+    return out
+
+
 def spark_cases(work: Path, quick: bool) -> Iterator[dict[str, Any]]:
     # Warm-up in every process before the timed run: Python worker start-up, and enough rows for
     # HotSpot to compile the hot paths (a 4 MiB warm-up left the first 1 GiB run 1.5x slower).
@@ -218,12 +291,7 @@ def spark_cases(work: Path, quick: bool) -> Iterator[dict[str, Any]]:
     out = work / "out"
     everything = list(APPROACHES)
     matrix = [(64 * MiB, 64 * 1024, 8)] if quick else list(MATRIX)
-    for total, ssize, per in matrix:
-        src = work / f"data-{total // MiB}M-{ssize // 1024}K-{per}"
-        info = make_dataset(src, total, ssize, per)
-        for name in everything:  # one process per case: its memory peaks are its own
-            for case in run_cases(src, [name], warm, out):
-                yield {"kind": "matrix", **info, **case}
+    yield from interleaved(datasets(work, "matrix", matrix), everything, warm, out, rounds=1)
     if quick:
         return
     ours, listagg, floor = everything[0], everything[1], everything[4]

@@ -24,9 +24,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", required=True)
     p.add_argument("--warmup", required=True, help="a tiny data set: JIT and Python worker start-up paid there")
     p.add_argument("--out", required=True)
+    p.add_argument("--keep", action="store_true", help="leave the last case's output and payload files")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="an extra Spark setting")
     p.add_argument("names", nargs="+")
     args = p.parse_args(argv)
-    spark = get_session("local[2]", app_name="bench", conf={"spark.driver.memory": "8g"})
+    conf = {"spark.driver.memory": "8g"} | dict(kv.split("=", 1) for kv in args.conf)
+    spark = get_session("local[2]", app_name="bench", conf=conf)
     spark.sparkContext.setLogLevel("OFF")
     out = Path(args.out)
     table = approaches(spark, out.parent / "payloads")
@@ -47,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"FAIL {name}\t{first_line(exc)}", flush=True)
             continue
         print(f"END {name}\t{seconds}", flush=True)
-    shutil.rmtree(out, ignore_errors=True)
+    if not args.keep:
+        shutil.rmtree(out, ignore_errors=True)
     spark.stop()
     return 0
 

@@ -1,9 +1,10 @@
 """Where the Spark path's time goes: task time per stage for the floor and for ours cut short at each step.
 
-``python -m bench.stages DATA`` (a landing table from ``python -m bench``, e.g.
-``/tmp/bench-work/data-1024M-64K-8``) runs, in one warm session, each variant
-three times and prints the task seconds of the map stage (scan, header decoding,
-shuffle write) and of the reduce stage (everything after the shuffle):
+``python -m bench.stages DATA [--runs 3] [--json FILE]`` (a landing table from
+``python -m bench``, e.g. ``/tmp/bench-work/data-1024M-64K-8``) runs, in one warm
+session, each variant ``--runs`` times (interleaved) and prints the task seconds of
+the map stage (scan, header decoding, shuffle write) and of the reduce stage
+(everything after the shuffle):
 
 * ``floor``: shuffle the segments by message and write them;
 * ``aggregate``: our routing and aggregate, write the concatenations;
@@ -13,6 +14,7 @@ shuffle write) and of the reduce stage (everything after the shuffle):
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import sys
@@ -22,9 +24,15 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
+VARIANTS = ("floor", "aggregate", "clean", "ours")
 
-def main(argv: list[str] | None = None) -> int:
-    data = (argv or sys.argv[1:])[0]
+
+def profile(data: str, runs: int = 3) -> list[dict[str, Any]]:
+    """One record per (run, variant): wall seconds and the task seconds of each stage, map stage first.
+
+    A variant whose building blocks a newer ``jvm`` module no longer offers is recorded with its
+    error instead of stopping the profile.
+    """
     from pyspark.sql import functions as F
 
     from reassembly.session import get_session
@@ -32,12 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     from reassembly.spark.decode import decode_segments
     from segmenter.digest import NO_POLICY
 
-    port = "4099"
-    spark = get_session(
-        "local[2]", conf={"spark.driver.memory": "8g", "spark.ui.enabled": "true", "spark.ui.port": port}
-    )
+    spark = get_session("local[2]", conf={"spark.driver.memory": "8g", "spark.ui.enabled": "true"})
     spark.sparkContext.setLogLevel("OFF")
-    api = f"http://localhost:{port}/api/v1/applications/{spark.sparkContext.applicationId}/stages"
+    api = f"{spark.sparkContext.uiWebUrl}/api/v1/applications/{spark.sparkContext.applicationId}/stages"
 
     def aggregate(df: Any) -> Any:
         return jvm.aggregate(jvm.route(decode_segments(df, "segment", 1 << 30), None), 8)
@@ -49,22 +54,41 @@ def main(argv: list[str] | None = None) -> int:
         "ours": lambda df: reassemble(df).combined,
     }
     out = tempfile.mkdtemp(prefix="stages-")
-    for run in range(3):
+    records: list[dict[str, Any]] = []
+    for run in range(1, runs + 1):
         for name, build in variants.items():
             before = {s["stageId"] for s in json.load(urllib.request.urlopen(api))}
             shutil.rmtree(out, ignore_errors=True)
             start = time.perf_counter()
-            build(spark.read.parquet(data)).write.parquet(out)
+            try:
+                build(spark.read.parquet(data)).write.parquet(out)
+            except Exception as exc:  # recorded: the profile goes on without this variant
+                records.append({"run": run, "variant": name, "error": f"{type(exc).__name__}: {exc}"[:300]})
+                continue
             wall = time.perf_counter() - start
             stages = [s for s in json.load(urllib.request.urlopen(api)) if s["stageId"] not in before]
             tasks = [
-                round(s["executorRunTime"] / 1000, 1)
+                round(s["executorRunTime"] / 1000, 2)
                 for s in sorted(stages, key=lambda s: s["stageId"])
                 if s["numTasks"] > 1
             ]
-            print(f"run {run + 1} {name:<10} wall {wall:5.1f} s   task seconds per stage {tasks}", flush=True)
+            records.append({"run": run, "variant": name, "wall": wall, "stages": tasks})
+            print(f"run {run} {name:<10} wall {wall:5.1f} s   task seconds per stage {tasks}", flush=True)
     shutil.rmtree(out, ignore_errors=True)
     spark.stop()
+    return records
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.stages", description=__doc__)
+    p.add_argument("data", help="a landing table directory (Parquet, column 'segment')")
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--json", default=None, help="also write the records here")
+    args = p.parse_args(argv)
+    records = profile(args.data, args.runs)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(records, f, indent=1)
     return 0
 
 
