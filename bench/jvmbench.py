@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from . import largecase, sparkbench
+from .host import machine
 from .report import _size
 
 HERE = Path(__file__).parent
@@ -64,7 +65,6 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="bench-"))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    from .__main__ import machine
 
     started = time.monotonic()
     results: dict[str, Any] = {"machine": machine(), "rounds": args.rounds, "scale": args.scale, "runs": []}
