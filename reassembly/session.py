@@ -10,11 +10,9 @@ from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from .java import ensure_java
-from .spark.jar import jar_path
 
 # Arrow batches bounded by bytes, not only rows: segments are large.
 DEFAULT_CONF: dict[str, str] = {
-    "spark.jars": jar_path(),  # the JVM fast path (reassembly/spark/jar.py)
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.execution.arrow.maxBytesPerBatch": str(64 * 1024 * 1024),
     "spark.sql.execution.arrow.maxRecordsPerBatch": "10000",

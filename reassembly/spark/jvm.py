@@ -48,8 +48,6 @@ from segmenter.checksum import ChecksumAlgorithm
 from segmenter.digest import DigestPolicy, verify_sql
 from segmenter.flags import Codec
 
-from .jar import COMBINE
-
 # Per-row facts the clean test reads (all small); Python needs sk, plen, far and is_null.
 _META = (
     "sk",
@@ -69,7 +67,6 @@ _META = (
     "original_length",
     "message_checksum",
     "length_deferred",
-    "data_checksum",
 )
 _SEQ, _OFFSET = table.FIELD["msg_seq_number"], table.FIELD["offset"]
 SK_HEADER = _SEQ.width + _OFFSET.width  # the header bytes start here in sk
@@ -150,25 +147,14 @@ _CLEAN = f"""coalesce(
   AND last.is_last
   AND forall(zip_with(slice(meta, 1, n - 1), slice(meta, 2, n - 1),
       (a, b) -> NOT a.is_last AND b.offset = a.offset + a.data_length), ok -> ok)
-  AND {{message_crc}} = last.message_checksum,
+  AND crc32(blob) = last.message_checksum,
   false)"""
-# The whole-message CRC. With the bundled jar: the segments' CRCs (each verified against its data
-# in the map stage: data_ok) folded in order by the jar's crc32_combine, no pass over the bytes.
-# Without it: Spark's crc32 over the concatenation (a second pass over every message).
-_FOLDED = f"aggregate(meta, CAST(0 AS BIGINT), (acc, m) -> {COMBINE}(acc, m.data_checksum, m.data_length))"
 
 
-def clean(digest: DigestPolicy, folded: bool = False) -> str:
+def clean(digest: DigestPolicy) -> str:
     """SQL boolean: the aggregated row is a complete message by every rule (module doc), its
-    digests included. With a keyring the keys are literals in the plan (see ``REDACT_KEYS``).
-
-    ``folded``: the jar's function is registered (:func:`reassembly.spark.jar.enable`). Where each
-    rule lives: the per-segment rules are the header table's (``header_ok``, ``data_ok``: SQL
-    generated from ``segmenter.header_table``, map stage); the message rules (one message, no codec,
-    contiguity, agreeing fields) are the SQL above; the jar only computes the message CRC.
-    """
-    crc = _FOLDED if folded else "crc32(blob)"
-    return f"({_CLEAN.format(message_crc=crc)}) AND {verify_sql('blob', EXTENSION, digest)}"
+    digests included. With a keyring the keys are literals in the plan (see ``REDACT_KEYS``)."""
+    return f"({_CLEAN}) AND {verify_sql('blob', EXTENSION, digest)}"
 
 
 def clean_row() -> dict[str, str]:

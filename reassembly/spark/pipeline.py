@@ -9,9 +9,7 @@ Data path (one scan, one shuffle, one aggregate; see ``jvm.py`` and ``judge.py``
 2. One shuffle by GroupId; one aggregate concatenates each message's (or MQ
    group's) data in the JVM and collects its headers.
 3. A message that passes the JVM's narrow clean test (the common case) is
-   written from the JVM: its bytes never cross into Python. With the bundled jar
-   (``jar.py``) its CRC is folded from the segments' verified CRCs; without it,
-   Spark's ``crc32`` reads the concatenation again (same rows).
+   written from the JVM: its bytes never cross into Python.
 4. Everything else (gaps, duplicates, conflicts, bad checksums, zstd, MQ groups,
    rows that are not segments, NULL rows, large messages) goes to the same
    :class:`~reassembly.assembler.Assembler` the in-process consumer uses, in a
@@ -28,7 +26,7 @@ from typing import Any
 from segmenter.digest import NO_POLICY, REDACT_KEYS, DigestPolicy
 
 from ..assembler import Limits
-from . import jar, jvm
+from . import jvm
 from .decode import decode_segments
 from .judge import make_judge
 from .schema import MESSAGE_COLUMNS, OUTPUT_FIELDS, QUARANTINE_COLUMNS, ColumnNames
@@ -49,9 +47,6 @@ class ReassemblyOptions:
     payload_dir: str | None = None
     large_message_bytes: int = 128 << 20
     jvm_fast_path: bool = True  # False: every group through the Python assembler (same rows, slower)
-    # Use the bundled jar when the session has it (README "JVM fast path"): the clean test folds the
-    # segments' verified CRCs instead of reading each message again. False: Spark SQL only (same rows).
-    use_jar: bool = True
     # SHA-256 / HMAC-SHA-256: verified in the JVM on the fast path, by the assembler otherwise.
     # With a keyring, its keys are literals in the plan: reassemble() sets REDACT_KEYS.
     digest: DigestPolicy = NO_POLICY
@@ -122,8 +117,7 @@ def reassemble(
     agg = jvm.aggregate(routed, n)
     if opts.digest.keyring is not None and opts.jvm_fast_path:
         _redact_keys(df.sparkSession)
-    folded = opts.jvm_fast_path and opts.use_jar and jar.enable(df.sparkSession)
-    clean = F.expr(jvm.clean(opts.digest, folded)) if opts.jvm_fast_path else F.lit(False)
+    clean = F.expr(jvm.clean(opts.digest)) if opts.jvm_fast_path else F.lit(False)
     judge = make_judge(limits, opts.unit_of_work, opts.payload_dir, threshold)
     job = F.when(~clean, F.struct("routable", "pk", F.col("bk").isNotNull().alias("large"), "blob", "meta"))
     rows = agg.select("*", judge(job).alias("r"))
