@@ -115,7 +115,15 @@ def drained(broker: ActiveMQ, tmp_path_factory: pytest.TempPathFactory) -> Drain
         published += " segments" in line
         if published == 3:
             break
-    time.sleep(0.05)
+    # Kill it while a file is open: stop it, look, and kill only once a temporary file exists
+    # (a fixed sleep raced with the drain: a fast one could be between files at the kill).
+    deadline = time.monotonic() + 60
+    while True:
+        p.send_signal(signal.SIGSTOP)
+        if list(landing.glob(".drain-*.tmp")) or time.monotonic() > deadline:
+            break
+        p.send_signal(signal.SIGCONT)
+        time.sleep(0.005)
     p.send_signal(signal.SIGKILL)
     p.wait()
     assert list(landing.glob(".drain-*.tmp"))  # killed mid-file: its temporary file is orphaned
