@@ -582,9 +582,11 @@ class Assembler:
         clock: Callable[[], float] | None = None,
         unit_of_work: bool = True,
         second_chance: bool = False,
+        bodies: BodyStore | None = None,
     ) -> Assembler:
-        """Rebuild an assembler from :meth:`snapshot` output (segments are re-verified)."""
-        asm = cls(limits, clock=clock, unit_of_work=unit_of_work, second_chance=second_chance)
+        """Rebuild an assembler from :meth:`snapshot` output (segments are re-verified; with ``bodies``,
+        those of large messages go back into the store, as they would have arrived)."""
+        asm = cls(limits, clock=clock, unit_of_work=unit_of_work, second_chance=second_chance, bodies=bodies)
         asm._closed = restore(blob, asm._feed, asm._groups, asm._ledger)
         return asm
 

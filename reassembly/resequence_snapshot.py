@@ -18,13 +18,13 @@ totals are recomputed, never read. Anything wrong is a STATE_ERROR
 from __future__ import annotations
 
 import json
-import math
 import struct
 from collections.abc import Callable
 from typing import Any
 
 from segmenter.errors import Reason, SegmentationError
 
+from ._checks import Corrupt, check, integer, opt_integer, opt_time
 from .resequence_model import Group, Phase, ResequenceLimits
 
 Groups = dict[Any, Group]
@@ -32,10 +32,6 @@ Groups = dict[Any, Group]
 MAGIC = b"RSEQ"
 VERSION = 1
 _LEN = struct.Struct(">Q")
-
-
-class _Bad(Exception):
-    """A check failed (turned into a STATE_ERROR at the boundary)."""
 
 
 def _key_out(key: Any) -> list[Any]:
@@ -53,18 +49,18 @@ def _key_out(key: Any) -> list[Any]:
 
 
 def _key_in(v: Any) -> Any:
-    _check(isinstance(v, list) and v and v[0] in ("n", "s", "i", "b"), "group id")
+    check(isinstance(v, list) and v and v[0] in ("n", "s", "i", "b"), "group id")
     tag = v[0]
     if tag == "n":
-        _check(len(v) == 1, "group id")
+        check(len(v) == 1, "group id")
         return None
-    _check(len(v) == 2, "group id")
+    check(len(v) == 2, "group id")
     if tag == "s":
-        _check(isinstance(v[1], str), "group id")
+        check(isinstance(v[1], str), "group id")
         return v[1]
     if tag == "i":
-        return _int(v[1], "group id")
-    _check(isinstance(v[1], str), "group id")
+        return integer(v[1], "group id")
+    check(isinstance(v[1], str), "group id")
     return bytes.fromhex(v[1])
 
 
@@ -120,29 +116,8 @@ def load(
         return _load(memoryview(blob), limits, decode)
     except SegmentationError:
         raise
-    except (_Bad, ValueError, TypeError, KeyError, IndexError, struct.error, RecursionError) as exc:
+    except (Corrupt, ValueError, TypeError, KeyError, IndexError, struct.error, RecursionError) as exc:
         raise SegmentationError(f"corrupt resequencer snapshot: {exc}", reason=Reason.STATE_ERROR) from None
-
-
-def _check(ok: Any, what: str) -> None:
-    if not ok:
-        raise _Bad(f"bad {what}")
-
-
-def _int(v: Any, what: str) -> int:
-    _check(type(v) is int, what)
-    return int(v)
-
-
-def _opt_int(v: Any, what: str) -> int | None:
-    return None if v is None else _int(v, what)
-
-
-def _time(v: Any, what: str) -> float | None:
-    if v is None:
-        return None
-    _check(type(v) in (int, float) and math.isfinite(v), what)
-    return float(v)
 
 
 def _load(
@@ -152,40 +127,40 @@ def _load(
     waiting: dict[Any, None] = {}
     closed_groups: Groups = {}
     head = len(MAGIC) + 1
-    _check(bytes(view[: len(MAGIC)]) == MAGIC, "magic: not a resequencer snapshot")
+    check(bytes(view[: len(MAGIC)]) == MAGIC, "magic: not a resequencer snapshot")
     if view[len(MAGIC)] != VERSION:
         raise SegmentationError(
             "unsupported resequencer snapshot version", reason=Reason.STATE_ERROR, version=view[len(MAGIC)]
         )
     (n,) = _LEN.unpack_from(view, head)
     pos = head + _LEN.size
-    _check(n <= len(view) - pos, "document length")
+    check(n <= len(view) - pos, "document length")
     meta = json.loads(bytes(view[pos : pos + n]))
     pos += n
-    _check(isinstance(meta, dict) and set(meta) == {"groups", "waiting", "closed"}, "document")
-    _check(isinstance(meta["groups"], list) and len(meta["groups"]) <= lim.max_groups, "groups")
+    check(isinstance(meta, dict) and set(meta) == {"groups", "waiting", "closed"}, "document")
+    check(isinstance(meta["groups"], list) and len(meta["groups"]) <= lim.max_groups, "groups")
     for doc in meta["groups"]:
         g, pos = _group(lim, doc, view, pos, decode)
-        _check(g.key not in groups, "duplicate group id")
+        check(g.key not in groups, "duplicate group id")
         groups[g.key] = g
-    _check(pos == len(view), "trailing bytes")
+    check(pos == len(view), "trailing bytes")
     held = sum(len(g.held) for g in groups.values())
-    _check(held <= lim.max_messages and sum(g.nbytes for g in groups.values()) <= lim.max_bytes, "totals")
+    check(held <= lim.max_messages and sum(g.nbytes for g in groups.values()) <= lim.max_bytes, "totals")
     keys = list(groups)
-    _check(isinstance(meta["waiting"], list), "waiting")
+    check(isinstance(meta["waiting"], list), "waiting")
     for i in meta["waiting"]:
-        _check(0 <= _int(i, "waiting") < len(keys) and keys[i] not in waiting, "waiting")
+        check(0 <= integer(i, "waiting") < len(keys) and keys[i] not in waiting, "waiting")
         waiting[keys[i]] = None
-    _check(set(waiting) == {k for k, g in groups.items() if g.held}, "waiting groups")
+    check(set(waiting) == {k for k, g in groups.items() if g.held}, "waiting groups")
     closed = meta["closed"]
-    _check(isinstance(closed, list) and len(closed) <= lim.max_closed, "closed")
+    check(isinstance(closed, list) and len(closed) <= lim.max_closed, "closed")
     for entry in closed:
-        _check(isinstance(entry, list) and len(entry) == 3, "closed group")
+        check(isinstance(entry, list) and len(entry) == 3, "closed group")
         key = _key_in(entry[0])
-        _check(key not in closed_groups and key not in groups, "closed group id")
-        g = Group(key, _int(entry[1], "instance"), Phase.CLOSED, None, None)
-        _check(g.instance >= 1, "instance")
-        g.deadline = _time(entry[2], "deadline")
+        check(key not in closed_groups and key not in groups, "closed group id")
+        g = Group(key, integer(entry[1], "instance"), Phase.CLOSED, None, None)
+        check(g.instance >= 1, "instance")
+        g.deadline = opt_time(entry[2], "deadline")
         closed_groups[key] = g
     return groups, waiting, closed_groups
 
@@ -195,53 +170,53 @@ def _group(
 ) -> tuple[Group, int]:
     fields = {"key", "instance", "phase", "start", "end", "next", "expiring", "position"}
     fields |= {"counts", "gaps", "floor", "deadline", "held"}
-    _check(isinstance(d, dict) and set(d) == fields, "group")
+    check(isinstance(d, dict) and set(d) == fields, "group")
     phase = Phase(d["phase"])
-    _check(phase is not Phase.CLOSED, "phase")
-    start, end = _opt_int(d["start"], "start"), _opt_int(d["end"], "end")
-    g = Group(_key_in(d["key"]), _int(d["instance"], "instance"), phase, start, end)
-    g.next = _int(d["next"], "next")
-    _check(g.instance >= 1 and (start is None or end is None or start <= end), "instance, start or end")
-    _check(type(d["expiring"]) is bool, "expiring")
+    check(phase is not Phase.CLOSED, "phase")
+    start, end = opt_integer(d["start"], "start"), opt_integer(d["end"], "end")
+    g = Group(_key_in(d["key"]), integer(d["instance"], "instance"), phase, start, end)
+    g.next = integer(d["next"], "next")
+    check(g.instance >= 1 and (start is None or end is None or start <= end), "instance, start or end")
+    check(type(d["expiring"]) is bool, "expiring")
     g.expiring = d["expiring"]
-    g.position = _int(d["position"], "position")
+    g.position = integer(d["position"], "position")
     counts = d["counts"]
-    _check(isinstance(counts, list) and len(counts) == 4, "counts")
-    released, g.n_expired, g.n_missing, g.failed = (_int(c, "count") for c in counts)
-    _check(min(g.position, *counts) >= 0 and g.position == released + g.n_expired, "position or counts")
+    check(isinstance(counts, list) and len(counts) == 4, "counts")
+    released, g.n_expired, g.n_missing, g.failed = (integer(c, "count") for c in counts)
+    check(min(g.position, *counts) >= 0 and g.position == released + g.n_expired, "position or counts")
     running = phase in (Phase.RUNNING, Phase.ENDING)
     gaps = d["gaps"]
-    _check(isinstance(gaps, list) and len(gaps) <= lim.max_gaps, "gaps")
+    check(isinstance(gaps, list) and len(gaps) <= lim.max_gaps, "gaps")
     low = None if start is None else start
     for gap in gaps:
-        _check(isinstance(gap, list) and len(gap) == 2, "gap")
-        lo, hi = _int(gap[0], "gap"), _int(gap[1], "gap")
-        _check(running and (low is None or lo >= low) and lo < hi <= g.next, "gap range")
+        check(isinstance(gap, list) and len(gap) == 2, "gap")
+        lo, hi = integer(gap[0], "gap"), integer(gap[1], "gap")
+        check(running and (low is None or lo >= low) and lo < hi <= g.next, "gap range")
         g.gap_lo.append(lo)
         g.gap_hi.append(hi)
         low = hi
-    g.floor = _opt_int(d["floor"], "floor")
-    _check(running or g.floor is None, "floor")
+    g.floor = opt_integer(d["floor"], "floor")
+    check(running or g.floor is None, "floor")
     held = d["held"]
-    _check(isinstance(held, list) and len(held) <= lim.max_group_messages, "held")
-    _check(phase is not Phase.ENDING or not held, "held while ending")
-    _check(phase not in (Phase.GATHERING, Phase.WAITING) or held, "nothing held before the start")
+    check(isinstance(held, list) and len(held) <= lim.max_group_messages, "held")
+    check(phase is not Phase.ENDING or not held, "held while ending")
+    check(phase not in (Phase.GATHERING, Phase.WAITING) or held, "nothing held before the start")
     for entry in held:
-        _check(isinstance(entry, list) and len(entry) == 3, "held message")
-        seq, size, length = (_int(v, "held message") for v in entry)
-        _check(size >= 0 and 0 <= length <= len(view) - pos and seq not in g.held, "held message")
-        _check((not running or seq > g.next) and (start is None or seq >= start), "held number")
-        _check(end is None or seq <= end, "held number above the end")
+        check(isinstance(entry, list) and len(entry) == 3, "held message")
+        seq, size, length = (integer(v, "held message") for v in entry)
+        check(size >= 0 and 0 <= length <= len(view) - pos and seq not in g.held, "held message")
+        check((not running or seq > g.next) and (start is None or seq >= start), "held number")
+        check(end is None or seq <= end, "held number above the end")
         raw = bytes(view[pos : pos + length])
         pos += length
         try:
             g.held[seq] = decode(raw) if decode is not None else raw
         except Exception as exc:  # the caller's decoder: its failure is a corrupt snapshot, not a crash
-            raise _Bad(f"item does not decode: {exc}") from None
+            raise Corrupt(f"item does not decode: {exc}") from None
         if size:
             g.sizes[seq] = size
             g.nbytes += size
-    _check(g.nbytes <= lim.max_group_bytes, "held bytes above the limit")
-    g.deadline = _time(d["deadline"], "deadline")
-    _check(phase is not Phase.GATHERING or g.deadline is not None, "gathering without a deadline")
+    check(g.nbytes <= lim.max_group_bytes, "held bytes above the limit")
+    g.deadline = opt_time(d["deadline"], "deadline")
+    check(phase is not Phase.GATHERING or g.deadline is not None, "gathering without a deadline")
     return g, pos

@@ -1,12 +1,18 @@
 """Snapshot and restore of an assembler's open state: a JSON header, then every held segment's original bytes.
 
 Layout: ``b"SGAS\\x01"``, u64 length of the JSON, the JSON (groups: id, age,
-duplicate counters, delivered numbers, segment count, and where each segment
-was read when positions were given; closed groups with the fingerprints they
-delivered, their last number and whether they may start again; each
-partition's positions), then per group its segments as u64 length + original
-bytes. Restore feeds the segments back through the assembler, so they are
-verified again. Keys absent from an older snapshot take their defaults.
+duplicate counters, delivered numbers with the fingerprints of their segments,
+the last number when known, segment count, and where each segment was read
+when positions were given; closed groups with the fingerprints they delivered,
+their last number and whether they may start again; each partition's
+positions), then per group its segments as u64 length + original bytes.
+Restore feeds the segments back through the assembler, so they are verified
+again, and checks each group got exactly its own segments back. A group may
+hold no segment at all: one of a logical group delivered message by message
+(``unit_of_work=False``) between two messages; it is rebuilt from its record,
+what it delivered and its last number included (without them a copy of a
+delivered segment would be Late instead of a Duplicate, and the group would
+never complete). Keys absent from an older snapshot take their defaults.
 Partitions and positions are stored as JSON: they must be JSON values
 (``str``, ``int``, ``float``, tuples of them; tuples come back as tuples).
 """
@@ -16,12 +22,14 @@ from __future__ import annotations
 import json
 import struct
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
+from typing import Any
 
 from segmenter.errors import Reason, SegmentationError
 
+from ._checks import Corrupt, check, integer, opt_integer, time
 from ._state import GroupState
-from .model import Closed, Group
+from .model import Closed, Fingerprint, Group
 from .positions import Ledger, Origin, origin_from_json
 
 MAGIC = b"SGAS\x01"
@@ -39,6 +47,8 @@ def snapshot(groups: Mapping[bytes, Group], closed: Mapping[bytes, Closed], ledg
                 "first_seen": g.first_seen,
                 "duplicates": {str(s): m.duplicates for s, m in g.messages.items()},
                 "delivered": sorted(g.delivered),
+                "fingerprints": [[*key, *fp] for key, fp in sorted(g.fingerprints.items())],
+                "last_seq": g.last_seq,
                 "segments": len(raws[gid]),
                 "origins": _origins(g),
             }
@@ -77,7 +87,7 @@ def _origins(g: Group) -> list[list[object] | None]:
 def restore(
     blob: bytes,
     feed: Callable[[bytes, Origin | None, bool], None],
-    groups: Mapping[bytes, Group],
+    groups: MutableMapping[bytes, Group],
     ledger: Ledger,
 ) -> OrderedDict[bytes, Closed]:
     """Restore the partitions' positions, feed every saved segment back (``feed``, with where it was
@@ -89,29 +99,66 @@ def restore(
             raise SegmentationError("not an assembler snapshot", reason=Reason.STATE_ERROR)
         (n,) = _LEN.unpack_from(view, len(MAGIC))
         start = len(MAGIC) + _LEN.size
+        check(n <= len(view) - start, "document length")
         meta = json.loads(bytes(view[start : start + n]))
+        check(isinstance(meta, dict) and isinstance(meta["groups"], list), "document")
         pos = start + n
         ledger.load(meta.get("partitions", []))
         for g in meta["groups"]:
-            origins = g.get("origins") or [None] * g["segments"]
-            for i in range(g["segments"]):
-                (size,) = _LEN.unpack_from(view, pos)
-                o = origins[i]
-                feed(
-                    bytes(view[pos + _LEN.size : pos + _LEN.size + size]), origin_from_json(o), o is None or len(o) == 2
-                )
-                pos += _LEN.size + size
-            group = groups[bytes.fromhex(g["id"])]
-            group.first_seen = g["first_seen"]
-            group.delivered = set(g["delivered"])
-            for s, d in g["duplicates"].items():
-                group.messages[int(s)].duplicates = d
-        return OrderedDict(
-            (
-                bytes.fromhex(c[0]),
-                Closed(GroupState(c[1]), {(f[0], f[1]): (f[2], f[3], f[4]) for f in c[2]}, *c[3:5]),
-            )
-            for c in meta["closed"]
-        )
-    except (ValueError, KeyError, TypeError, struct.error) as exc:
+            check(isinstance(g, dict), "group")
+            pos = _group(view, pos, g, feed, groups)
+        check(pos == len(view), "trailing bytes")
+        return OrderedDict((bytes.fromhex(c[0]), _closed(c)) for c in meta["closed"])
+    except (Corrupt, ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError, struct.error) as exc:
         raise SegmentationError(f"corrupt snapshot: {exc}", reason=Reason.STATE_ERROR) from None
+
+
+def _group(
+    view: memoryview,
+    pos: int,
+    g: dict[str, Any],
+    feed: Callable[[bytes, Origin | None, bool], None],
+    groups: MutableMapping[bytes, Group],
+) -> int:
+    """Feed one group's segments back, then its record; where its segments end."""
+    gid = bytes.fromhex(g["id"])
+    count = integer(g["segments"], "segment count")
+    check(gid not in groups, "group id repeated")
+    origins = g.get("origins") or [None] * count
+    check(isinstance(origins, list) and len(origins) == count, "origins")
+    for o in origins:
+        (size,) = _LEN.unpack_from(view, pos)
+        check(size <= len(view) - pos - _LEN.size, "segment length")
+        feed(bytes(view[pos + _LEN.size : pos + _LEN.size + size]), origin_from_json(o), o is None or len(o) == 2)
+        pos += _LEN.size + size
+    group = groups.get(gid)
+    if group is None:  # delivering message by message, nothing held between two messages
+        check(count == 0, "segments of another group")
+        group = groups[gid] = Group(gid, True, 0.0)
+    check(sum(len(ps) for m in group.messages.values() for ps in m.at.values()) == count, "segments of the group")
+    group.first_seen = time(g["first_seen"], "age")
+    group.delivered = {integer(s, "delivered number") for s in g["delivered"]}
+    group.fingerprints = _fingerprints(g.get("fingerprints", []))
+    if "last_seq" in g:
+        group.last_seq = opt_integer(g["last_seq"], "last number")
+    for s, d in g["duplicates"].items():
+        group.messages[int(s)].duplicates = integer(d, "duplicate count")
+    return pos
+
+
+def _closed(c: list[Any]) -> Closed:
+    """``[id, state, fingerprints, last number, may start again]`` (the last two absent in older snapshots)."""
+    reopen = c[4] if len(c) > 4 else False
+    check(type(reopen) is bool, "closed group")
+    last = opt_integer(c[3], "last number") if len(c) > 3 else None
+    return Closed(GroupState(c[1]), _fingerprints(c[2]), last, reopen)
+
+
+def _fingerprints(rows: list[Any]) -> dict[tuple[int, int], Fingerprint]:
+    """``[[seq, offset, length, checksum, flags], ...]`` of delivered segments."""
+    out: dict[tuple[int, int], Fingerprint] = {}
+    for row in rows:
+        check(isinstance(row, list) and len(row) == 5, "fingerprint")
+        seq, offset, length, checksum, flags = (integer(v, "fingerprint") for v in row)
+        out[(seq, offset)] = (length, checksum, flags)
+    return out
