@@ -69,6 +69,7 @@ class OrderedGroups:
         resequence_limits: ResequenceLimits | None = None,
         bodies: BodyStore | None = None,
     ) -> None:
+        self._clock = clock
         self.assembler = Assembler(limits, clock=clock, unit_of_work=False, bodies=bodies)
         options = ResequenceOptions(
             start=StartAt(1),
@@ -97,29 +98,14 @@ class OrderedGroups:
         return join(self.assembler.snapshot(), self.resequencer.snapshot(encode_complete))
 
     @classmethod
-    def restore(
-        cls,
-        blob: bytes,
-        limits: Limits | None = None,
-        *,
-        clock: Callable[[], float],
-        missing_timeout: float | None = 60.0,
-        keep_closed: float | None = 3600.0,
-        resequence_limits: ResequenceLimits | None = None,
-        bodies: BodyStore | None = None,
-    ) -> OrderedGroups:
-        """An instance in the state :meth:`snapshot` saved; the options are given again, as to the
-        constructor (they are configuration, not state). A malformed snapshot is a STATE_ERROR."""
+    def restore(cls, blob: bytes, *args: Any, **kwargs: Any) -> OrderedGroups:
+        """An instance in the state :meth:`snapshot` saved. ``args``/``kwargs`` are the constructor's (the
+        limits, clock, timeouts and body store: configuration, not state, so given again). A malformed
+        snapshot is a STATE_ERROR."""
         parts = split(blob)
-        og = cls(
-            limits,
-            clock=clock,
-            missing_timeout=missing_timeout,
-            keep_closed=keep_closed,
-            resequence_limits=resequence_limits,
-            bodies=bodies,
-        )
-        og.assembler = Assembler.restore(parts[0], limits, clock=clock, unit_of_work=False, bodies=bodies)
+        og = cls(*args, **kwargs)
+        asm, clock = og.assembler, og._clock
+        og.assembler = Assembler.restore(parts[0], asm.limits, clock=clock, unit_of_work=False, bodies=asm.bodies)
         og.resequencer = Resequencer.restore(parts[1], og.resequencer.options, clock=clock, decode=decode_complete)
         return og
 

@@ -94,18 +94,10 @@ def decode_complete(raw: bytes) -> MessageComplete:
     if stored is not None:
         check(isinstance(stored, list) and len(stored) == 3 and isinstance(stored[0], str) and not payload, "body")
         payload = StoredBody(stored[0], integer(stored[1], "body"), integer(stored[2], "body"))
-    return MessageComplete(
-        group_id=bytes.fromhex(gid),
-        msg_seq_number=seq,
-        payload=payload,
-        msg_flags=flags,
-        segments=segments,
-        duplicates=duplicates,
-        stored_length=stored_length,
-        original_length=original_length,
-        checksum=opt_integer(doc[7], "checksum"),
-        positions=tuple(_origin(o) for o in positions),
-    )
+    checksum = opt_integer(doc[7], "checksum")
+    origins = tuple(_origin(o) for o in positions)
+    lengths = (stored_length, original_length)
+    return MessageComplete(bytes.fromhex(gid), seq, payload, flags, segments, duplicates, *lengths, checksum, origins)
 
 
 def _origin(o: Any) -> Any:

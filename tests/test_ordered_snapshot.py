@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from collect_helpers import Clock
+from hostile_json import JSONV, replace_somewhere
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,14 +24,6 @@ from reassembly.ordered_snapshot import decode_complete, encode_complete, join
 from reassembly.resequence_model import GroupClosed, Released, ResequenceLimits
 from segmenter import segment, segment_group
 from segmenter.errors import Reason, SegmentationError
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def value(x: Any) -> Any:
@@ -176,21 +170,19 @@ def check_ordered(seed: int, ops: list[Any], cuts: set[int], options: dict[str, 
     assert replay(segs, ops, make, reopen, cuts) == replay(segs, ops, make, reopen, set())
 
 
-@given(st.integers(0, 1 << 16), OPS, st.sets(st.integers(0, 41), min_size=1, max_size=2), OPTIONS)
-@settings(max_examples=100)
-def test_ordered_groups_restore_anywhere_changes_nothing(
-    seed: int, ops: list[Any], cuts: set[int], options: dict[str, Any]
-) -> None:
-    check_ordered(seed, ops, cuts, options)
+def ordered_property(examples: int, most_cuts: int) -> Callable[..., None]:
+    """The property, with ``examples`` cases of up to ``most_cuts`` restarts."""
+
+    @given(st.integers(0, 1 << 16), OPS, st.sets(st.integers(0, 41), min_size=1, max_size=most_cuts), OPTIONS)
+    @settings(max_examples=examples)
+    def prop(seed: int, ops: list[Any], cuts: set[int], options: dict[str, Any]) -> None:
+        check_ordered(seed, ops, cuts, options)
+
+    return prop
 
 
-@pytest.mark.slow
-@given(st.integers(0, 1 << 16), OPS, st.sets(st.integers(0, 41), min_size=1, max_size=4), OPTIONS)
-@settings(max_examples=3000)
-def test_ordered_groups_restore_anywhere_changes_nothing_many(
-    seed: int, ops: list[Any], cuts: set[int], options: dict[str, Any]
-) -> None:
-    check_ordered(seed, ops, cuts, options)
+test_ordered_groups_restore_anywhere_changes_nothing = ordered_property(100, 2)
+test_ordered_groups_restore_anywhere_changes_nothing_many = pytest.mark.slow(ordered_property(3000, 4))
 
 
 def test_waiting_messages_in_a_body_store_are_kept_by_reference(tmp_path: Path) -> None:
@@ -273,32 +265,6 @@ def test_damaged_snapshot_bytes_are_a_state_error_or_harmless(data: st.DataObjec
     _survives(bytes(raw[: data.draw(st.integers(0, len(raw)))]), segs)
 
 
-JSONV = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=3),
-    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=3), c, max_size=3),
-    max_leaves=6,
-)
-
-
-def _replace_somewhere(doc: Any, data: st.DataObject, new: Any) -> Any:
-    """``doc`` with one value (any depth) replaced by ``new``."""
-    paths: list[tuple[Any, ...]] = []
-
-    def walk(node: Any, path: tuple[Any, ...]) -> None:
-        paths.append(path)
-        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
-        for k, v in items:
-            walk(v, (*path, k))
-
-    walk(doc, ())
-    path = data.draw(st.sampled_from(paths[1:]))
-    node = doc
-    for k in path[:-1]:
-        node = node[k]
-    node[path[-1]] = new
-    return doc
-
-
 @given(st.data(), JSONV)
 @settings(max_examples=150)
 def test_hostile_assembler_fields_are_a_state_error_or_harmless(data: st.DataObject, new: Any) -> None:
@@ -306,7 +272,7 @@ def test_hostile_assembler_fields_are_a_state_error_or_harmless(data: st.DataObj
     (m,) = struct.unpack_from(">Q", blob, 5)
     asm, rest = blob[13 : 13 + m], blob[13 + m :]
     (n,) = struct.unpack_from(">Q", asm, 5)
-    doc = json.dumps(_replace_somewhere(json.loads(asm[13 : 13 + n]), data, new)).encode()
+    doc = json.dumps(replace_somewhere(json.loads(asm[13 : 13 + n]), data, new)).encode()
     asm = asm[:5] + struct.pack(">Q", len(doc)) + doc + asm[13 + n :]
     _survives(blob[:5] + struct.pack(">Q", len(asm)) + asm + rest, segs)
 
@@ -318,7 +284,7 @@ def test_hostile_waiting_message_fields_are_a_state_error_or_harmless(data: st.D
     raw = encode_complete(held)
     assert decode_complete(raw) == held
     (n,) = struct.unpack_from(">I", raw)
-    doc = json.dumps(_replace_somewhere(json.loads(raw[4 : 4 + n]), data, new)).encode()
+    doc = json.dumps(replace_somewhere(json.loads(raw[4 : 4 + n]), data, new)).encode()
     og = OrderedGroups(clock=Clock())
     og.resequencer.offer(held.group_id, 3, held)
     hostile = struct.pack(">I", len(doc)) + doc + raw[4 + n :]

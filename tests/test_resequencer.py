@@ -7,6 +7,7 @@ import struct
 from typing import Any
 
 import pytest
+from hostile_json import JSONV, replace_somewhere
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -264,32 +265,11 @@ def test_hostile_snapshot_bytes_give_our_error(data: st.DataObject) -> None:
     _survives(bytes(blob[: data.draw(st.integers(0, len(blob)))]))
 
 
-JSONV = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=3),
-    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=3), c, max_size=3),
-    max_leaves=6,
-)
-
-
 @given(st.data(), JSONV)
 def test_hostile_snapshot_fields_give_our_error(data: st.DataObject, value: Any) -> None:
     blob = _genuine()
     (n,) = struct.unpack_from(">Q", blob, 5)
-    doc = json.loads(blob[13 : 13 + n])
-    paths = []
-
-    def walk(node: Any, path: tuple[Any, ...]) -> None:
-        paths.append(path)
-        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
-        for k, v in items:
-            walk(v, (*path, k))
-
-    walk(doc, ())
-    path = data.draw(st.sampled_from(paths[1:]))
-    node = doc
-    for k in path[:-1]:
-        node = node[k]
-    node[path[-1]] = value
+    doc = replace_somewhere(json.loads(blob[13 : 13 + n]), data, value)
     raw = json.dumps(doc).encode()
     _survives(blob[:5] + struct.pack(">Q", len(raw)) + raw + blob[13 + n :])
 
