@@ -31,7 +31,15 @@ from activemq_server import ActiveMQ, activemq, available, free_env
 from reassembly import Assembler, Limits, Unfinished
 from reassembly.brokers import Delivered, Quarantined, Receiver
 from segmenter import Segment, segment, segment_group
-from segmenter.brokers import AMQP_FRAME_SIZE, BrokerError, _amqp_message, open_consumer, open_sender, segment_size_for
+from segmenter.brokers import (
+    AMQP_FRAME_SIZE,
+    BrokerError,
+    _amqp_data_section,
+    _amqp_envelope,
+    open_consumer,
+    open_sender,
+    segment_size_for,
+)
 from segmenter.errors import Reason, SegmentationError
 
 pytestmark = pytest.mark.skipif(not available(), reason="ActiveMQ (Debian package activemq) or java missing")
@@ -77,12 +85,11 @@ def test_amqp_envelope_and_frame_size(broker: ActiveMQ, request: pytest.FixtureR
     from proton import Message
 
     for group in (None, "ab" * 24):
-        head, body = _amqp_message(b"x" * 70_000, group)
         m = Message()
-        m.decode(head + body)
+        m.decode(_amqp_envelope(group) + _amqp_data_section(70_000) + b"x" * 70_000)
         assert m.durable and m.group_id == group and bytes(m.body) == b"x" * 70_000
     with pytest.raises(BrokerError):
-        _amqp_message(b"", "g" * 201)
+        _amqp_envelope("g" * 201)
     q = _queue(request)
     with open_sender(broker.amqp_url, q) as tx:
         t: Any = tx._t
