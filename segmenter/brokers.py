@@ -137,10 +137,12 @@ class Sender:
         gid = segment.header.group_id
         if gid != self._gid:  # a message's segments share it: hex once per message, not per segment
             self._gid, self._group = gid, gid.hex()
-        data = segment.data
+        header, data = segment.header.pack(), segment.data
         if isinstance(data, memoryview) and (data.itemsize != 1 or not data.c_contiguous):
             data = data.tobytes()  # the transports write flat byte buffers
-        self._send(segment.header.pack(), data, len(segment), self._group)
+        # The length written in the frame is the bytes' own, never what the header claims.
+        size = len(header) + (data.nbytes if isinstance(data, memoryview) else len(data))
+        self._send(header, data, size, self._group)
 
     def send_bytes(self, body: bytes, group: str | None = None) -> None:
         """Send one broker message as is (the floor in ``bench/brokerbench.py``: no segment header)."""
