@@ -21,7 +21,7 @@ of the per-round ratios floor / segmented: a pair measured seconds apart shares 
 load, which a ratio of two medians taken from different rounds does not. Starts a throwaway
 ActiveMQ (tests/activemq_server.py, AMQP frames of 1 MiB) unless ``--amqp``/``--stomp`` URLs are given.
 
-    python -m bench.brokerbench --mib 64 --rounds 5
+    python -m bench.brokerbench --mib 64 --rounds 6
 """
 
 from __future__ import annotations
@@ -167,11 +167,14 @@ def table(rows: list[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.brokerbench", description=__doc__.split("\n\n")[0])
     p.add_argument("--mib", type=int, default=64, help="MiB per case (default 64)")
-    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5; the table shows medians)")
+    p.add_argument(
+        "--rounds", type=int, default=6, help="rounds (default 6: each case runs first, second and third twice)"
+    )
     p.add_argument("--amqp", default=None, help="an AMQP broker URL to use instead of a throwaway ActiveMQ")
     p.add_argument("--stomp", default=None, help="a STOMP broker URL to use instead of a throwaway ActiveMQ")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "broker.json"))
     args = p.parse_args(argv)
+    start = os.getloadavg()
     if args.amqp or args.stomp:
         urls = {k: v for k, v in (("amqp", args.amqp), ("stomp", args.stomp)) if v}
         rows = run(urls, args.mib, args.rounds)
@@ -182,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         with activemq(heap="1g", amqp_frame_size=1 << 20) as broker:
             rows = run({"amqp": broker.amqp_url, "stomp": broker.stomp_url}, args.mib, args.rounds)
     print(table(rows))
+    load = ", ".join(f"{a:.1f}/{b:.1f}" for a, b in zip(start, os.getloadavg(), strict=True))
+    print(f"load average (1, 5, 15 min) at start/end: {load}")
     Path(args.out).write_text(json.dumps(rows, indent=1))
     return 0
 
