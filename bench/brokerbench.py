@@ -164,6 +164,15 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def pooled(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The rows of several runs as one run: rounds renumbered after each other (pairs stay pairs)."""
+    out: list[dict[str, Any]] = []
+    for rows in runs:
+        base = 1 + max((r["round"] for r in out), default=-1)
+        out += [{**r, "round": base + r["round"]} for r in rows]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.brokerbench", description=__doc__.split("\n\n")[0])
     p.add_argument("--mib", type=int, default=64, help="MiB per case (default 64)")
@@ -173,7 +182,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--amqp", default=None, help="an AMQP broker URL to use instead of a throwaway ActiveMQ")
     p.add_argument("--stomp", default=None, help="a STOMP broker URL to use instead of a throwaway ActiveMQ")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "broker.json"))
+    p.add_argument("--table", nargs="+", metavar="JSON", help="only print the table of earlier runs' results, pooled")
     args = p.parse_args(argv)
+    if args.table:
+        print(table(pooled([json.loads(Path(f).read_text()) for f in args.table])))
+        return 0
     start = os.getloadavg()
     if args.amqp or args.stomp:
         urls = {k: v for k, v in (("amqp", args.amqp), ("stomp", args.stomp)) if v}
