@@ -1,16 +1,27 @@
 """Segments through a real broker against the floor: the same broker moving unsegmented messages
 of the same size (issue 13's performance goal: within 1.2x of that floor).
 
-For each segment size, protocol and round (floor and segmented interleaved, so a loaded machine
-hurts both alike): the sender side (segment + encode + send until the broker confirmed every
-message) over a queue, then the receiver side (fetch, assemble, hand over, acknowledge) draining
-it. The floor sends ``bytes`` bodies of the segment size with ``Sender.send_bytes`` and receives
-them with a bare consumer that accepts each. Both send sides stop the clock when ``close()``
-returned, i.e. once the broker confirmed every message (AMQP: accepted; STOMP: receipt). The table
-gives the median of the rounds and their min-max. Starts a throwaway ActiveMQ
-(tests/activemq_server.py, AMQP frames of 1 MiB) unless ``--amqp``/``--stomp`` URLs are given.
+Three cases per segment size, protocol and round, in an order that rotates from round to round
+(a loaded machine hurts all alike): each sends over a queue (the clock stops when ``close()``
+returned, i.e. once the broker confirmed every message: AMQP accepted, STOMP receipt), then
+drains it (every delivery acknowledged).
 
-    python -m bench.brokerbench --mib 64 --rounds 5
+* **floor**: ``bytes`` bodies of the segment size through ``Sender.send_bytes`` *with a broker
+  group*, a new one every 8 messages, as the segmented case has (a 48-hex-char GroupId per
+  8-segment message): the broker does the same message-group work (assign each new group to the
+  consumer, route by it), so the only difference left is segmentation itself. Received by a bare
+  consumer that accepts each delivery.
+* **bare**: the same without a group (what the floor was before), to show what groups cost.
+* **segmented**: 8-segment payloads cut by the ``Segmenter`` (each encoded segment is exactly the
+  size) sent with ``Sender.send``, received by the ``Receiver`` (decode, assemble, hand over,
+  then acknowledge).
+
+The table gives each case's median MiB/s over the rounds (min-max) and the ratio as the median
+of the per-round ratios floor / segmented: a pair measured seconds apart shares the machine's
+load, which a ratio of two medians taken from different rounds does not. Starts a throwaway
+ActiveMQ (tests/activemq_server.py, AMQP frames of 1 MiB) unless ``--amqp``/``--stomp`` URLs are given.
+
+    python -m bench.brokerbench --mib 64 --rounds 6
 """
 
 from __future__ import annotations
@@ -41,11 +52,11 @@ def _timed(fn: Callable[[], int]) -> tuple[float, int]:
     return time.perf_counter() - start, n
 
 
-def _send_floor(url: str, queue: str, body: bytes, count: int) -> int:
+def _send_floor(url: str, queue: str, body: bytes, groups: list[str | None]) -> int:
     with open_sender(url, queue) as s:
-        for _ in range(count):
-            s.send_bytes(body)
-    return count
+        for g in groups:
+            s.send_bytes(body, g)
+    return len(groups)
 
 
 def _send_segmented(url: str, queue: str, payload: bytes, messages: int, size: int) -> int:
@@ -82,6 +93,9 @@ def _receive_segmented(url: str, queue: str, messages: int) -> int:
     return rx.stats.received
 
 
+CASES = ("floor", "bare", "segmented")
+
+
 def run(urls: dict[str, str], mib: int, rounds: int) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for label, size in SIZES.items():
@@ -93,19 +107,23 @@ def run(urls: dict[str, str], mib: int, rounds: int) -> list[dict[str, Any]]:
         for proto, url in urls.items():
             for r in range(rounds):
                 queue = f"bench.{label}.{proto}.{r}"
-                cases: list[tuple[str, Callable[[], int], Callable[[], int]]] = [
-                    ("floor", partial(_send_floor, url, queue + ".f", body, count),
-                     partial(_receive_floor, url, queue + ".f", count)),
-                    ("segmented", partial(_send_segmented, url, queue + ".s", payload, messages, size),
-                     partial(_receive_segmented, url, queue + ".s", messages)),
-                ]  # fmt: skip
-                for kind, send, receive in cases if r % 2 == 0 else cases[::-1]:
+                grouped: list[str | None] = [os.urandom(24).hex() for _ in range(messages) for _ in range(PER_MESSAGE)]
+                work: dict[str, tuple[Callable[[], int], Callable[[], int]]] = {
+                    "floor": (partial(_send_floor, url, queue + ".f", body, grouped),
+                              partial(_receive_floor, url, queue + ".f", count)),
+                    "bare": (partial(_send_floor, url, queue + ".b", body, [None] * count),
+                             partial(_receive_floor, url, queue + ".b", count)),
+                    "segmented": (partial(_send_segmented, url, queue + ".s", payload, messages, size),
+                                  partial(_receive_segmented, url, queue + ".s", messages)),
+                }  # fmt: skip
+                for kind in CASES[r % 3 :] + CASES[: r % 3]:  # each case first, second, third in turn
+                    send, receive = work[kind]
                     ts, n = _timed(send)
                     tr, _ = _timed(receive)
                     mb = n * size / (1 << 20)
                     row = {"segment": label, "protocol": proto, "round": r, "case": kind, "messages": n,
                            "send_s": ts, "recv_s": tr, "send_mib_s": mb / ts, "recv_mib_s": mb / tr,
-                           "send_seg_s": n / ts, "recv_seg_s": n / tr}  # fmt: skip
+                           "send_seg_s": n / ts, "recv_seg_s": n / tr, "load1": os.getloadavg()[0]}  # fmt: skip
                     rows.append(row)
                     print(
                         f"{label:>5} {proto:5} r{r} {kind:9} {n:5d} msgs  send {mb / ts:7.1f} MiB/s "
@@ -116,37 +134,60 @@ def run(urls: dict[str, str], mib: int, rounds: int) -> list[dict[str, Any]]:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    """Median MiB/s of the rounds (min-max) and segments/s; ratio = floor median / segmented median."""
-    rates: dict[tuple[str, str, str, str], list[float]] = {}
+    """Median MiB/s of the rounds (min-max), segments/s, and the median of the per-round ratios
+    floor / segmented and bare / segmented (min-max)."""
+    rates: dict[tuple[str, str, str, str], dict[int, float]] = {}
     for r in rows:
         for side in ("send", "recv"):
-            rates.setdefault((r["segment"], r["protocol"], r["case"], side), []).append(r[f"{side}_mib_s"])
+            rates.setdefault((r["segment"], r["protocol"], r["case"], side), {})[r["round"]] = r[f"{side}_mib_s"]
 
     def cell(k: tuple[str, str, str, str]) -> str:
-        v = rates[k]
+        v = list(rates[k].values())
         med = statistics.median(v)
         return f"{med:.1f} ({min(v):.1f}-{max(v):.1f}; {med * (1 << 20) / SIZES[k[0]]:.0f}/s)"
 
+    def ratio(num: tuple[str, str, str, str], den: tuple[str, str, str, str]) -> str:
+        v = [rates[num][i] / rates[den][i] for i in rates[num].keys() & rates[den].keys()]
+        return f"{statistics.median(v):.2f}x ({min(v):.2f}-{max(v):.2f})"
+
     lines = [
-        "| segment | protocol | side | floor MiB/s (min-max; seg/s) | segmented MiB/s (min-max; seg/s) | ratio |",
-        "|---|---|---|---|---|---|",
+        "| segment | protocol | side | floor MiB/s (min-max; seg/s) | segmented MiB/s (min-max; seg/s) "
+        "| ratio (min-max) | bare floor MiB/s | ratio to bare |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for seg, proto in sorted({(k[0], k[1]) for k in rates}, key=lambda k: (SIZES[k[0]], k[1])):
         for side in ("send", "recv"):
-            f, s = (seg, proto, "floor", side), (seg, proto, "segmented", side)
-            ratio = statistics.median(rates[f]) / statistics.median(rates[s])
-            lines.append(f"| {seg} | {proto} | {side} | {cell(f)} | {cell(s)} | {ratio:.2f}x |")
+            f, b, s = ((seg, proto, case, side) for case in CASES)
+            lines.append(
+                f"| {seg} | {proto} | {side} | {cell(f)} | {cell(s)} | {ratio(f, s)} | {cell(b)} | {ratio(b, s)} |"
+            )
     return "\n".join(lines)
+
+
+def pooled(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The rows of several runs as one run: rounds renumbered after each other (pairs stay pairs)."""
+    out: list[dict[str, Any]] = []
+    for rows in runs:
+        base = 1 + max((r["round"] for r in out), default=-1)
+        out += [{**r, "round": base + r["round"]} for r in rows]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.brokerbench", description=__doc__.split("\n\n")[0])
     p.add_argument("--mib", type=int, default=64, help="MiB per case (default 64)")
-    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5; the table shows medians)")
+    p.add_argument(
+        "--rounds", type=int, default=6, help="rounds (default 6: each case runs first, second and third twice)"
+    )
     p.add_argument("--amqp", default=None, help="an AMQP broker URL to use instead of a throwaway ActiveMQ")
     p.add_argument("--stomp", default=None, help="a STOMP broker URL to use instead of a throwaway ActiveMQ")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "broker.json"))
+    p.add_argument("--table", nargs="+", metavar="JSON", help="only print the table of earlier runs' results, pooled")
     args = p.parse_args(argv)
+    if args.table:
+        print(table(pooled([json.loads(Path(f).read_text()) for f in args.table])))
+        return 0
+    start = os.getloadavg()
     if args.amqp or args.stomp:
         urls = {k: v for k, v in (("amqp", args.amqp), ("stomp", args.stomp)) if v}
         rows = run(urls, args.mib, args.rounds)
@@ -157,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         with activemq(heap="1g", amqp_frame_size=1 << 20) as broker:
             rows = run({"amqp": broker.amqp_url, "stomp": broker.stomp_url}, args.mib, args.rounds)
     print(table(rows))
+    load = ", ".join(f"{a:.1f}/{b:.1f}" for a, b in zip(start, os.getloadavg(), strict=True))
+    print(f"load average (1, 5, 15 min) at start/end: {load}")
     Path(args.out).write_text(json.dumps(rows, indent=1))
     return 0
 

@@ -49,7 +49,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from .errors import Reason, SegmentationError
-from .wire import Segment
+from .wire import Buffer, Segment
 
 # Room left in the broker's message limit for what the protocol adds around the body: AMQP header,
 # properties (message-id, group-id of 48 hex chars, group-sequence), annotations; STOMP command and
@@ -97,17 +97,20 @@ class Delivery(Protocol):
     redelivered: bool  # the broker delivered it before (to this or a dead consumer)
 
     def accept(self) -> None:
-        """Acknowledge: the broker forgets the message."""
+        """Acknowledge: the broker forgets the message. Written with the consumer's next
+        ``fetch`` or ``close`` at the latest (settlements leave in batches)."""
 
     def reject(self, reason: int, description: str) -> None:
-        """Refuse: ActiveMQ moves a durable message to its dead-letter queue (ActiveMQ.DLQ)."""
+        """Refuse: ActiveMQ moves a durable message to its dead-letter queue (ActiveMQ.DLQ).
+        Written like :meth:`accept`."""
 
 
 class Consumer(Protocol):
     """A subscription to one queue: deliveries in, settlements out."""
 
     def fetch(self, timeout: float) -> list[Delivery]:
-        """What arrived, waiting up to ``timeout`` seconds for the first delivery."""
+        """Write the settlements made since the last call, then return what arrived, waiting up
+        to ``timeout`` seconds for the first delivery."""
 
     def close(self) -> None:
         """Flush settlements and disconnect; unsettled deliveries go back to the broker."""
@@ -124,26 +127,42 @@ class Sender:
     def __init__(self, transport: _Transport, max_message_size: int | None) -> None:
         self._t = transport
         self._limit = max_message_size
+        self._gid: bytes | None = None
+        self._group: str | None = None
         self.sent = 0
         self.sent_bytes = 0
 
     def send(self, segment: Segment) -> None:
-        """Send one segment: body = the encoded segment, broker group = its GroupId in hex."""
-        self.send_bytes(segment.encode(), segment.header.group_id.hex())
+        """Send one segment: body = its encoding (header, then data), broker group = its GroupId in hex.
+
+        The header and the data go to the transport separately and are joined only in the frame
+        it writes: :meth:`Segment.encode` first would copy every byte once more than the floor."""
+        gid = segment.header.group_id
+        if gid != self._gid:  # a message's segments share it: hex once per message, not per segment
+            self._gid, self._group = gid, gid.hex()
+        header, data = segment.header.pack(), segment.data
+        if isinstance(data, memoryview) and (data.itemsize != 1 or not data.c_contiguous):
+            data = data.tobytes()  # the transports write flat byte buffers
+        # The length written in the frame is the bytes' own, never what the header claims.
+        size = len(header) + (data.nbytes if isinstance(data, memoryview) else len(data))
+        self._send(header, data, size, self._group)
 
     def send_bytes(self, body: bytes, group: str | None = None) -> None:
         """Send one broker message as is (the floor in ``bench/brokerbench.py``: no segment header)."""
-        if self._limit is not None and len(body) + ENVELOPE_RESERVE > self._limit:
+        self._send(b"", body, len(body), group)
+
+    def _send(self, header: bytes, data: Buffer, size: int, group: str | None) -> None:
+        if self._limit is not None and size + ENVELOPE_RESERVE > self._limit:
             raise SegmentationError(
                 "segment too big for the broker",
                 reason=Reason.MSG_TOO_BIG_FOR_CHANNEL,
-                size=len(body),
+                size=size,
                 limit=self._limit,
                 reserve=ENVELOPE_RESERVE,
             )
-        self._t.send(body, group)
+        self._t.send(header, data, size, group)
         self.sent += 1
-        self.sent_bytes += len(body)
+        self.sent_bytes += size
 
     def flush(self, timeout: float = 60.0) -> None:
         """Wait until the broker confirmed every message sent so far."""
@@ -164,7 +183,9 @@ class Sender:
 
 
 class _Transport(Protocol):
-    def send(self, body: bytes, group: str | None) -> None: ...
+    def send(self, header: bytes, data: Buffer, size: int, group: str | None) -> None:
+        """Write one message whose body is ``header + data`` (``size`` bytes), copying it once."""
+
     def flush(self, timeout: float) -> None: ...
     def close(self) -> None: ...
 
@@ -246,16 +267,20 @@ class _Proton:
         self.container.process()
 
 
-def _amqp_message(body: bytes, group: str | None) -> tuple[bytes, bytes]:
-    """The encoded AMQP message as (sections before the body, body): durable, group-id, one data
-    section. Two pieces, so the body is never copied in Python (proton copies it once)."""
-    head = _HEADER_DURABLE
-    if group is not None:
-        g = group.encode()
-        if len(g) > 200:  # str8 and list8 bounds; a GroupId in hex is 48
-            raise BrokerError("broker group id too long", size=len(g))
-        head += b"\x00\x53\x73\xc0" + bytes((13 + len(g), 11)) + b"\x40" * 10 + b"\xa1" + bytes((len(g),)) + g
-    return head + b"\x00\x53\x75\xb0" + len(body).to_bytes(4, "big"), body
+def _amqp_envelope(group: str | None) -> bytes:
+    """The AMQP sections before a message's body: header (durable) and properties (group-id)."""
+    if group is None:
+        return _HEADER_DURABLE
+    g = group.encode()
+    if len(g) > 200:  # str8 and list8 bounds; a GroupId in hex is 48
+        raise BrokerError("broker group id too long", size=len(g))
+    properties = b"\x00\x53\x73\xc0" + bytes((13 + len(g), 11)) + b"\x40" * 10 + b"\xa1" + bytes((len(g),)) + g
+    return _HEADER_DURABLE + properties
+
+
+def _amqp_data_section(size: int) -> bytes:
+    """The constructor and length of the one data section (vbin32) holding a ``size``-byte body."""
+    return b"\x00\x53\x75\xb0" + size.to_bytes(4, "big")
 
 
 def _amqp_handler(on_message: Callable[[Any], None] | None = None) -> Any:
@@ -321,17 +346,21 @@ class _AmqpSender:
         self.link = self.p.container.create_sender(self.p.connection, queue)
         self.window = window
         self.sent = 0
+        self.group: str | None = None
+        self.envelope = _amqp_envelope(None)
         self.p.pump(lambda: self.handler.link_open, 30.0, f"attach sender to {queue}")
 
-    def send(self, body: bytes, group: str | None) -> None:
+    def send(self, header: bytes, data: Buffer, size: int, group: str | None) -> None:
         h, link = self.handler, self.link
         if link.credit <= 0 or self.sent - h.confirmed >= self.window:
             self.p.pump(lambda: link.credit > 0 and self.sent - h.confirmed < self.window, 60.0, "send")
-        head, body = _amqp_message(body, group)
+        if group != self.group:  # consecutive segments share it: encode the envelope once per message
+            self.group, self.envelope = group, _amqp_envelope(group)
         self.sent += 1
         link.delivery(str(self.sent))  # the tag: unique on this link
-        link.stream(head)
-        link.stream(body)
+        # Two writes, as for any body: proton copies them into the delivery, the only copy of the data.
+        link.stream(self.envelope + _amqp_data_section(size) + header)
+        link.stream(data)  # type: ignore[arg-type]  # any contiguous buffer: cffi's from_buffer
         link.advance()
         self._check()
 
@@ -455,25 +484,48 @@ def _wait(until: Callable[[], bool], listener: _StompListener, timeout: float, w
         time.sleep(0.0005)
 
 
+def _stomp_escape(value: str) -> bytes:
+    """A STOMP 1.2 header value, escaped (backslash, LF, CR, colon)."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace(":", "\\c").encode()
+
+
+def _stomp_write(conn: Any, frames: bytes, what: str, url: str) -> None:
+    """Write encoded frames straight to the socket (stomp-py's ``transport.send``: ``sendall`` under
+    its lock). Its own ``send``/``ack`` build every frame from a fresh header dict (merged, escaped,
+    sorted, formatted, joined) and notify listeners first: about 40 us per 64 KiB message in
+    Python, which we skip by writing bytes that only ever differ in a few numbers."""
+    try:
+        conn.transport.send(frames)
+    except Exception as exc:  # stomp-py raises NotConnectedException and the socket's OSErrors
+        raise BrokerError(f"{what}: {type(exc).__name__}: {exc}", url=url) from exc
+
+
 class _StompSender:
     """Every SEND asks for a RECEIPT (ActiveMQ sends it once a persistent message is stored)."""
 
     def __init__(self, url: str, queue: str, window: int) -> None:
         self.url, self.window = url, window
-        self.destination = f"/queue/{queue}"
         self.listener = _StompListener()
         self.conn = _stomp_connect(url, self.listener)
         self.sent = 0
+        # The headers stomp-py's send wrote (content-length and receipt are added per message).
+        self.prefix = (
+            b"SEND\ndestination:" + _stomp_escape(f"/queue/{queue}") + b"\npersistent:true\n"
+            b"content-type:application/octet-stream\n"
+        )
+        self.group: str | None = None
+        self.group_line = b""
 
-    def send(self, body: bytes, group: str | None) -> None:
+    def send(self, header: bytes, data: Buffer, size: int, group: str | None) -> None:
         lst = self.listener
         if self.sent - len(lst.receipts) >= self.window or lst.errors:
             _wait(lambda: self.sent - len(lst.receipts) < self.window, lst, 60.0, "send", self.url)
-        headers = {"persistent": "true", "content-type": "application/octet-stream"}
-        if group is not None:
-            headers["JMSXGroupID"] = group
+        if group != self.group:
+            self.group = group
+            self.group_line = b"" if group is None else b"JMSXGroupID:" + _stomp_escape(group) + b"\n"
         self.sent += 1
-        self.conn.send(self.destination, body, headers=headers, receipt=str(self.sent))
+        head = b"%s%sreceipt:%d\ncontent-length:%d\n\n%s" % (self.prefix, self.group_line, self.sent, size, header)
+        _stomp_write(self.conn, b"".join((head, data, b"\x00")), "send", self.url)
 
     def flush(self, timeout: float) -> None:
         lst = self.listener
@@ -484,26 +536,38 @@ class _StompSender:
 
 
 class _StompDelivery:
-    __slots__ = ("_ack", "_conn", "body", "redelivered")
+    __slots__ = ("_ack", "_owner", "body", "redelivered")
 
-    def __init__(self, conn: Any, frame: Any) -> None:
-        self._conn = conn
+    def __init__(self, owner: _StompConsumer, frame: Any) -> None:
+        self._owner = owner
         self._ack = frame.headers["ack"]
         self.body = frame.body if isinstance(frame.body, bytes) else bytes(frame.body)
         self.redelivered = frame.headers.get("redelivered") == "true"
 
     def accept(self) -> None:
-        self._conn.ack(self._ack)
+        self._owner.settle(b"ACK\nid:" + _stomp_escape(self._ack) + b"\n\n\x00")
 
     def reject(self, reason: int, description: str) -> None:
         # STOMP's NACK carries no reason: ActiveMQ treats it as a poison ack and dead-letters the
         # message with its own cause; the receiver reports the reason to the application instead.
-        self._conn.nack(self._ack)
+        self._owner.settle(b"NACK\nid:" + _stomp_escape(self._ack) + b"\n\n\x00")
 
 
 class _StompConsumer:
+    """Settlements (ACK / NACK frames, one per message: ``client-individual``) are queued by
+    ``accept``/``reject`` and written together, in order, by the next :meth:`fetch` or
+    :meth:`close`, or as soon as a quarter of the prefetch is queued (the broker sends no more than
+    ``prefetch`` unacknowledged messages, so a longer queue would stall it): one socket write per
+    batch instead of one per segment, as proton writes every AMQP disposition made between two
+    turns of its loop at once. A settlement still leaves only after the receiver called
+    ``accept``, i.e. after the application had the message; a process that dies before the write
+    leaves the message unacknowledged, so the broker redelivers it (at-least-once, as with any
+    crash between hand-over and acknowledgement)."""
+
     def __init__(self, url: str, queue: str, prefetch: int) -> None:
         self.url = url
+        self.settlements: list[bytes] = []
+        self.batch = max(1, prefetch // 4)
         self.listener = _StompListener()
         self.conn = _stomp_connect(url, self.listener)
         self.conn.subscribe(
@@ -513,7 +577,18 @@ class _StompConsumer:
             headers={"activemq.prefetchSize": str(prefetch)},
         )
 
+    def settle(self, frame: bytes) -> None:
+        self.settlements.append(frame)
+        if len(self.settlements) >= self.batch:
+            self._write_settlements()
+
+    def _write_settlements(self) -> None:
+        if self.settlements:
+            frames, self.settlements = b"".join(self.settlements), []
+            _stomp_write(self.conn, frames, "settle", self.url)
+
     def fetch(self, timeout: float) -> list[Delivery]:
+        self._write_settlements()  # before waiting: the broker may hold further messages until these are acked
         lst = self.listener
         deadline = time.monotonic() + timeout
         while not lst.frames and time.monotonic() < deadline and not lst.errors and not lst.disconnected:
@@ -522,7 +597,11 @@ class _StompConsumer:
             raise BrokerError(f"receive: {lst.errors[0] if lst.errors else 'disconnected'}", url=self.url)
         n = len(lst.frames)
         got, lst.frames[:n] = lst.frames[:n], []
-        return [_StompDelivery(self.conn, f) for f in got]
+        return [_StompDelivery(self, f) for f in got]
 
     def close(self) -> None:
-        _disconnect(self.conn)
+        try:
+            if self.conn.is_connected():
+                self._write_settlements()
+        finally:
+            _disconnect(self.conn)

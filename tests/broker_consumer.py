@@ -6,8 +6,10 @@ The sink is SQLite, keyed on (GroupId, MsgSeqNumber): a message delivered twice 
 after a consumer died between handing it over and acknowledging it) is stored once and the
 second copy is counted in ``dups``. The log gets one line per settlement step, written
 unbuffered so a SIGKILL loses nothing: ``R gid t seq:offset redelivered`` on receipt, ``A ...`` / ``J ...`` after
-accept / reject (t = time.monotonic(), comparable across processes on Linux). On SIGTERM the
-consumer closes and prints its ReceiverStats as JSON.
+accept / reject (t = time.monotonic(), comparable across processes on Linux), and ``F - t``
+after every fetch: both transports write the settlements made before a fetch when it starts, so
+every ``A``/``J`` above an ``F`` is on the wire. On SIGTERM the consumer closes and prints its
+ReceiverStats as JSON.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ class _Log:
         line = f"{kind} {h.group_id.hex()} {time.monotonic():.6f} {h.msg_seq_number}:{h.offset} {int(redelivered)}\n"
         os.write(self.fd, line.encode())
 
+    def fetched(self) -> None:
+        os.write(self.fd, f"F - {time.monotonic():.6f}\n".encode())
+
 
 class _LoggedDelivery:
     def __init__(self, inner: Delivery, log: _Log) -> None:
@@ -60,7 +65,9 @@ class _LoggedConsumer:
         self.inner, self.log = inner, log
 
     def fetch(self, timeout: float) -> list[Delivery]:
-        return [_LoggedDelivery(d, self.log) for d in self.inner.fetch(timeout)]
+        got = self.inner.fetch(timeout)
+        self.log.fetched()
+        return [_LoggedDelivery(d, self.log) for d in got]
 
     def close(self) -> None:
         self.inner.close()
