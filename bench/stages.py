@@ -9,7 +9,10 @@ the map stage (scan, header decoding, shuffle write) and of the reduce stage
 * ``floor``: shuffle the segments by message and write them;
 * ``aggregate``: our routing and aggregate, write the concatenations;
 * ``clean``: plus the JVM's clean test (CRC-32 of every message);
-* ``ours``: the whole ``reassemble`` (plus the Python UDF operator and the row explode).
+* ``ours``: the whole ``reassemble`` (plus the Python UDF operator and the row explode);
+* ``split``: the plan split after the shuffle (issue 14's candidate, measured and not adopted):
+  clean messages written by a JVM-only branch, the rest through the judge UDF in a second
+  branch over the same (reused) exchange; each branch runs the aggregate and the clean test.
 """
 
 from __future__ import annotations
@@ -24,7 +27,28 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-VARIANTS = ("floor", "aggregate", "clean", "ours")
+VARIANTS = ("floor", "aggregate", "clean", "ours", "split")
+
+
+def split(df: Any, partitions: int = 8) -> Any:
+    """``reassemble(df).combined`` (default options) as two branches over one exchange (the ``split`` variant)."""
+    from pyspark.sql import functions as F
+
+    from reassembly.spark import ReassemblyOptions, jvm
+    from reassembly.spark.decode import decode_segments
+    from reassembly.spark.judge import make_judge
+    from reassembly.spark.schema import OUTPUT_FIELDS
+    from segmenter.digest import NO_POLICY
+
+    limits = ReassemblyOptions().limits()
+    decoded = decode_segments(df, "segment", limits.max_message_size, limits.max_segment_size)
+    agg = jvm.aggregate(jvm.route(decoded, None), partitions)
+    ok = F.expr(f"coalesce({jvm.clean(NO_POLICY)}, false)")
+    sql = jvm.clean_row()
+    written = agg.where(ok).select(*[F.expr(f"CAST({sql[c]} AS {ddl})").alias(c) for c, ddl, _ in OUTPUT_FIELDS])
+    job = F.struct("routable", "pk", F.lit(False).alias("large"), "blob", "meta")
+    judged = agg.where(~ok).select(F.explode(make_judge(limits, True, None, None)(job)).alias("q"))
+    return written.unionByName(judged.select(*[F.col(f"q.`{c}`").alias(c) for c, _, _ in OUTPUT_FIELDS]))
 
 
 def profile(data: str, runs: int = 3) -> list[dict[str, Any]]:
@@ -52,6 +76,7 @@ def profile(data: str, runs: int = 3) -> list[dict[str, Any]]:
         "aggregate": lambda df: aggregate(df).select("pk", "blob"),
         "clean": lambda df: aggregate(df).select("pk", F.when(F.expr(jvm.clean(NO_POLICY)), F.col("blob")).alias("p")),
         "ours": lambda df: reassemble(df).combined,
+        "split": split,
     }
     out = tempfile.mkdtemp(prefix="stages-")
     records: list[dict[str, Any]] = []

@@ -16,6 +16,13 @@ Data path (one scan, one shuffle, one aggregate; see ``jvm.py`` and ``judge.py``
    scalar Arrow UDF: one implementation of the rules, so the Spark output is what
    a Python consumer would report, and ``jvm_fast_path=False`` (everything through
    the assembler) gives identical rows.
+
+Why one branch: a plan split after the shuffle (clean rows written by a JVM-only
+branch, the rest judged in a second branch over the same, reused, exchange) keeps
+clean messages out of the Python operator and the explode, but Spark runs the
+aggregate and the clean test once per branch, and that measured slower than the
+Python operator it saves (issue 14, ``bench/README.md``; ``bench.stages`` keeps it
+as the ``split`` variant).
 """
 
 from __future__ import annotations
