@@ -77,14 +77,34 @@ def canonical(msg: Message) -> dict[int, list[Piece]]:
 
 
 def agree(by_offset: dict[int, list[Piece]]) -> bool:
-    """Every piece agrees byte for byte with every piece it overlaps (only overlaps are read)."""
+    """Every piece agrees byte for byte with every piece it overlaps.
+
+    Only pieces sharing a byte with another are read (and held by the reference): a body in a
+    :class:`~reassembly.bodies.BodyStore` is not read back into memory when its pieces tile it.
+    """
     ref = Reference()
-    for ps in by_offset.values():
-        for p in ps:
-            if ref.present.covered(p.offset, p.end) and ref.disagreement(p.offset, p.buffer()) is not None:
-                return False
-            ref.add(p.offset, p.buffer())
+    for p in _overlapping([p for ps in by_offset.values() for p in ps]):
+        data = p.buffer()
+        if ref.present.covered(p.offset, p.end) and ref.disagreement(p.offset, data) is not None:
+            return False
+        ref.add(p.offset, data)
     return True
+
+
+def _overlapping(pieces: list[Piece]) -> list[Piece]:
+    """The pieces (given in offset order) that share a byte with another piece, in that order.
+
+    A piece overlapping an earlier one overlaps the earlier piece reaching furthest, so one
+    sweep finds every pair's both sides.
+    """
+    shared: set[int] = set()
+    reach: Piece | None = None  # of the pieces seen so far, the one ending furthest
+    for p in pieces:
+        if reach is not None and p.offset < reach.end and p.offset < p.end:
+            shared.update((id(reach), id(p)))
+        if reach is None or p.end > reach.end:
+            reach = p
+    return [p for p in pieces if id(p) in shared]
 
 
 def _declared(last: Piece) -> Digests | bytes:

@@ -16,7 +16,12 @@ decompressed into a file, never in memory; the messages of one aggregated row
 leave at most ``large_message_bytes`` in memory (an MQ group of medium messages:
 the rest go to files too); and output rows are handed to Spark as soon as those
 gathered hold :func:`flush_bytes`, so many medium messages in one Arrow batch
-never pile up.
+never pile up. A large message is held as headers and file handles while its rows
+arrive and judged from the file (nothing of its body read back when its pieces
+tile it). One exception to the bound: a large message that *fails* is quarantined
+in-row, so its original segments are read back from the store and all leave with
+the task's last row (about twice its size in the worker, and under Spark's 2 GiB
+per row: bench/README.md, "The single 8 GiB message").
 """
 
 from __future__ import annotations
