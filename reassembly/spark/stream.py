@@ -406,6 +406,11 @@ def reassemble_stream(
     )
 
 
+def _without_frames(exc: Exception) -> str:
+    lines = [line for line in str(exc).splitlines() if line.strip() and not line.startswith(("\tat ", "\t..."))]
+    return "\n".join([f"py4j.protocol.Py4JJavaError: {lines[0] if lines else ''}", *lines[1:]])
+
+
 class SinkError(RuntimeError):
     """A Spark error while the sink wrote a batch (the batch is not committed: it is replayed)."""
 
@@ -435,12 +440,13 @@ class BatchWriter:
         try:
             self._write(df, batch_id)
         except Py4JJavaError as exc:
-            # Spark tells a stop() that cancelled this batch's write from a failure by matching the
-            # error's text with a regex that recurses once per character after "py4j.protocol.Py4JJavaError:
-            # An error occurred while calling" (StreamExecution.PROXY_ERROR): on a Java stack trace that
-            # overflows the stream thread's stack (a StackOverflowError printed at stop). The same text
-            # under another name is matched at once, and still says "SparkException ... cancelled".
-            raise SinkError(str(exc)) from None
+            # A stop() during the write interrupts it; Spark tells that from a failure by matching the
+            # error's text with StreamExecution.PROXY_ERROR, "py4j.protocol.Py4JJavaError: An error occurred
+            # while calling((.|\r\n|\r|\n)*)(java.lang.InterruptedException|...)", which recurses once per
+            # character after its start: on the Java stack trace that follows, the stream thread's stack
+            # overflows (a StackOverflowError printed at stop). The same text without the stack frames
+            # ("at ..." lines; the exception and its causes kept) is matched at once, as Spark intends.
+            raise SinkError(_without_frames(exc)) from None
 
     def _write(self, df: Any, batch_id: int) -> None:
         marker = self.out / "_commits" / str(batch_id)
