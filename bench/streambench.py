@@ -75,6 +75,7 @@ def _percentile(values: list[float], q: float) -> float:
 def _arrivals(spark: Any, data: Path, work: Path, files: int, every: float) -> dict[str, Any]:
     from reassembly.spark.stream import (
         StreamOptions,
+        committed_batches,
         file_source,
         read_committed,
         reassemble_stream,
@@ -106,7 +107,7 @@ def _arrivals(spark: Any, data: Path, work: Path, files: int, every: float) -> d
 
     land("warmup.parquet", [s.encode() for s in Segmenter(1000).segment(b"warm-up" * 1000)])
     out(1)  # the cold first micro-batch is not part of the measurement
-    warm = max(p.batchId for p in query.recentProgress)
+    warm = committed_batches(work / "out")[-1]  # Spark posts its progress a moment after the sink commits
     began = time.time()
     arrived: dict[bytes, float] = {}  # GroupId -> arrival of the last file holding one of its segments
     for i in range(files):
