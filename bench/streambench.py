@@ -6,9 +6,16 @@
    seconds, with a processing-time trigger: for every message, the delay
    from its last file's arrival to the commit of the batch that wrote it
    (p50/p99), the arrival rate, the median per-micro-batch durations
-   (Spark's ``durationMs`` and the state operator's commit time), and what
-   state holds at the end (held bytes: 0 when every message is out;
-   tombstones until ``--tombstone``).
+   (Spark's ``durationMs`` and the state operator's commit time), apart for
+   the batches that read files and the no-data batches Spark runs after the
+   watermark moved, and what state holds at the end (held bytes: 0 when
+   every message is out; tombstones until ``--tombstone``). A warm-up file
+   goes through the query first, so the delays are a running stream's, not
+   its cold start's (the first micro-batch of a session starts the Python
+   state workers, loads RocksDB and compiles the plan: seconds).
+
+Each measurement records the load average before and after it (the machine
+may be shared: compare ratios and runs made side by side).
 
 Both use :func:`reassembly.spark.stream.configure` (state partitions = cores,
 changelog checkpointing), as ``reassemble stream`` does.
@@ -21,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -33,6 +41,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bench.sparkbench import make_dataset
+from segmenter.producer import Segmenter
 from segmenter.wire import decode_header
 
 
@@ -54,6 +63,10 @@ def _available_now(spark: Any, data: Path, work: Path) -> float:
     return time.monotonic() - start_t
 
 
+def _load() -> float:
+    return round(os.getloadavg()[0], 1)
+
+
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
@@ -62,6 +75,7 @@ def _percentile(values: list[float], q: float) -> float:
 def _arrivals(spark: Any, data: Path, work: Path, files: int, every: float) -> dict[str, Any]:
     from reassembly.spark.stream import (
         StreamOptions,
+        committed_batches,
         file_source,
         read_committed,
         reassemble_stream,
@@ -72,33 +86,48 @@ def _arrivals(spark: Any, data: Path, work: Path, files: int, every: float) -> d
     landing = work / "landing"
     landing.mkdir(parents=True)
     rows = pq.read_table(data).column("segment").to_pylist()
+    load = [_load()]
     query = start(
         reassemble_stream(file_source(spark, str(landing)), options=StreamOptions(watermark=0)),
         work / "out",
         str(work / "ck"),
         f"{int(every * 1000)} milliseconds",
     )
+
+    def land(name: str, part: list[bytes]) -> float:
+        tmp = work / f".{name}"
+        pq.write_table(pa.table({"segment": pa.array(part, pa.binary())}), tmp)
+        tmp.rename(landing / name)
+        return time.time()
+
+    def out(n: int) -> None:
+        deadline = time.monotonic() + 600
+        while len(read_committed(work / "out", "message")) < n and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+    land("warmup.parquet", [s.encode() for s in Segmenter(1000).segment(b"warm-up" * 1000)])
+    out(1)  # the cold first micro-batch is not part of the measurement
+    warm = committed_batches(work / "out")[-1]  # Spark posts its progress a moment after the sink commits
     began = time.time()
     arrived: dict[bytes, float] = {}  # GroupId -> arrival of the last file holding one of its segments
     for i in range(files):
         part = rows[i::files]
-        tmp = work / f".f{i}.parquet"
-        pq.write_table(pa.table({"segment": pa.array(part, pa.binary())}), tmp)
-        tmp.rename(landing / f"f{i}.parquet")
-        now = time.time()
+        now = land(f"f{i}.parquet", part)
         for raw in part:
             arrived[decode_header(raw).group_id] = now
         time.sleep(every)
     landed = time.time() - began
-    expected = len(arrived)
-    deadline = time.monotonic() + 600
-    while len(read_committed(work / "out", "message")) < expected and time.monotonic() < deadline:
-        time.sleep(0.2)
+    out(1 + len(arrived))
     progress = query.lastProgress
-    timings = _durations(query.recentProgress)
+    timings = _durations([p for p in query.recentProgress if p.batchId > warm])
     query.stop()
+    load.append(_load())
     commits = {int(p.name): p.stat().st_mtime for p in (work / "out" / "_commits").iterdir() if p.name.isdigit()}
-    delays = [commits[m["batch"]] - arrived[m["group_id"]] for m in read_committed(work / "out", "message")]
+    delays = [
+        commits[m["batch"]] - arrived[m["group_id"]]
+        for m in read_committed(work / "out", "message")
+        if m["group_id"] in arrived
+    ]
     ops = progress.stateOperators if progress is not None else []
     held = state_after(work / "out")
     data_mib = sum(len(r) for r in rows) / (1 << 20)
@@ -110,22 +139,38 @@ def _arrivals(spark: Any, data: Path, work: Path, files: int, every: float) -> d
         "messages": len(delays),
         "delay_p50_s": round(_percentile(delays, 0.5), 2),
         "delay_p99_s": round(_percentile(delays, 0.99), 2),
-        "micro_batches": len(commits),
-        "batch_ms_median": timings,
+        "micro_batches": len([b for b in commits if b > warm]),
+        **timings,
+        "load_average": load,  # before and after
         "state_at_end": held._asdict() if held is not None else None,  # held 0; tombstones until --tombstone
         "store_rows_at_end": sum(o.numRowsTotal for o in ops),  # Spark's count: tombstones and their timers
     }
 
 
-def _durations(progress: list[Any]) -> dict[str, int]:
-    """Median of each ``durationMs`` part and the state commit time over the micro-batches that read rows."""
-    busy = [p for p in progress if p.numInputRows > 0]
-    parts: dict[str, list[int]] = {}
-    for p in busy:
-        for k, v in p.durationMs.items():
-            parts.setdefault(k, []).append(v)
-        parts.setdefault("stateCommit", []).append(sum(o.commitTimeMs for o in p.stateOperators))
-    return {k: int(statistics.median(v)) for k, v in sorted(parts.items())}
+def _durations(progress: list[Any]) -> dict[str, Any]:
+    """Median of each ``durationMs`` part, of the state operator's commit and of the time its Python
+    processor and timers took, apart for the micro-batches that read rows and the no-data ones (Spark
+    runs one after a batch that moved the watermark: it fires the event-time timers)."""
+
+    def medians(batches: list[Any]) -> dict[str, int]:
+        parts: dict[str, list[int]] = {}
+        for p in batches:
+            for k, v in p.durationMs.items():
+                parts.setdefault(k, []).append(v)
+            ops = p.stateOperators
+            parts.setdefault("stateCommit", []).append(sum(o.commitTimeMs for o in ops))
+            parts.setdefault("stateAllUpdates", []).append(sum(o.allUpdatesTimeMs for o in ops))
+            parts.setdefault("stateAllRemovals", []).append(sum(o.allRemovalsTimeMs for o in ops))
+        return {k: int(statistics.median(v)) for k, v in sorted(parts.items())}
+
+    data = [p for p in progress if p.numInputRows > 0]
+    idle = [p for p in progress if p.numInputRows == 0]
+    return {
+        "data_batches": len(data),
+        "batch_ms_median": medians(data),
+        "no_data_batches": len(idle),
+        "no_data_batch_ms_median": medians(idle),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", default=None, help="work directory (default: a temporary one)")
     p.add_argument("--rounds", type=int, default=2, help="interleaved batch / available-now pairs")
     p.add_argument("--arrivals-only", action="store_true", help="only the files-over-time measurement")
+    p.add_argument("--no-arrivals", action="store_true", help="only the available-now against batch measurement")
     p.add_argument("--json", default=None, help="also write the result here (e.g. bench/results/stream.json)")
     args = p.parse_args(argv)
     from reassembly.session import get_session
@@ -149,15 +195,24 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {"data": info, "state_partitions": configure(spark)}
     shutil.rmtree(work / "runs", ignore_errors=True)
     _batch(spark, data, work / "runs" / "warmup")  # JIT and Python workers warm for both
+    small = work / "runs" / "small"
+    small.mkdir(parents=True)
+    first = next(pq.ParquetFile(sorted(data.glob("*.parquet"))[0]).iter_batches(batch_size=64))
+    pq.write_table(pa.Table.from_batches([first]), small / "part-0.parquet")
+    _available_now(spark, small, work / "runs" / "warmup-stream")  # the state workers and RocksDB too
     if not args.arrivals_only:
-        batches, streams = [], []
+        batches, streams, load = [], [], [_load()]
         for i in range(args.rounds):  # interleaved: the machine's load changes from minute to minute
             batches.append(_batch(spark, data, work / "runs" / f"batch{i}"))
             streams.append(_available_now(spark, data, work / "runs" / f"stream{i}"))
+            load.append(_load())
         result["batch_s"] = [round(t, 1) for t in batches]
         result["available_now_s"] = [round(t, 1) for t in streams]
         result["ratio"] = round(min(streams) / min(batches), 2)  # best against best
-    result["arrivals"] = _arrivals(spark, data, work / "runs" / "arrivals", args.files, args.every)
+        result["ratio_per_round"] = [round(s / b, 2) for b, s in zip(batches, streams, strict=True)]
+        result["load_average"] = load  # before the first round and after each
+    if not args.no_arrivals:
+        result["arrivals"] = _arrivals(spark, data, work / "runs" / "arrivals", args.files, args.every)
     print(json.dumps(result, indent=2))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")

@@ -22,6 +22,7 @@ of the ``state`` rows so far): the status line's exact state fields.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import uuid
@@ -115,6 +116,66 @@ _SUMMARY = "blob binary"  # stream_state.Summary.dump(): coverage of what is hel
 _TOMB = "blob binary, state string, deadline_ms long"
 _NAMES = tuple(name for name, _, _ in OUTPUT_FIELDS)
 
+# What a checkpoint's state means, recorded in CHECKPOINT/_reassembly.json at its first start (see
+# bind_checkpoint). LAYOUT changes whenever what the state variables hold changes meaning without their
+# schema changing (the Summary blob's fields, what ``at`` says); the schemas are recorded as they are.
+LAYOUT = 1
+MANIFEST = "_reassembly.json"
+_STATE = {"held": _HELD, "info": _INFO, "summary": _SUMMARY, "tomb": _TOMB}
+
+
+class CheckpointMismatch(ValueError):
+    """A checkpoint whose state this version, or these options, would misread: refused, not continued."""
+
+
+def _bound(opts: StreamOptions) -> dict[str, Any]:
+    """The options the held state depends on: Unit of Work (what a summary and a partial group mean) and
+    the body directory (held rows point into its spool files). The others may change between runs."""
+    r = opts.reassembly
+    return {
+        "unit_of_work": r.unit_of_work,
+        "payload_dir": None if r.payload_dir is None else os.path.abspath(r.payload_dir),
+    }
+
+
+def bind_checkpoint(checkpoint: str, options: StreamOptions | None = None) -> None:
+    """Refuse a checkpoint begun by a version with another state layout, or with other state-bound
+    options (:class:`CheckpointMismatch`, naming what differs; nothing is touched); else record this
+    version's layout (and the options, when given) in it. Spark checks its own part (the number of
+    state partitions, the source); this guards what our state variables mean. A checkpoint that is
+    not a local path (``hdfs://...``) is not checked."""
+    if "://" in checkpoint and not checkpoint.startswith("file:"):
+        return
+    root = Path(checkpoint.removeprefix("file://").removeprefix("file:"))
+    path = root / MANIFEST
+    now: dict[str, Any] = {"layout": LAYOUT, "state": _STATE, "options": None if options is None else _bound(options)}
+    try:
+        was = json.loads(path.read_text())
+    except FileNotFoundError:
+        was = None  # a new checkpoint, or one begun before the manifest (the layout then was LAYOUT 1's)
+    if was is not None:
+        differ = [k for k in ("layout", "state") if was.get(k) != now[k]]
+        if differ:
+            then, here = ({k: d.get(k) for k in differ} for d in (was, now))
+            raise CheckpointMismatch(
+                f"checkpoint {checkpoint} holds state of another layout ({json.dumps(then)}; this version:"
+                f" {json.dumps(here)}): let the stream that wrote it finish, then start a new checkpoint and output"
+            )
+        old, new = was.get("options"), now["options"]
+        if old is not None and new is not None and old != new:
+            changed = {k: (old.get(k), v) for k, v in new.items() if old.get(k) != v}
+            raise CheckpointMismatch(
+                f"checkpoint {checkpoint} was begun with other state-bound options "
+                + ", ".join(f"{k}={a!r} (now {b!r})" for k, (a, b) in changed.items())
+                + ": use the same ones, or start a new checkpoint and output"
+            )
+        if new is None or old == new:
+            return
+    root.mkdir(parents=True, exist_ok=True)
+    pending = root / f".{MANIFEST}.tmp"
+    pending.write_text(json.dumps(now, indent=1) + "\n")
+    os.replace(pending, path)
+
 
 def _processor(opts: StreamOptions) -> Any:
     """The stateful processor (built here so pyspark is imported only when a stream is set up)."""
@@ -149,8 +210,9 @@ def _processor(opts: StreamOptions) -> Any:
             unreadable = [undecodable(raw) for raw in raws]
             good = [raw for raw, u in zip(raws, unreadable, strict=True) if not u]
             result = reject_now([raw for raw, u in zip(raws, unreadable, strict=True) if u], limits)
-            if good and self.tomb.exists():
-                blob, state, _ = self.tomb.get()
+            tomb = self.tomb.get() if good else None  # get(), not exists() then get(): one round trip
+            if tomb is not None:
+                blob, state, _ = tomb
                 result += late_rows(bytes(blob), state, good, limits, uow)
             elif good:
                 result += self._take(bytes(key[0]), good, times)
@@ -160,10 +222,11 @@ def _processor(opts: StreamOptions) -> Any:
 
         def _take(self, gid: bytes, good: list[bytes], times: list[int]) -> list[dict[str, Any]]:
             rows: list[dict[str, Any]] = []
-            known = self.info.exists()
-            if known:
-                first, deadline, held_bytes, last = self.info.get()
-                summary = Summary.load(bytes(self.summary.get()[0]))
+            info = self.info.get()  # None: a new key (open and decided keys never overlap: no tombstone here)
+            known = info is not None
+            if info is not None:
+                first, deadline, held_bytes, last = info
+                summary = self._summary()
                 if summary.left:  # non-Unit-of-Work: copies of messages that already left are judged late
                     gone = [raw for raw in good if decode_header(raw).msg_seq_number in summary.left]
                     rows += late_rows(summary.tombstone(gid), "complete", gone, limits, uow)
@@ -197,6 +260,15 @@ def _processor(opts: StreamOptions) -> Any:
             if store is not None:
                 store.close()  # bodies not delivered (still open, or failed): their work files go
             return rows
+
+        def _summary(self) -> Summary:
+            got = self.summary.get()
+            if got is None:  # state from before the header summary (and before the manifest): not misread
+                raise CheckpointMismatch(
+                    "an open group has no header summary in state: the checkpoint was begun by an older,"
+                    " incompatible version; let it finish with that version, then start a new checkpoint"
+                )
+            return Summary.load(bytes(got[0]))
 
         def _store(self) -> FileBodyStore | None:
             """Where this call builds large messages (work files named for it; finished ones renamed)."""
@@ -250,10 +322,12 @@ def _processor(opts: StreamOptions) -> Any:
             self.change, self.read = Footprint(), None
             at = expiredTimerInfo.getExpiryTimeInMs()
             rows: list[dict[str, Any]] = []
-            if self.info.exists():
-                _, deadline, _, last = self.info.get()
+            info = self.info.get()
+            tomb = None if info is not None else self.tomb.get()
+            if info is not None:
+                _, deadline, _, last = info
                 if deadline == at:
-                    summary = Summary.load(bytes(self.summary.get()[0]))
+                    summary = self._summary()
                     store = self._store()
                     verdict = judge(self._held(), limits, uow, Cause.EXPIRED, summary, bytes(key[0]), store)
                     assert isinstance(verdict, Verdict)  # a final cause always decides
@@ -261,8 +335,8 @@ def _processor(opts: StreamOptions) -> Any:
                         store.close()
                     self._decided(verdict.tombstone, verdict.state, deadline, last, True)
                     rows = verdict.rows
-            elif self.tomb.exists():
-                blob, state, until = self.tomb.get()
+            elif tomb is not None:
+                blob, state, until = tomb
                 if until <= at:
                     self.tomb.clear()
                     self.change = Footprint(
@@ -332,6 +406,15 @@ def reassemble_stream(
     )
 
 
+def _without_frames(exc: Exception) -> str:
+    lines = [line for line in str(exc).splitlines() if line.strip() and not line.startswith(("\tat ", "\t..."))]
+    return "\n".join([f"py4j.protocol.Py4JJavaError: {lines[0] if lines else ''}", *lines[1:]])
+
+
+class SinkError(RuntimeError):
+    """A Spark error while the sink wrote a batch (the batch is not committed: it is replayed)."""
+
+
 class BatchWriter:
     """``foreachBatch`` sink, idempotent by batch id: OUTPUT/{messages,quarantine,duplicates}/batch=N.
 
@@ -352,6 +435,20 @@ class BatchWriter:
             (out / name).mkdir(parents=True, exist_ok=True)
 
     def __call__(self, df: Any, batch_id: int) -> None:
+        from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
+
+        try:
+            self._write(df, batch_id)
+        except Py4JJavaError as exc:
+            # A stop() during the write interrupts it; Spark tells that from a failure by matching the
+            # error's text with StreamExecution.PROXY_ERROR, "py4j.protocol.Py4JJavaError: An error occurred
+            # while calling((.|\r\n|\r|\n)*)(java.lang.InterruptedException|...)", which recurses once per
+            # character after its start: on the Java stack trace that follows, the stream thread's stack
+            # overflows (a StackOverflowError printed at stop). The same text without the stack frames
+            # ("at ..." lines; the exception and its causes kept) is matched at once, as Spark intends.
+            raise SinkError(_without_frames(exc)) from None
+
+    def _write(self, df: Any, batch_id: int) -> None:
         marker = self.out / "_commits" / str(batch_id)
         if marker.exists():
             self._drop(batch_id)  # a crash may have come between the marker and the clean-up
@@ -489,7 +586,10 @@ def start(
 ) -> Any:
     """Start writing ``stream`` (from :func:`reassemble_stream`) to ``out``; ``trigger`` is
     ``available-now`` or a processing-time interval such as ``10 seconds``. Pass the stream's
-    ``options`` when they set a ``payload_dir``: the sink removes committed messages' spool files."""
+    ``options`` when they set a ``payload_dir``: the sink removes committed messages' spool files.
+    A checkpoint that the stream's state would be misread from is refused first (:func:`bind_checkpoint`;
+    pass ``options`` for its options to be checked too)."""
+    bind_checkpoint(checkpoint, options)
     sink = BatchWriter(out, on_batch, spool_of(options) if options is not None else None)
     writer = stream.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
     writer = writer.trigger(availableNow=True) if trigger == "available-now" else writer.trigger(processingTime=trigger)
@@ -500,9 +600,14 @@ __all__ = [
     "CHANGELOG",
     "ROCKSDB",
     "BatchWriter",
+    "CheckpointMismatch",
+    "SinkError",
+    "LAYOUT",
+    "MANIFEST",
     "StreamOptions",
     "KIND_STATE",
     "batch_counts",
+    "bind_checkpoint",
     "committed_batches",
     "configure",
     "file_source",

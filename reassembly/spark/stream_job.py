@@ -185,13 +185,18 @@ def run_stream(args: argparse.Namespace) -> int:
     """The ``stream`` command: exit code 0, or JobError / UsageError for the command to report."""
     from ..jobs import digest_policy
     from .pipeline import ReassemblyOptions
-    from .stream import StreamOptions, configure, file_source, reassemble_stream, start
+    from .stream import (
+        CheckpointMismatch,
+        StreamOptions,
+        bind_checkpoint,
+        configure,
+        file_source,
+        reassemble_stream,
+        start,
+    )
 
     out = check_args(args)
     digest = digest_policy(args.require_sha256, args.hmac_keyring)  # before Spark: a bad keyring fails at once
-    lines = _Lines(sys.stdout if args.verbose else _quiet_stdout(), out)
-    spark = open_session(SparkSettings(args.master, args.partitions, verbose=args.verbose))
-    configure(spark, args.partitions)  # session SQL confs, read when the query starts
     options = StreamOptions(
         reassembly=ReassemblyOptions(
             max_message_size=args.max_message_size,
@@ -204,6 +209,13 @@ def run_stream(args: argparse.Namespace) -> int:
         tombstone=args.tombstone,
         max_held_bytes=args.max_held_bytes,
     )
+    try:
+        bind_checkpoint(args.checkpoint, options)  # before Spark starts: a checkpoint it would misread
+    except CheckpointMismatch as exc:
+        raise JobError(str(exc)) from None
+    lines = _Lines(sys.stdout if args.verbose else _quiet_stdout(), out)
+    spark = open_session(SparkSettings(args.master, args.partitions, verbose=args.verbose))
+    configure(spark, args.partitions)  # session SQL confs, read when the query starts
     try:
         df = file_source(
             spark,
