@@ -408,7 +408,8 @@ def reassemble_stream(
 
 def _without_frames(exc: Exception) -> str:
     lines = [line for line in str(exc).splitlines() if line.strip() and not line.startswith(("\tat ", "\t..."))]
-    return "\n".join([f"py4j.protocol.Py4JJavaError: {lines[0] if lines else ''}", *lines[1:]])
+    first, *rest = lines or [""]
+    return "\n".join([f"py4j.protocol.Py4JJavaError: {first}", *rest])
 
 
 class SinkError(RuntimeError):
