@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from segmenter.brokers import Consumer, Delivery
 from segmenter.errors import Reason, SegmentationError
-from segmenter.wire import decode_header
+from segmenter.wire import decode_segment
 
 from .assembler import Assembler
 from .events import Duplicate, Event, GroupComplete, GroupFailed, MessageComplete, MessageFailed, Rejected, Unfinished
@@ -124,13 +124,21 @@ class Receiver:
         st.received += 1
         st.redelivered += d.redelivered
         body = d.body
+        limits = self.assembler.limits
         try:
-            h = decode_header(body)
-        except SegmentationError:
-            h = None  # not even a header: the assembler rejects it, and it is never held
-        if h is not None:
-            self._held.setdefault(h.group_id, []).append(_Held(h.msg_seq_number, body, d))
-        self._settle(self.assembler.receive(body), d if h is None else None)
+            # Decoded once, here: the receiver needs the GroupId to hold the delivery, and the
+            # assembler takes the decoded Segment (it re-checks the header against its limits and
+            # verifies the data checksum; the header checksum and lengths were checked here, by
+            # the same generated decoder, with the same limits). Its data is a view of ``body``.
+            seg = decode_segment(
+                body, max_segment_size=limits.max_segment_size, max_message_size=limits.max_message_size, verify=False
+            )
+        except SegmentationError:  # the assembler decodes the bytes again to reject them with the reason
+            self._settle(self.assembler.receive(body), d)
+            return
+        h = seg.header
+        self._held.setdefault(h.group_id, []).append(_Held(h.msg_seq_number, body, d))
+        self._settle(self.assembler.receive(seg))
 
     def _settle(self, events: list[Event], unheld: Delivery | None = None) -> None:
         """Settle what ``events`` decided; ``unheld`` is the current delivery if it has no header."""
@@ -197,4 +205,3 @@ class Receiver:
             self._held[gid] = keep
         else:
             self._held.pop(gid, None)
-

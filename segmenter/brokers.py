@@ -1,4 +1,4 @@
-"""Segments through a message broker: AMQP 1.0 (Qpid Proton) and STOMP (stomp-py), one interface.
+"""Segments through a message broker: AMQP 1.0 (Qpid Proton) and STOMP (our own client), one interface.
 
 Each segment travels as its own broker message whose body is the encoded segment, header and
 data exactly as :meth:`Segment.encode` gives them: the body is self-describing and verified by
@@ -23,9 +23,12 @@ Broker fields carry only what the broker itself must act on:
 * **durable** (AMQP ``header.durable`` / STOMP ``persistent:true``): ActiveMQ's dead-letter strategy
   ignores non-persistent messages, so a rejected segment would otherwise vanish.
 
-The client libraries are imported lazily (``pip install segmenter[broker]``): ``import segmenter``
-works without them. This module is the transport only (connect, send with broker confirmation,
-fetch and settle deliveries); what a receiver does with a delivery is :mod:`reassembly.brokers`.
+The AMQP client library is imported lazily (``pip install segmenter[broker]``): ``import segmenter``
+works without it. STOMP needs nothing but the standard library: :mod:`segmenter.brokers_stomp`
+(a sans-I/O frame parser and one socket read in the caller's thread; it replaced stomp-py, whose
+reader thread cost more per 64 KiB message than our whole segment processing). This module is the
+transport only (connect, send with broker confirmation, fetch and settle deliveries); what a
+receiver does with a delivery is :mod:`reassembly.brokers`.
 
 Size limits: ActiveMQ checks every incoming message against the connector's
 ``wireFormat.maxFrameSize`` (unlimited by default in 5.17; upstream's sample config sets
@@ -42,12 +45,13 @@ instead; the frame size used is the smaller of it and the broker's (ActiveMQ's c
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from .brokers_stomp import StompConnection, StompError, StompFrame, escape, explain
+from .brokers_stomp import frame as stomp_frame
 from .errors import Reason, SegmentationError
 from .wire import Buffer, Segment
 
@@ -429,128 +433,92 @@ class _AmqpConsumer:
 
 
 # -------------------------------------------------------------------------------------- STOMP
-def _stomp_connect(url: str, listener: Any) -> Any:
-    import stomp
-
-    parts = urlsplit(url)
-    conn = stomp.Connection12([(parts.hostname or "127.0.0.1", parts.port or 61613)], auto_decode=False)
-    conn.set_listener("segmenter", listener)
+def _stomp_connect(url: str) -> StompConnection:
     try:
-        conn.connect(parts.username, parts.password, wait=True)
-    except Exception as exc:  # stomp raises its own ConnectFailedException and OSErrors
-        raise BrokerError(f"cannot connect to {url}: {type(exc).__name__}: {exc}", url=url) from exc
-    return conn
+        return StompConnection(url)
+    except StompError as exc:
+        raise BrokerError(str(exc), url=url) from exc
 
 
-class _StompListener:
-    """Runs on stomp-py's receiver thread: only appends to lists (atomic under the GIL)."""
-
-    def __init__(self) -> None:
-        self.frames: list[Any] = []
-        self.receipts: set[str] = set()
-        self.errors: list[str] = []
-        self.disconnected = False
-
-    def on_message(self, frame: Any) -> None:
-        self.frames.append(frame)
-
-    def on_receipt(self, frame: Any) -> None:
-        self.receipts.add(frame.headers.get("receipt-id", ""))
-
-    def on_error(self, frame: Any) -> None:
-        self.errors.append(frame.headers.get("message", "") or str(frame.body)[:200])
-
-    def on_disconnected(self) -> None:
-        self.disconnected = True
-
-
-def _disconnect(conn: Any) -> None:
-    """Say goodbye if the link is still up. A broker that dropped the connection (a frame over its
-    limit) leaves a broken pipe: the error that explains it was already raised, not this one."""
-    if conn.is_connected():
-        with contextlib.suppress(OSError):
-            conn.disconnect()
-
-
-def _wait(until: Callable[[], bool], listener: _StompListener, timeout: float, what: str, url: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not until():
-        if listener.errors:
-            raise BrokerError(f"{what}: the broker says: {listener.errors[0]}", url=url)
-        if listener.disconnected:
-            raise BrokerError(f"{what}: disconnected", url=url)
-        if time.monotonic() > deadline:
-            raise BrokerError(f"{what}: no answer from the broker within {timeout} s", url=url)
-        time.sleep(0.0005)
-
-
-def _stomp_escape(value: str) -> bytes:
-    """A STOMP 1.2 header value, escaped (backslash, LF, CR, colon)."""
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace(":", "\\c").encode()
-
-
-def _stomp_write(conn: Any, frames: bytes, what: str, url: str) -> None:
-    """Write encoded frames straight to the socket (stomp-py's ``transport.send``: ``sendall`` under
-    its lock). Its own ``send``/``ack`` build every frame from a fresh header dict (merged, escaped,
-    sorted, formatted, joined) and notify listeners first: about 40 us per 64 KiB message in
-    Python, which we skip by writing bytes that only ever differ in a few numbers."""
+def _stomp_read(conn: StompConnection, timeout: float, what: str) -> list[StompFrame]:
+    """Frames within ``timeout`` s; an ERROR frame or a lost connection raises."""
     try:
-        conn.transport.send(frames)
-    except Exception as exc:  # stomp-py raises NotConnectedException and the socket's OSErrors
-        raise BrokerError(f"{what}: {type(exc).__name__}: {exc}", url=url) from exc
+        frames = conn.read(timeout)
+    except StompError as exc:
+        raise BrokerError(f"{what}: {exc}", url=conn.url) from exc
+    for f in frames:
+        if f.command == "ERROR":
+            conn.close(0.0)
+            raise BrokerError(f"{what}: the broker says: {explain(f)}", url=conn.url)
+    return frames
+
+
+def _stomp_write(conn: StompConnection, frames: bytes, what: str) -> None:
+    try:
+        conn.write(frames)
+    except StompError as exc:
+        raise BrokerError(f"{what}: {exc}", url=conn.url) from exc
 
 
 class _StompSender:
-    """Every SEND asks for a RECEIPT (ActiveMQ sends it once a persistent message is stored)."""
+    """Every SEND asks for a RECEIPT (ActiveMQ sends it once a persistent message is stored). The
+    receipts are read only when ``window`` sends are unconfirmed and at :meth:`flush`: a few dozen
+    bytes each, they wait in the socket buffer meanwhile, and no thread is needed to read them."""
 
     def __init__(self, url: str, queue: str, window: int) -> None:
         self.url, self.window = url, window
-        self.listener = _StompListener()
-        self.conn = _stomp_connect(url, self.listener)
+        self.conn = _stomp_connect(url)
         self.sent = 0
-        # The headers stomp-py's send wrote (content-length and receipt are added per message).
+        self.confirmed = 0
+        # Every frame's fixed headers, encoded once (content-length and receipt are added per message).
         self.prefix = (
-            b"SEND\ndestination:" + _stomp_escape(f"/queue/{queue}") + b"\npersistent:true\n"
+            b"SEND\ndestination:" + escape(f"/queue/{queue}") + b"\npersistent:true\n"
             b"content-type:application/octet-stream\n"
         )
         self.group: str | None = None
         self.group_line = b""
 
     def send(self, header: bytes, data: Buffer, size: int, group: str | None) -> None:
-        lst = self.listener
-        if self.sent - len(lst.receipts) >= self.window or lst.errors:
-            _wait(lambda: self.sent - len(lst.receipts) < self.window, lst, 60.0, "send", self.url)
+        if self.sent - self.confirmed >= self.window:
+            self._await(lambda: self.sent - self.confirmed < self.window, 60.0, "send")
         if group != self.group:
             self.group = group
-            self.group_line = b"" if group is None else b"JMSXGroupID:" + _stomp_escape(group) + b"\n"
+            self.group_line = b"" if group is None else b"JMSXGroupID:" + escape(group) + b"\n"
         self.sent += 1
         head = b"%s%sreceipt:%d\ncontent-length:%d\n\n%s" % (self.prefix, self.group_line, self.sent, size, header)
-        _stomp_write(self.conn, b"".join((head, data, b"\x00")), "send", self.url)
+        _stomp_write(self.conn, b"".join((head, data, b"\x00")), "send")
+
+    def _await(self, until: Callable[[], bool], timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not until():
+            if time.monotonic() > deadline:
+                raise BrokerError(f"{what}: no answer from the broker within {timeout} s", url=self.url)
+            frames = _stomp_read(self.conn, deadline - time.monotonic(), what)
+            self.confirmed += sum(f.command == "RECEIPT" for f in frames)
 
     def flush(self, timeout: float) -> None:
-        lst = self.listener
-        _wait(lambda: len(lst.receipts) >= self.sent, lst, timeout, "flush", self.url)
+        self._await(lambda: self.confirmed >= self.sent, timeout, "flush")
 
     def close(self) -> None:
-        _disconnect(self.conn)
+        self.conn.close()
 
 
 class _StompDelivery:
     __slots__ = ("_ack", "_owner", "body", "redelivered")
 
-    def __init__(self, owner: _StompConsumer, frame: Any) -> None:
+    def __init__(self, owner: _StompConsumer, f: StompFrame) -> None:
         self._owner = owner
-        self._ack = frame.headers["ack"]
-        self.body = frame.body if isinstance(frame.body, bytes) else bytes(frame.body)
-        self.redelivered = frame.headers.get("redelivered") == "true"
+        self._ack = escape(f.headers["ack"])
+        self.body = f.body
+        self.redelivered = f.headers.get("redelivered") == "true"
 
     def accept(self) -> None:
-        self._owner.settle(b"ACK\nid:" + _stomp_escape(self._ack) + b"\n\n\x00")
+        self._owner.settle(b"ACK\nid:" + self._ack + b"\n\n\x00")
 
     def reject(self, reason: int, description: str) -> None:
         # STOMP's NACK carries no reason: ActiveMQ treats it as a poison ack and dead-letters the
         # message with its own cause; the receiver reports the reason to the application instead.
-        self._owner.settle(b"NACK\nid:" + _stomp_escape(self._ack) + b"\n\n\x00")
+        self._owner.settle(b"NACK\nid:" + self._ack + b"\n\n\x00")
 
 
 class _StompConsumer:
@@ -558,24 +526,24 @@ class _StompConsumer:
     ``accept``/``reject`` and written together, in order, by the next :meth:`fetch` or
     :meth:`close`, or as soon as a quarter of the prefetch is queued (the broker sends no more than
     ``prefetch`` unacknowledged messages, so a longer queue would stall it): one socket write per
-    batch instead of one per segment, as proton writes every AMQP disposition made between two
-    turns of its loop at once. A settlement still leaves only after the receiver called
+    batch instead of one per segment. A settlement still leaves only after the receiver called
     ``accept``, i.e. after the application had the message; a process that dies before the write
     leaves the message unacknowledged, so the broker redelivers it (at-least-once, as with any
-    crash between hand-over and acknowledgement)."""
+    crash between hand-over and acknowledgement). The socket is read in :meth:`fetch`, in the
+    caller's thread: nothing runs between two fetches."""
 
     def __init__(self, url: str, queue: str, prefetch: int) -> None:
         self.url = url
         self.settlements: list[bytes] = []
         self.batch = max(1, prefetch // 4)
-        self.listener = _StompListener()
-        self.conn = _stomp_connect(url, self.listener)
-        self.conn.subscribe(
-            f"/queue/{queue}",
-            id="1",
-            ack="client-individual",
-            headers={"activemq.prefetchSize": str(prefetch)},
-        )
+        self.conn = _stomp_connect(url)
+        subscribe = {
+            "id": "1",
+            "destination": f"/queue/{queue}",
+            "ack": "client-individual",
+            "activemq.prefetchSize": str(prefetch),
+        }
+        _stomp_write(self.conn, stomp_frame("SUBSCRIBE", subscribe), "subscribe")
 
     def settle(self, frame: bytes) -> None:
         self.settlements.append(frame)
@@ -585,23 +553,15 @@ class _StompConsumer:
     def _write_settlements(self) -> None:
         if self.settlements:
             frames, self.settlements = b"".join(self.settlements), []
-            _stomp_write(self.conn, frames, "settle", self.url)
+            _stomp_write(self.conn, frames, "settle")
 
     def fetch(self, timeout: float) -> list[Delivery]:
         self._write_settlements()  # before waiting: the broker may hold further messages until these are acked
-        lst = self.listener
-        deadline = time.monotonic() + timeout
-        while not lst.frames and time.monotonic() < deadline and not lst.errors and not lst.disconnected:
-            time.sleep(0.001)
-        if not lst.frames and (lst.errors or lst.disconnected):
-            raise BrokerError(f"receive: {lst.errors[0] if lst.errors else 'disconnected'}", url=self.url)
-        n = len(lst.frames)
-        got, lst.frames[:n] = lst.frames[:n], []
-        return [_StompDelivery(self, f) for f in got]
+        return [_StompDelivery(self, f) for f in _stomp_read(self.conn, timeout, "receive") if f.command == "MESSAGE"]
 
     def close(self) -> None:
         try:
-            if self.conn.is_connected():
+            if not self.conn.closed:
                 self._write_settlements()
         finally:
-            _disconnect(self.conn)
+            self.conn.close()

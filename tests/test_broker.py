@@ -24,7 +24,6 @@ from typing import Any
 import pytest
 
 pytest.importorskip("proton")
-pytest.importorskip("stomp")
 
 from activemq_server import ActiveMQ, activemq, available, free_env
 

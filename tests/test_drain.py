@@ -27,7 +27,6 @@ from typing import Any, NamedTuple
 import pytest
 
 pytest.importorskip("proton")
-pytest.importorskip("stomp")
 
 from activemq_server import ActiveMQ, activemq, available, free_env
 

@@ -1,0 +1,85 @@
+"""The sans-I/O STOMP frame parser (segmenter/brokers_stomp.py): any split of the byte stream gives
+the same frames; hostile frames raise before anything is allocated for them. The client itself is
+tested against a real ActiveMQ in tests/test_broker.py and tests/test_drain.py."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from segmenter.brokers_stomp import MAX_HEADER_BLOCK, StompError, StompFrame, StompParser, escape, frame
+
+_text = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=12)
+_frames = st.lists(
+    st.tuples(
+        st.sampled_from(["MESSAGE", "RECEIPT", "ERROR", "CONNECTED"]),
+        st.dictionaries(_text.filter(lambda k: k not in ("", "content-length")), _text, max_size=4),
+        st.binary(max_size=3000),
+        st.booleans(),  # with a content-length (bodies may then hold NULs) or without
+        st.sampled_from([b"", b"\n", b"\r\n\n"]),  # EOLs (heart-beats) after the frame
+    ),
+    max_size=6,
+)
+
+
+def _encode(command: str, headers: dict[str, str], body: bytes, length: bool) -> bytes:
+    if length:
+        headers = {"content-length": str(len(body)), **headers}
+    return frame(command, headers, body)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_frames, st.lists(st.integers(1, 5000), max_size=20))
+def test_any_split_gives_the_same_frames(
+    frames: list[tuple[str, dict[str, str], bytes, bool, bytes]], cuts: list[int]
+) -> None:
+    wire = b""
+    want = []
+    for command, headers, body, length, eols in frames:
+        if not length:
+            body = body.replace(b"\x00", b"")
+        wire += _encode(command, headers, body, length) + eols
+        expected = {"content-length": str(len(body)), **headers} if length else headers
+        want.append(StompFrame(command, expected, body))
+    parser = StompParser()
+    got: list[StompFrame] = []
+    at = 0
+    for cut in cuts:
+        got += parser.feed(wire[at : at + cut])
+        at += cut
+    got += parser.feed(wire[at:])
+    assert got == want
+
+
+def test_a_body_larger_than_one_read_and_a_frame_across_reads() -> None:
+    body = bytes(range(256)) * 5000  # NULs throughout, longer than READ_SIZE
+    wire = _encode("MESSAGE", {"ack": "ID:1:2"}, body, True) * 3
+    parser = StompParser()
+    got = parser.feed(wire[:1_000_000]) + parser.feed(wire[1_000_000:])
+    assert [f.body for f in got] == [body] * 3 and got[0].headers["ack"] == "ID:1:2"
+
+
+def test_headers_are_unescaped_and_the_first_of_repeated_ones_wins() -> None:
+    raw = b"MESSAGE\nk:a\\cb\\\\c\\nd\\re\nk:second\nplain:x\n\nz\x00"
+    (f,) = StompParser().feed(raw)
+    assert f.headers == {"k": "a:b\\c\nd\re", "plain": "x"} and f.body == b"z"
+    assert escape("a:b\\c\nd\re") == b"a\\cb\\\\c\\nd\\re"
+
+
+@pytest.mark.parametrize(
+    ("wire", "words"),
+    [
+        (b"MESSAGE\ncontent-length:99999999999\n\n", "content-length refused"),
+        (b"MESSAGE\ncontent-length:-1\n\n", "content-length refused"),
+        (b"MESSAGE\ncontent-length:2\n\nabc\x00", "not terminated by NUL"),
+        (b"MESSAGE\nk:\\t\n\n\x00", "undefined escape"),
+        (b"MESSAGE\nno colon\n\n\x00", "without a colon"),
+        (b"MESSAGE\nk:\xff\n\n\x00", "not UTF-8"),
+        (b"MESSAGE\nk:" + b"v" * MAX_HEADER_BLOCK, "header block too long"),
+        (b"MESSAGE\n\n" + b"v" * 2000, "without content-length too long"),
+    ],
+)
+def test_hostile_frames_raise(wire: bytes, words: str) -> None:
+    with pytest.raises(StompError, match=words):
+        StompParser(max_body=1000).feed(wire)
