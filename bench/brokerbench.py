@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import sys
 import time
@@ -46,10 +47,25 @@ SIZES = {"64KiB": 64 << 10, "1MiB": 1 << 20}
 PER_MESSAGE = 8  # segments per logical message
 
 
-def _timed(fn: Callable[[], int]) -> tuple[float, int]:
-    start = time.perf_counter()
+def _cpu() -> float:
+    """CPU seconds of this process (every thread; user + system)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _pid_cpu(pid: int | None) -> float:
+    """CPU seconds of another process (the broker's JVM) from /proc; 0 when unknown."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _timed(fn: Callable[[], int], broker_pid: int | None) -> tuple[float, float, float, int]:
+    """Wall seconds, our CPU seconds, the broker's CPU seconds, and what ``fn`` returned."""
+    wall, cpu, broker = time.perf_counter(), _cpu(), _pid_cpu(broker_pid)
     n = fn()
-    return time.perf_counter() - start, n
+    return time.perf_counter() - wall, _cpu() - cpu, _pid_cpu(broker_pid) - broker, n
 
 
 def _send_floor(url: str, queue: str, body: bytes, groups: list[str | None]) -> int:
@@ -96,7 +112,7 @@ def _receive_segmented(url: str, queue: str, messages: int) -> int:
 CASES = ("floor", "bare", "segmented")
 
 
-def run(urls: dict[str, str], mib: int, rounds: int) -> list[dict[str, Any]]:
+def run(urls: dict[str, str], mib: int, rounds: int, broker_pid: int | None = None) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for label, size in SIZES.items():
         data = size - 84  # segment data per segment: an encoded segment is exactly `size` bytes
@@ -118,16 +134,21 @@ def run(urls: dict[str, str], mib: int, rounds: int) -> list[dict[str, Any]]:
                 }  # fmt: skip
                 for kind in CASES[r % 3 :] + CASES[: r % 3]:  # each case first, second, third in turn
                     send, receive = work[kind]
-                    ts, n = _timed(send)
-                    tr, _ = _timed(receive)
+                    ts, cs, bs, n = _timed(send, broker_pid)
+                    tr, cr, br, _ = _timed(receive, broker_pid)
                     mb = n * size / (1 << 20)
                     row = {"segment": label, "protocol": proto, "round": r, "case": kind, "messages": n,
                            "send_s": ts, "recv_s": tr, "send_mib_s": mb / ts, "recv_mib_s": mb / tr,
-                           "send_seg_s": n / ts, "recv_seg_s": n / tr, "load1": os.getloadavg()[0]}  # fmt: skip
+                           "send_seg_s": n / ts, "recv_seg_s": n / tr,
+                           "send_cpu_us": 1e6 * cs / n, "recv_cpu_us": 1e6 * cr / n,
+                           "broker_send_cpu_us": 1e6 * bs / n, "broker_recv_cpu_us": 1e6 * br / n,
+                           "load1": os.getloadavg()[0]}  # fmt: skip
                     rows.append(row)
                     print(
                         f"{label:>5} {proto:5} r{r} {kind:9} {n:5d} msgs  send {mb / ts:7.1f} MiB/s "
-                        f"{n / ts:8.0f}/s   receive {mb / tr:7.1f} MiB/s {n / tr:8.0f}/s",
+                        f"{n / ts:8.0f}/s   receive {mb / tr:7.1f} MiB/s {n / tr:8.0f}/s   cpu us/msg "
+                        f"{row['send_cpu_us']:.0f}/{row['recv_cpu_us']:.0f} (broker {row['broker_send_cpu_us']:.0f}/"
+                        f"{row['broker_recv_cpu_us']:.0f})  load {row['load1']:.1f}",
                         flush=True,
                     )
     return rows
@@ -161,6 +182,38 @@ def table(rows: list[dict[str, Any]]) -> str:
             lines.append(
                 f"| {seg} | {proto} | {side} | {cell(f)} | {cell(s)} | {ratio(f, s)} | {cell(b)} | {ratio(b, s)} |"
             )
+    if all("recv_cpu_us" in r for r in rows):
+        lines += ["", cpu_table(rows)]
+    return "\n".join(lines)
+
+
+def cpu_table(rows: list[dict[str, Any]]) -> str:
+    """CPU time per message, medians over the rounds: this process (sender or receiver, every
+    thread) and the broker's JVM while it ran, and the median of the per-round ratios of the
+    client's CPU, segmented / floor. CPU time does not grow when other processes take the cores
+    (as wall time does), so this ratio is the load-insensitive one."""
+    us: dict[tuple[str, str, str, str], dict[int, tuple[float, float]]] = {}
+    for r in rows:
+        for side in ("send", "recv"):
+            key = (r["segment"], r["protocol"], r["case"], side)
+            us.setdefault(key, {})[r["round"]] = (r[f"{side}_cpu_us"], r[f"broker_{side}_cpu_us"])
+
+    def med(k: tuple[str, str, str, str], i: int) -> float:
+        return statistics.median(v[i] for v in us[k].values())
+
+    lines = [
+        "| segment | protocol | side | floor: client / broker CPU us per msg | segmented: client / broker "
+        "| client CPU ratio segmented / floor (min-max) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for seg, proto in sorted({(k[0], k[1]) for k in us}, key=lambda k: (SIZES[k[0]], k[1])):
+        for side in ("send", "recv"):
+            f, s = (seg, proto, "floor", side), (seg, proto, "segmented", side)
+            v = [us[s][i][0] / us[f][i][0] for i in us[f].keys() & us[s].keys()]
+            lines.append(
+                f"| {seg} | {proto} | {side} | {med(f, 0):.0f} / {med(f, 1):.0f} | {med(s, 0):.0f} / {med(s, 1):.0f} "
+                f"| {statistics.median(v):.2f}x ({min(v):.2f}-{max(v):.2f}) |"
+            )
     return "\n".join(lines)
 
 
@@ -181,6 +234,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--amqp", default=None, help="an AMQP broker URL to use instead of a throwaway ActiveMQ")
     p.add_argument("--stomp", default=None, help="a STOMP broker URL to use instead of a throwaway ActiveMQ")
+    p.add_argument(
+        "--protocols", nargs="+", default=["amqp", "stomp"], choices=["amqp", "stomp"], help="throwaway broker: which"
+    )
+    p.add_argument("--broker-pid", type=int, default=None, help="with --amqp/--stomp: the broker pid (its CPU time)")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "broker.json"))
     p.add_argument("--table", nargs="+", metavar="JSON", help="only print the table of earlier runs' results, pooled")
     args = p.parse_args(argv)
@@ -190,13 +247,14 @@ def main(argv: list[str] | None = None) -> int:
     start = os.getloadavg()
     if args.amqp or args.stomp:
         urls = {k: v for k, v in (("amqp", args.amqp), ("stomp", args.stomp)) if v}
-        rows = run(urls, args.mib, args.rounds)
+        rows = run(urls, args.mib, args.rounds, args.broker_pid)
     else:
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
         from activemq_server import activemq
 
         with activemq(heap="1g", amqp_frame_size=1 << 20) as broker:
-            rows = run({"amqp": broker.amqp_url, "stomp": broker.stomp_url}, args.mib, args.rounds)
+            urls = {"amqp": broker.amqp_url, "stomp": broker.stomp_url}
+            rows = run({k: v for k, v in urls.items() if k in args.protocols}, args.mib, args.rounds, broker.proc.pid)
     print(table(rows))
     load = ", ".join(f"{a:.1f}/{b:.1f}" for a, b in zip(start, os.getloadavg(), strict=True))
     print(f"load average (1, 5, 15 min) at start/end: {load}")
