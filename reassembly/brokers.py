@@ -138,7 +138,9 @@ class Receiver:
             return
         h = seg.header
         self._held.setdefault(h.group_id, []).append(_Held(h.msg_seq_number, body, d))
-        self._settle(self.assembler.receive(seg))
+        events = self.assembler.receive(seg)
+        if events:  # most segments of a message only wait: nothing to settle
+            self._settle(events)
 
     def _settle(self, events: list[Event], unheld: Delivery | None = None) -> None:
         """Settle what ``events`` decided; ``unheld`` is the current delivery if it has no header."""
