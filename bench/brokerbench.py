@@ -33,7 +33,7 @@ import resource
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -154,6 +154,12 @@ def run(urls: dict[str, str], mib: int, rounds: int, broker_pid: int | None = No
     return rows
 
 
+def _rows(keys: Iterable[tuple[str, str, str, str]]) -> list[tuple[str, str, str]]:
+    """The table rows (segment size, protocol, side) present in ``keys``, smaller segments first."""
+    pairs = sorted({(k[0], k[1]) for k in keys}, key=lambda k: (SIZES[k[0]], k[1]))
+    return [(seg, proto, side) for seg, proto in pairs for side in ("send", "recv")]
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     """Median MiB/s of the rounds (min-max), segments/s, and the median of the per-round ratios
     floor / segmented and bare / segmented (min-max)."""
@@ -176,12 +182,11 @@ def table(rows: list[dict[str, Any]]) -> str:
         "| ratio (min-max) | bare floor MiB/s | ratio to bare |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for seg, proto in sorted({(k[0], k[1]) for k in rates}, key=lambda k: (SIZES[k[0]], k[1])):
-        for side in ("send", "recv"):
-            f, b, s = ((seg, proto, case, side) for case in CASES)
-            lines.append(
-                f"| {seg} | {proto} | {side} | {cell(f)} | {cell(s)} | {ratio(f, s)} | {cell(b)} | {ratio(b, s)} |"
-            )
+    for seg, proto, side in _rows(rates):
+        f, b, s = ((seg, proto, case, side) for case in CASES)
+        lines.append(
+            f"| {seg} | {proto} | {side} | {cell(f)} | {cell(s)} | {ratio(f, s)} | {cell(b)} | {ratio(b, s)} |"
+        )
     if all("recv_cpu_us" in r for r in rows):
         lines += ["", cpu_table(rows)]
     return "\n".join(lines)
@@ -206,14 +211,13 @@ def cpu_table(rows: list[dict[str, Any]]) -> str:
         "| client CPU ratio segmented / floor (min-max) |",
         "|---|---|---|---|---|---|",
     ]
-    for seg, proto in sorted({(k[0], k[1]) for k in us}, key=lambda k: (SIZES[k[0]], k[1])):
-        for side in ("send", "recv"):
-            f, s = (seg, proto, "floor", side), (seg, proto, "segmented", side)
-            v = [us[s][i][0] / us[f][i][0] for i in us[f].keys() & us[s].keys()]
-            lines.append(
-                f"| {seg} | {proto} | {side} | {med(f, 0):.0f} / {med(f, 1):.0f} | {med(s, 0):.0f} / {med(s, 1):.0f} "
-                f"| {statistics.median(v):.2f}x ({min(v):.2f}-{max(v):.2f}) |"
-            )
+    for seg, proto, side in _rows(us):
+        f, s = (seg, proto, "floor", side), (seg, proto, "segmented", side)
+        v = [us[s][i][0] / us[f][i][0] for i in us[f].keys() & us[s].keys()]
+        lines.append(
+            f"| {seg} | {proto} | {side} | {med(f, 0):.0f} / {med(f, 1):.0f} | {med(s, 0):.0f} / {med(s, 1):.0f} "
+            f"| {statistics.median(v):.2f}x ({min(v):.2f}-{max(v):.2f}) |"
+        )
     return "\n".join(lines)
 
 
