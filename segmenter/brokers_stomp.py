@@ -28,6 +28,10 @@ from urllib.parse import urlsplit
 from .errors import Reason, SegmentationError
 
 MAX_HEADER_BLOCK = 64 << 10  # the command and headers of one frame
+# The largest body accepted from the broker: ActiveMQ's own STOMP default (wireFormat.maxDataLength),
+# so nothing the broker would take in is refused here, and a forged content-length cannot make the
+# parser allocate more.
+MAX_BODY = 100 << 20
 READ_SIZE = 1 << 20  # bytes asked of one recv_into
 
 _HEADER_END = re.compile(rb"\r?\n\r?\n")
@@ -72,7 +76,7 @@ class StompParser:
     to read into (``recv_into``), :meth:`wrote` says how much it read, :meth:`frames` returns every
     frame complete so far. ``feed`` does both for bytes at hand (tests, other transports)."""
 
-    def __init__(self, max_body: int = 1 << 30) -> None:
+    def __init__(self, max_body: int = MAX_BODY) -> None:
         self.max_body = max_body
         self._buf = bytearray(READ_SIZE)
         self._start = 0  # first byte not yet parsed
@@ -175,7 +179,7 @@ def frame(command: str, headers: dict[str, str], body: bytes = b"") -> bytes:
 class StompConnection:
     """One connected STOMP 1.2 session over a blocking socket, used from one thread."""
 
-    def __init__(self, url: str, *, timeout: float = 30.0, max_body: int = 1 << 30) -> None:
+    def __init__(self, url: str, *, timeout: float = 30.0, max_body: int = MAX_BODY) -> None:
         parts = urlsplit(url)
         self.url = url
         self.parser = StompParser(max_body)
