@@ -83,3 +83,18 @@ def test_headers_are_unescaped_and_the_first_of_repeated_ones_wins() -> None:
 def test_hostile_frames_raise(wire: bytes, words: str) -> None:
     with pytest.raises(StompError, match=words):
         StompParser(max_body=1000).feed(wire)
+
+
+def test_no_broker_is_a_connection_broken_error() -> None:
+    import socket
+
+    from segmenter.brokers import BrokerError, open_consumer, open_sender
+    from segmenter.errors import Reason
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens once it is closed
+    for opener in (open_sender, open_consumer):
+        with pytest.raises(BrokerError) as err:
+            opener(f"stomp://127.0.0.1:{port}", "q")
+        assert err.value.reason == Reason.CONNECTION_BROKEN
