@@ -14,7 +14,8 @@ ACK/NACK, DISCONNECT; MESSAGE, RECEIPT, ERROR and CONNECTED frames in. No heart-
 asked for: a consumer that stops reading must not be disconnected for it, and the broker's
 inactivity monitor is off for STOMP clients that ask so). Frames from the broker are hostile
 input like any other: a header block or a declared body over the limits raises
-:class:`~segmenter.brokers.BrokerError` before anything is allocated for it.
+:class:`StompError` (which the adapters report as a ``BrokerError``) before anything is allocated
+for it.
 """
 
 from __future__ import annotations
