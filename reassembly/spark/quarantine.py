@@ -15,7 +15,7 @@ input ends, flushed, fsynced and renamed to ``quarantine/<token>.bin``: the toke
 names the task attempt and a random part, so a retried or speculative attempt,
 or another job writing to the same directory, never writes over a file that
 committed rows point at. A file of an attempt whose output was not committed is
-referenced by no row: safe to delete.
+referenced by no row: safe to delete (:func:`prune_unreferenced`, which ``reassemble run`` calls).
 """
 
 from __future__ import annotations
@@ -88,6 +88,27 @@ class ByReference:
         if not self.every and not isinstance(original, StoredOriginal):
             return None
         return self.file.put(original)
+
+
+def prune_unreferenced(payload_dir: str | os.PathLike[str], quarantine_parquet: str | os.PathLike[str]) -> None:
+    """Delete the quarantine files that no row of a written quarantine table names.
+
+    They come from task attempts whose output was discarded (failed after finishing their
+    file, or the losing copy of a speculative task). Reads only the ``raw_path`` column.
+    """
+    import pyarrow.parquet as pq
+
+    folder = Path(payload_dir) / QUARANTINE_DIR
+    if not folder.exists():
+        return
+    named: set[str] = set()
+    for part in Path(quarantine_parquet).glob("*.parquet"):
+        named.update(p for p in pq.read_table(part, columns=["raw_path"]).column(0).to_pylist() if p is not None)
+    for f in folder.iterdir():
+        if f"{QUARANTINE_DIR}/{f.name}" not in named:
+            f.unlink()
+    if not any(folder.iterdir()):
+        folder.rmdir()
 
 
 def read_quarantined(row: Any, payload_dir: str | os.PathLike[str] | None = None) -> bytes | None:
