@@ -22,6 +22,8 @@ from .positions import Origin
 # ``stored`` on a failure event: segments of failed messages whose store keeps them past the
 # failure (``FileBodyStore(keep_failed=True)``), handed back as handles instead of bytes (a
 # failed message of any size is never read back into memory); always empty with any other store.
+# ``positions`` then follow the segments message by message (the Spark judge, which uses such a
+# store, gives no positions).
 
 
 class Cause(str, Enum):
