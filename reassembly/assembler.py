@@ -33,7 +33,7 @@ from segmenter.wire import (
 
 from . import rules
 from ._state import GroupInput, GroupState, transition
-from .bodies import BodyStore, StoredBody
+from .bodies import BodyStore, StoredBody, StoredOriginal
 from .build import build
 from .events import (
     Cause,
@@ -356,9 +356,8 @@ class Assembler:
                 self._release(group, [m], isinstance(result, MessageComplete))
                 del group.messages[m.seq]
                 if isinstance(result, MessageFailed):
-                    events.append(
-                        GroupFailed(group.group_id, result.reason, (result,), group.raws(), group.positions())
-                    )
+                    raws, kept = group.originals()
+                    events.append(GroupFailed(group.group_id, result.reason, (result,), raws, group.positions(), kept))
                     self._terminate(group, GroupInput.FAIL)  # after the raws: it discards stored bodies
                     return
                 events.append(result)
@@ -369,11 +368,12 @@ class Assembler:
         if failed:
             results = [self._failure(m, v) for m, v in failed]
             bad = {m.seq for m, _ in failed}
-            others = tuple(raw for m, _ in judged if m.seq not in bad for raw in m.raws())
+            others = [m.originals() for m, _ in judged if m.seq not in bad]
+            raws, kept = tuple(r for o in others for r in o[0]), tuple(k for o in others for k in o[1])
             where = tuple(o for m, _ in judged if m.seq not in bad for o in m.positions())
             self._release(group, [m for m, _ in judged], delivered=False)
             if group.grouped:
-                events.append(GroupFailed(group.group_id, results[0].reason, tuple(results), others, where))
+                events.append(GroupFailed(group.group_id, results[0].reason, tuple(results), raws, where, kept))
             else:
                 events.append(results[0])
             self._terminate(group, GroupInput.FAIL)
@@ -388,7 +388,8 @@ class Assembler:
 
     def _failure(self, m: Message, v: Verdict) -> MessageFailed:
         assert v.error is not None
-        return MessageFailed(m.group_id, m.seq, v.error.reason, v.error, m.raws(), m.positions())
+        raws, kept = m.originals()
+        return MessageFailed(m.group_id, m.seq, v.error.reason, v.error, raws, m.positions(), kept)
 
     def _result(self, group: Group, m: Message, v: Verdict, events: list[Event]) -> MessageComplete | MessageFailed:
         """A complete message (its losing copies reported first), or its failure."""
@@ -449,7 +450,12 @@ class Assembler:
             self._closed.popitem(last=False)
 
     def _report(
-        self, group: Group, cause: Cause, segments: tuple[bytes, ...] = (), positions: tuple[Origin, ...] = ()
+        self,
+        group: Group,
+        cause: Cause,
+        segments: tuple[bytes, ...] = (),
+        positions: tuple[Origin, ...] = (),
+        stored: tuple[StoredOriginal, ...] = (),
     ) -> Unfinished:
         gaps = tuple(
             m.gap_report() for _, m in sorted(group.messages.items()) if not (m.ready and rules.has_candidate(m))
@@ -466,10 +472,12 @@ class Assembler:
             last_seq_number=group.last_seq,
             segments=segments,
             positions=positions,
+            stored=stored,
         )
 
     def _unfinished(self, group: Group, cause: Cause, how: GroupInput) -> Unfinished:
-        event = self._report(group, cause, group.raws(), group.positions())
+        raws, kept = group.originals()
+        event = self._report(group, cause, raws, group.positions(), kept)
         self._terminate(group, how)
         return event
 

@@ -10,7 +10,7 @@ segments arrive, so memory holds only headers, whatever the message size.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
@@ -66,15 +66,24 @@ class BodyStore(Protocol):
 
 
 class _Piece:
-    """A piece kept in a file: compared and read back on demand (duplicates, quarantine)."""
+    """A piece kept in a file: compared and read back on demand (duplicates, quarantine).
 
-    __slots__ = ("fd", "length", "position")
+    ``kept``: its store keeps it past a failure, so a failed message's originals can be
+    handed out as :class:`StoredOriginal` handles instead of read back into memory.
+    """
 
-    def __init__(self, fd: int, position: int, length: int) -> None:
-        self.fd, self.position, self.length = fd, position, length
+    __slots__ = ("fd", "kept", "length", "position")
+
+    def __init__(self, fd: int, position: int, length: int, kept: bool = False) -> None:
+        self.fd, self.position, self.length, self.kept = fd, position, length, kept
 
     def __bytes__(self) -> bytes:
         return os.pread(self.fd, self.length, self.position)
+
+    def blocks(self, size: int) -> Iterator[bytes]:
+        """Its bytes, at most ``size`` at a time."""
+        for at in range(0, self.length, size):
+            yield os.pread(self.fd, min(size, self.length - at), self.position + at)
 
     def __len__(self) -> int:
         return self.length
@@ -89,6 +98,35 @@ class _Piece:
         return view.nbytes == self.length and bytes(self) == view
 
     __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True)
+class StoredOriginal:
+    """The original bytes of a segment of a failed stored message, left where its store kept them.
+
+    ``head`` is the header as received; the data stays in the store's files (a
+    :class:`FileBodyStore` with ``keep_failed``) until :meth:`FileBodyStore.purge`, so a
+    consumer can copy a failed message of any size out block by block instead of holding it.
+    """
+
+    head: bytes
+    data: _Piece
+
+    @staticmethod
+    def of(head: Buffer, data: object) -> StoredOriginal | None:
+        """A handle for a piece whose store keeps it past a failure; None for any other piece."""
+        return StoredOriginal(bytes(head), data) if isinstance(data, _Piece) and data.kept else None
+
+    def __len__(self) -> int:
+        return len(self.head) + self.data.length
+
+    def __bytes__(self) -> bytes:
+        return self.head + bytes(self.data)
+
+    def blocks(self, size: int) -> Iterator[bytes]:
+        """The whole segment (header, then data), at most ``size`` data bytes at a time."""
+        yield self.head
+        yield from self.data.blocks(size)
 
 
 @dataclass
@@ -114,15 +152,26 @@ class FileBodyStore:
     memory since the last :meth:`release` above ``inline`` is stored too, so a batch of
     medium messages (or an MQ group of them) holds at most ``inline`` decoded bytes however
     many there are. ``None``: no such bound.
+
+    ``keep_failed``: the files of a discarded (failed) message stay until :meth:`purge`, and its
+    pieces come back from the assembler's failure events as :class:`StoredOriginal` handles
+    (``stored``) instead of bytes read back: the caller copies them out, then purges.
     """
 
     def __init__(
-        self, directory: str | os.PathLike[str], token: str, threshold: int = 0, inline: int | None = None
+        self,
+        directory: str | os.PathLike[str],
+        token: str,
+        threshold: int = 0,
+        inline: int | None = None,
+        keep_failed: bool = False,
     ) -> None:
         self.directory = Path(directory)
         self.token = token
         self.threshold = threshold  # messages declaring more than this (or deferring their length) go to files
         self.inline = inline
+        self.keep_failed = keep_failed
+        self._failed: list[tuple[MessageKey, _Files]] = []  # discarded, kept until purge (keep_failed)
         self._open: dict[MessageKey, _Files] = {}
         self._in_memory: dict[MessageKey, int] = {}  # declared size of each body left in memory
         self._in_memory_total = 0
@@ -167,7 +216,7 @@ class FileBodyStore:
         if offset is None:
             return self._aside(key, files, data)
         os.pwrite(files.body.fileno(), data, offset)
-        piece = files.at[offset] = _Piece(files.body.fileno(), offset, len(memoryview(data)))
+        piece = files.at[offset] = _Piece(files.body.fileno(), offset, len(memoryview(data)), self.keep_failed)
         return piece
 
     def _aside(self, key: MessageKey, files: _Files, data: Buffer) -> _Piece:
@@ -176,7 +225,7 @@ class FileBodyStore:
         position = files.aside.seek(0, os.SEEK_END)
         files.aside.write(data)
         files.aside.flush()
-        return _Piece(files.aside.fileno(), position, len(memoryview(data)))
+        return _Piece(files.aside.fileno(), position, len(memoryview(data)), self.keep_failed)
 
     def body(self, key: MessageKey, pieces: Sequence[tuple[int, Any]], length: int) -> BinaryIO:
         files = self._files(key)
@@ -218,7 +267,17 @@ class FileBodyStore:
 
     def discard(self, key: MessageKey) -> None:
         files = self._open.pop(key, None)
-        if files is not None:
+        if files is None:
+            return
+        if self.keep_failed:
+            self._failed.append((key, files))
+        else:
+            self._close(key, files, keep=None)
+
+    def purge(self) -> None:
+        """Drop the files of failed messages kept since the last purge (their handles are dead after)."""
+        failed, self._failed = self._failed, []
+        for key, files in failed:
             self._close(key, files, keep=None)
 
     def _close(self, key: MessageKey, files: _Files, keep: BinaryIO | None) -> None:
@@ -232,3 +291,4 @@ class FileBodyStore:
         """Discard every body still open (their messages were reported, not delivered)."""
         for key in list(self._open):
             self.discard(key)
+        self.purge()

@@ -174,6 +174,9 @@ def _run(args: argparse.Namespace, pattern: str, output: str, overwrite: bool) -
         )
         result = reassemble(job.df, encoded=encoded, raw_column=raw_column, options=options)
         write_split(result.combined, tmp, {"message": "messages", "quarantine": "quarantine"})
+        from .spark.quarantine import prune_unreferenced
+
+        prune_unreferenced(tmp / "payloads", tmp / "quarantine")  # files of attempts whose output was discarded
         tidy_payloads(tmp / "payloads")
     report, accounting = summarize(job.spark, job.out, rows_in, job.input_bytes(), time.monotonic() - start)
     print(report)

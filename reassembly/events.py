@@ -14,11 +14,16 @@ from enum import Enum
 from segmenter.errors import Reason, SegmentationError
 from segmenter.wire import SegmentHeader
 
-from .bodies import StoredBody
+from .bodies import StoredBody, StoredOriginal
 from .positions import Origin
 
 # ``positions`` on an event: where each segment whose bytes (or use) it reports was read, for
 # segments given to ``Assembler.receive`` with a position; parallel to ``segments`` / ``raw``.
+# ``stored`` on a failure event: segments of failed messages whose store keeps them past the
+# failure (``FileBodyStore(keep_failed=True)``), handed back as handles instead of bytes (a
+# failed message of any size is never read back into memory); always empty with any other store.
+# ``positions`` then follow the segments message by message (the Spark judge, which uses such a
+# store, gives no positions).
 
 
 class Cause(str, Enum):
@@ -120,6 +125,7 @@ class MessageFailed:
     error: SegmentationError
     segments: tuple[bytes, ...]  # original bytes of every segment used
     positions: tuple[Origin, ...] = ()
+    stored: tuple[StoredOriginal, ...] = ()  # the rest of them, left in the store
 
 
 @dataclass(frozen=True)
@@ -135,6 +141,7 @@ class Unfinished:
     segments: tuple[bytes, ...] = field(default=())  # original bytes of every segment held
     failed: tuple[MessageFailed, ...] = field(default=())  # messages that failed inside the group
     positions: tuple[Origin, ...] = ()
+    stored: tuple[StoredOriginal, ...] = ()  # the rest of the segments held, left in the store
 
 
 @dataclass(frozen=True)
@@ -146,6 +153,7 @@ class GroupFailed:
     failed: tuple[MessageFailed, ...]
     segments: tuple[bytes, ...]  # original bytes of the group's other segments
     positions: tuple[Origin, ...] = ()  # of ``segments`` (each failed message carries its own)
+    stored: tuple[StoredOriginal, ...] = ()  # the rest of the group's other segments, left in the store
 
 
 Event = MessageComplete | GroupComplete | Duplicate | Rejected | MessageFailed | Unfinished | GroupFailed

@@ -17,7 +17,7 @@ from segmenter.flags import Codec, group_bits
 from segmenter.wire import DEFAULT_MAX_SEGMENT_SIZE, UNKNOWN_LENGTH, Buffer, SegmentHeader
 
 from ._state import GroupState
-from .bodies import MessageKey
+from .bodies import MessageKey, StoredOriginal
 from .events import GapReport
 from .positions import Origin, Track
 
@@ -134,6 +134,12 @@ class Piece:
         """Canonical order of pieces: offset, length, then original bytes (arrival order never counts)."""
         return (self.header.offset, self.header.data_length, self.raw)
 
+    def order(self) -> tuple[int, int, bytes]:
+        """:meth:`key`, but by header bytes for a piece its store keeps past a failure (its data never read)."""
+        if StoredOriginal.of(self.head, self.data) is None:
+            return self.key()
+        return (self.header.offset, self.header.data_length, bytes(self.head))
+
     def same_as(self, other: Piece) -> bool:
         """Byte-identical segments (header as received, and data)."""
         return self.header == other.header and self.head == other.head and self.data == other.data
@@ -164,11 +170,23 @@ class Message:
         """Original bytes of every piece, in canonical order (offset, length, bytes)."""
         return tuple(k[2] for k in sorted(p.key() for p in self.pieces()))
 
+    def originals(self) -> tuple[tuple[bytes, ...], tuple[StoredOriginal, ...]]:
+        """:meth:`raws` of a failed message: pieces its store keeps past the failure as handles, never read."""
+        raws: list[bytes] = []
+        kept: list[StoredOriginal] = []
+        for p in sorted(self.pieces(), key=Piece.order):
+            handle = StoredOriginal.of(p.head, p.data)
+            if handle is None:
+                raws.append(p.raw)
+            else:
+                kept.append(handle)
+        return tuple(raws), tuple(kept)
+
     def positions(self) -> tuple[Origin, ...]:
-        """Where each piece was read, in the order of :meth:`raws` (empty without positions)."""
+        """Where each piece was read, in the order of :meth:`originals` (empty without positions)."""
         if all(p.origin is None for p in self.pieces()):
             return ()
-        return tuple(o for p in sorted(self.pieces(), key=Piece.key) for o in p.positions)
+        return tuple(o for p in sorted(self.pieces(), key=Piece.order) for o in p.positions)
 
     def held_bytes(self) -> int:
         """Bytes held in memory (none for a stored body)."""
@@ -214,6 +232,11 @@ class Group:
 
     def raws(self) -> tuple[bytes, ...]:
         return tuple(raw for _, m in sorted(self.messages.items()) for raw in m.raws())
+
+    def originals(self) -> tuple[tuple[bytes, ...], tuple[StoredOriginal, ...]]:
+        """:meth:`Message.originals` of every message, in MsgSeqNumber order."""
+        both = [m.originals() for _, m in sorted(self.messages.items())]
+        return tuple(r for raws, _ in both for r in raws), tuple(k for _, kept in both for k in kept)
 
     def positions(self) -> tuple[Origin, ...]:
         return tuple(o for _, m in sorted(self.messages.items()) for o in m.positions())

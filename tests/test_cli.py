@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from reassembly.spark.quarantine import read_quarantined
 from reassembly.spark.testdata import generate, write_parquet
 
 pytestmark = pytest.mark.spark
@@ -205,7 +206,12 @@ def test_demo_with_large_messages_streams_them_to_payload_files(tmp_path: Path) 
     assert re.search(r"check: (\d+)/\1 messages as expected", done.stdout), done.stdout[-1500:]
     messages = pq.read_table(tmp_path / "out" / "messages").to_pylist()
     files = {m["payload_path"] for m in messages if m["payload_path"]}
-    assert files and files == {p.name for p in (tmp_path / "out" / "payloads").iterdir()}
+    payloads = tmp_path / "out" / "payloads"
+    assert files and files == {p.name for p in payloads.iterdir() if p.name != "quarantine"}
+    # large failures are quarantined by reference; every file left under quarantine/ is named by a row
+    refs = [q for q in pq.read_table(tmp_path / "out" / "quarantine").to_pylist() if q["raw_path"]]
+    assert refs and all(q["raw"] is None and read_quarantined(q, payloads) for q in refs)
+    assert {q["raw_path"] for q in refs} == {f"quarantine/{p.name}" for p in (payloads / "quarantine").iterdir()}
 
 
 def _tree(root: Path) -> dict[str, bytes | None]:

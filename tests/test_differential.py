@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from reassembly.spark import ReassemblyOptions, reassemble
+from reassembly.spark import ReassemblyOptions, read_quarantined, reassemble
 from reassembly.spark.rows import reassemble_group
 from reassembly.spark.schema import OUTPUT_FIELDS
 from segmenter import ChecksumAlgorithm, Codec, SegmentationError, Segmenter
@@ -170,6 +170,9 @@ def canonical(rows: list[dict[str, Any]], payload_dir: Path | None = None) -> li
         r = {name: row.get(name) for name, _, _ in OUTPUT_FIELDS}
         if r["payload_path"] is not None and payload_dir is not None:  # a file instead of a value: compare bytes
             r["payload"], r["payload_path"] = (payload_dir / r["payload_path"]).read_bytes(), None
+        if r["raw_path"] is not None and payload_dir is not None:  # quarantined by reference: compare bytes
+            r["raw"] = read_quarantined(r, payload_dir)
+            r["raw_path"] = r["raw_offset"] = r["raw_length"] = None
         if r["payload"] is not None:
             r["payload"] = bytes(r["payload"])
         out.append(repr(sorted(r.items())))

@@ -5,7 +5,7 @@ because judging it read every stored piece back into the byte-agreement referenc
 (``rules.agree``). The in-process test measures the Python heap with ``tracemalloc`` while
 the assembler judges (every ``bytes`` read back from the store is a Python allocation, so the
 count is exact, not a sampled RSS); the Spark test checks that large messages failing after
-many far rows still quarantine every original byte.
+many far rows still quarantine every original byte (by reference: tests/test_quarantine_ref.py).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from reassembly import Assembler, Limits
 from reassembly.bodies import FileBodyStore, StoredBody
 from reassembly.events import MessageComplete
 from reassembly.rules import _overlapping
-from reassembly.spark import ReassemblyOptions, reassemble
+from reassembly.spark import ReassemblyOptions, read_quarantined, reassemble
 from segmenter import ChecksumAlgorithm, Segmenter
 from segmenter.checksum import checksum
 from segmenter.header_table import FIELDS
@@ -114,8 +114,10 @@ def test_large_messages_failing_after_many_far_rows_quarantine_every_original_by
         "crc": ("corrupt", "MESSAGE_CHECKSUM_ERROR"),
         "gap": ("incomplete", "INCOMPLETE_MSG"),
     }, status
-    quarantined = sorted(r.raw for r in out if r.kind == "quarantine")
-    assert quarantined == sorted(bad_crc + gap)
+    quarantined = [r for r in out if r.kind == "quarantine"]
+    assert all(r.raw is None for r in quarantined)  # by reference, in payloads/quarantine/
+    assert sorted(read_quarantined(r, payloads) or b"" for r in quarantined) == sorted(bad_crc + gap)
     [complete] = [r for r in out if r.kind == "message" and r.status == "complete"]
     assert (payloads / complete.payload_path).stat().st_size == size
-    assert [p.name for p in payloads.iterdir()] == [complete.payload_path]  # nothing left of the failed ones
+    # nothing left of the failed ones' bodies: the completed message and the quarantine copies only
+    assert sorted(p.name for p in payloads.iterdir()) == sorted([complete.payload_path, "quarantine"])

@@ -4,11 +4,13 @@
 does the same on a streaming DataFrame (README "Streaming reassembly"); ``decode_segments(df)``
 turns the encoded form into columns in the JVM. See README "Spark reassembly".
 ``resequence(df)`` / ``resequence_stream(df)`` put whole messages back in sequence order
-(README "Resequencer").
+(README "Resequencer"). ``read_quarantined(row, payload_dir)`` gives back the original
+bytes of any quarantine row, in-row or by reference.
 """
 
 from .decode import decode_segments
 from .pipeline import ReassemblyOptions, ReassemblyResult, reassemble
+from .quarantine import read_quarantined
 from .resequence import resequence, resequence_stream  # resequencer (issue 11)
 from .schema import MESSAGE_COLUMNS, OUTPUT_ARROW, OUTPUT_DDL, QUARANTINE_COLUMNS, ColumnNames
 from .stream import StreamOptions, reassemble_stream  # streaming (issue 10)
@@ -23,6 +25,7 @@ __all__ = [
     "ReassemblyResult",
     "StreamOptions",
     "decode_segments",
+    "read_quarantined",
     "reassemble",
     "reassemble_stream",
     "resequence",

@@ -18,14 +18,24 @@ the rest go to files too); and output rows are handed to Spark as soon as those
 gathered hold :func:`flush_bytes`, so many medium messages in one Arrow batch
 never pile up. A large message is held as headers and file handles while its rows
 arrive and judged from the file (nothing of its body read back when its pieces
-tile it). One exception to the bound: a large message that *fails* is quarantined
-in-row, so its original segments are read back from the store and all leave with
-the task's last row (about twice its size in the worker, and under Spark's 2 GiB
-per row: bench/README.md, "The single 8 GiB message").
+tile it). A large message that *fails* is quarantined by reference
+(``quarantine.py``): its store keeps the failed body's files (``keep_failed``), the
+assembler hands its segments back as handles, and each is copied block by block into
+the task attempt's quarantine file under ``payload_dir``; the row carries ``raw_path``,
+``raw_offset`` and ``raw_length`` with ``raw`` NULL. So a failing message of any size
+(past Spark's 2 GiB per value too) costs the worker one copy block, never its size.
+
+Which quarantine rows go by reference (with a ``payload_dir``; without one, all stay
+in-row as before): every row of the task's large assembler (they all leave with the
+task's last row, so in-row their sum would be unbounded), and every segment of a
+message built in the store on the ordinary path (e.g. a small zstd frame declaring a
+huge size). The other rows of the ordinary path keep ``raw``: each is no bigger than
+the aggregated input row it came from, and leaves with it.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,7 +45,8 @@ from ..assembler import Assembler, Limits
 from ..bodies import FileBodyStore
 from ..events import Event
 from .jvm import SK_HEADER
-from .rows import Row, event_rows, reassemble_group, reject_rows
+from .quarantine import ByReference, QuarantineFile
+from .rows import EventRows, Row, reassemble_group, reject_rows
 from .schema import OUTPUT_ARROW, OUTPUT_FIELDS
 
 ROWS_ARROW = pa.list_(pa.struct(list(OUTPUT_ARROW)))
@@ -92,21 +103,26 @@ class _Large:
     """Large messages of one task: one assembler over a file store, judged at the end.
 
     Every body is built in the store (threshold 0): these messages reach past
-    ``large_message_bytes`` (or claim to), and their rows all go out with the task's last row.
+    ``large_message_bytes`` (or claim to), and their rows all go out with the task's last row,
+    so every original they quarantine goes by reference, copied out as its event arrives.
     """
 
-    def __init__(self, limits: Limits, unit_of_work: bool, payload_dir: str) -> None:
-        self.store = FileBodyStore(payload_dir, f"{_task_token()}-large")
+    def __init__(self, limits: Limits, unit_of_work: bool, payload_dir: str, quarantine: QuarantineFile) -> None:
+        self.store = FileBodyStore(payload_dir, f"{_task_token()}-large", keep_failed=True)
         self.asm = Assembler(limits, batch=True, unit_of_work=unit_of_work, bodies=self.store)
-        self.events: list[Event] = []
+        self.rows = EventRows(ByReference(quarantine, every=True))
+
+    def _add(self, events: list[Event]) -> None:
+        self.rows.add(events)
+        self.store.purge()  # failed bodies are copied out: their files go
 
     def feed(self, raws: list[bytes | None]) -> None:
-        self.events += self.asm.receive_many(raw for raw in raws if raw is not None)
+        self._add(self.asm.receive_many(raw for raw in raws if raw is not None))
 
     def close(self) -> list[Row]:
-        events = self.events + self.asm.close()
+        self._add(self.asm.close())
         self.store.close()
-        return event_rows(events)
+        return self.rows.rows()
 
 
 def _task_token() -> str:
@@ -115,6 +131,11 @@ def _task_token() -> str:
 
     ctx = TaskContext.get()
     return f"{ctx.stageId()}-{ctx.partitionId()}-{ctx.taskAttemptId()}" if ctx is not None else "local"
+
+
+def _quarantine_token() -> str:
+    """The task attempt plus a random part: another job writing to the same payload_dir never collides."""
+    return f"{_task_token()}-{uuid.uuid4().hex[:16]}"
 
 
 def _weight(rows: list[Row | None] | None) -> int:
@@ -132,25 +153,36 @@ class _Task:
     def __init__(self, limits: Limits, unit_of_work: bool, payload_dir: str | None, threshold: int | None) -> None:
         self.limits, self.unit_of_work, self.payload_dir = limits, unit_of_work, payload_dir
         self.large: _Large | None = None  # created on the first large row of the task
+        # Unique per task attempt and per job: no attempt ever writes over a file committed rows point at.
+        self.quarantine = None if payload_dir is None else QuarantineFile(payload_dir, _quarantine_token())
         # Messages of one row: above the threshold into files, and at most the threshold in memory in all.
         self.store = (
             None
             if payload_dir is None or threshold is None
-            else FileBodyStore(payload_dir, _task_token(), threshold, threshold)
+            else FileBodyStore(payload_dir, _task_token(), threshold, threshold, keep_failed=True)
         )
         self.flush = flush_bytes(threshold)
 
     def _large(self) -> _Large:
         if self.large is None:
-            assert self.payload_dir is not None
-            self.large = _Large(self.limits, self.unit_of_work, self.payload_dir)
+            assert self.payload_dir is not None and self.quarantine is not None
+            self.large = _Large(self.limits, self.unit_of_work, self.payload_dir, self.quarantine)
         return self.large
 
     def _group(self, raws: list[bytes | None]) -> list[Row]:
-        rows = reassemble_group(raws, self.limits, unit_of_work=self.unit_of_work, bodies=self.store)
-        if self.store is not None:
-            self.store.release()  # the in-memory bound is per row; gathered output is bounded by flushing
+        if self.store is None:
+            return reassemble_group(raws, self.limits, unit_of_work=self.unit_of_work)
+        assert self.quarantine is not None
+        sink = ByReference(self.quarantine, every=False)  # originals of messages built in the store
+        rows = reassemble_group(raws, self.limits, unit_of_work=self.unit_of_work, bodies=self.store, sink=sink)
+        self.store.release()  # the in-memory bound is per row; gathered output is bounded by flushing
+        self.store.purge()  # failed bodies are copied out: their files go
         return rows
+
+    def finish(self) -> None:
+        """The task's input has ended (every row handed on): make its quarantine file durable and visible."""
+        if self.quarantine is not None:
+            self.quarantine.finish()
 
     def outputs(self, arr: pa.StructArray, last: bool) -> Iterator[pa.Array]:
         """Output arrays for one input batch (``last``: the task's last), each holding about the flush size at most."""
@@ -202,5 +234,6 @@ def make_judge(limits: Limits, unit_of_work: bool, payload_dir: str | None, thre
             following = next(ahead, None)
             yield from task.outputs(arr, last=following is None)
             arr = following
+        task.finish()  # runs once Spark has taken the last output, before the task can commit
 
     return judge

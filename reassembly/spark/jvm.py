@@ -179,4 +179,7 @@ def clean_row() -> dict[str, str]:
         "offset": "CAST(NULL AS BIGINT)",
         "detail": "CAST(NULL AS STRING)",
         "raw": "CAST(NULL AS BINARY)",
+        "raw_path": "CAST(NULL AS STRING)",
+        "raw_offset": "CAST(NULL AS BIGINT)",
+        "raw_length": "CAST(NULL AS BIGINT)",
     }

@@ -4,20 +4,22 @@ One group's segments go into an :class:`~reassembly.assembler.Assembler`; its
 events become rows of one combined schema (``kind`` = ``message`` or
 ``quarantine``). The accounting identity holds by construction: every input
 segment is used (``segments_used``), counted as a duplicate (``duplicates``)
-or appears as exactly one quarantine row with its original bytes.
+or appears as exactly one quarantine row with its original bytes, in the row
+(``raw``) or, through a :class:`QuarantineSink`, by reference (``raw_path``,
+``raw_offset``, ``raw_length``; see ``quarantine.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from segmenter.errors import Reason, SegmentationError
 from segmenter.wire import UNKNOWN_LENGTH, Buffer, Segment, SegmentHeader, decode_header
 
 from ..assembler import Assembler, Limits
-from ..bodies import BodyStore, StoredBody
+from ..bodies import BodyStore, StoredBody, StoredOriginal
 from ..events import (
     ConflictingDuplicate,
     Duplicate,
@@ -31,6 +33,15 @@ from ..events import (
 )
 
 Row = dict[str, Any]
+Original = bytes | StoredOriginal  # a segment's original bytes, or a handle on them left in a store
+
+
+class QuarantineSink(Protocol):
+    """Takes quarantined originals out of the rows (e.g. into a file): where each went, or None (keep it in-row)."""
+
+    def put(self, original: Original) -> tuple[str, int, int] | None:
+        """(path, offset, length) of the copy, or None: the row keeps the bytes."""
+        ...
 
 
 class Status:
@@ -85,8 +96,10 @@ def _length(value: int) -> int | None:
     return None if value == UNKNOWN_LENGTH else value
 
 
-def _quarantine(raw: bytes | None, reason: int, detail: str, header: SegmentHeader | None) -> Row:
-    return {
+def _quarantine(
+    raw: Original | None, reason: int, detail: str, header: SegmentHeader | None, sink: QuarantineSink | None = None
+) -> Row:
+    row: Row = {
         "kind": "quarantine",
         "group_id": header.group_id if header else None,
         "msg_seq_number": header.msg_seq_number if header else None,
@@ -94,26 +107,33 @@ def _quarantine(raw: bytes | None, reason: int, detail: str, header: SegmentHead
         "reason": int(reason),
         "reason_name": Reason(reason).name,
         "detail": detail,
-        "raw": raw,
     }
+    ref = sink.put(raw) if sink is not None and raw is not None else None
+    if ref is None:  # in the row (a handle with no sink to copy it: read back, as without a store)
+        row["raw"] = bytes(raw) if isinstance(raw, StoredOriginal) else raw
+    else:
+        row["raw"] = None
+        row["raw_path"], row["raw_offset"], row["raw_length"] = ref
+    return row
 
 
-def _raw_rows(raws: Iterable[bytes], reason: int, detail: str) -> list[Row]:
+def _raw_rows(raws: Iterable[Original], reason: int, detail: str, sink: QuarantineSink | None) -> list[Row]:
     rows = []
     for raw in raws:
         try:
-            header: SegmentHeader | None = decode_header(raw)
+            header: SegmentHeader | None = decode_header(raw.head if isinstance(raw, StoredOriginal) else raw)
         except SegmentationError:
             header = None
-        rows.append(_quarantine(raw, reason, detail, header))
+        rows.append(_quarantine(raw, reason, detail, header, sink))
     return rows
 
 
 class GroupRows:
     """Collects one group's events into message rows and quarantine rows."""
 
-    def __init__(self, group_id: bytes | None) -> None:
+    def __init__(self, group_id: bytes | None, sink: QuarantineSink | None = None) -> None:
         self.group_id = group_id
+        self.sink = sink
         self.messages: dict[int, _Acc] = {}
         self.quarantine: list[Row] = []
         self.missing_seq_numbers: list[int] = []
@@ -139,7 +159,7 @@ class GroupRows:
         acc = self._acc(ev.msg_seq_number)
         conflict = ev.reason == Reason.CONFLICTING_DUPLICATE  # two assemblies passed every check
         acc.status, acc.reason = Status.CONFLICT if conflict else Status.CORRUPT, int(ev.reason)
-        self.quarantine += _raw_rows(ev.segments, ev.reason, str(ev.error))
+        self.quarantine += _raw_rows((*ev.segments, *ev.stored), ev.reason, str(ev.error), self.sink)
 
     def add(self, ev: Event) -> None:
         """Account for one event."""
@@ -151,7 +171,7 @@ class GroupRows:
         elif isinstance(ev, Duplicate):
             self._acc(ev.msg_seq_number).duplicates += 1
         elif isinstance(ev, Rejected):
-            self.quarantine.append(_quarantine(ev.raw, ev.reason, str(ev.error), ev.header))
+            self.quarantine.append(_quarantine(ev.raw, ev.reason, str(ev.error), ev.header, self.sink))
             if ev.header is not None:
                 acc = self._acc(ev.header.msg_seq_number)
                 acc.rejected += 1
@@ -162,7 +182,7 @@ class GroupRows:
         elif isinstance(ev, GroupFailed):
             for f in ev.failed:
                 self._failed(f)
-            rows = _raw_rows(ev.segments, ev.reason, "another message of the group failed")
+            rows = _raw_rows((*ev.segments, *ev.stored), ev.reason, "another message of the group failed", self.sink)
             self.quarantine += rows
             for row in rows:
                 acc = self._acc(row["msg_seq_number"])
@@ -172,7 +192,7 @@ class GroupRows:
             self._unfinished(ev)
 
     def _unfinished(self, ev: Unfinished) -> None:
-        rows = _raw_rows(ev.segments, ev.reason, f"group {ev.cause.value}: incomplete")
+        rows = _raw_rows((*ev.segments, *ev.stored), ev.reason, f"group {ev.cause.value}: incomplete", self.sink)
         self.quarantine += rows
         gaps = {g.msg_seq_number: g for g in ev.gaps}
         held = {row["msg_seq_number"] for row in rows if row["msg_seq_number"] is not None}
@@ -233,16 +253,34 @@ def _group_of(ev: Event) -> bytes | None:
     return ev.group_id
 
 
-def event_rows(events: Iterable[Event]) -> list[Row]:
+class EventRows:
+    """Events of any number of groups, added as they come, to rows (rows of one group together).
+
+    Quarantined originals go to ``sink`` as each event is added, so an event's bytes (or its
+    handles on a store, which may be purged once added) need not outlive the call.
+    """
+
+    def __init__(self, sink: QuarantineSink | None = None) -> None:
+        self.sink = sink
+        self.groups: dict[bytes | None, GroupRows] = {}
+
+    def add(self, events: Iterable[Event]) -> None:
+        for ev in events:
+            gid = _group_of(ev)
+            acc = self.groups.get(gid)
+            if acc is None:
+                acc = self.groups[gid] = GroupRows(gid, self.sink)
+            acc.add(ev)
+
+    def rows(self) -> list[Row]:
+        return [row for acc in self.groups.values() for row in acc.rows()]
+
+
+def event_rows(events: Iterable[Event], sink: QuarantineSink | None = None) -> list[Row]:
     """Output rows for events of any number of groups (rows of one group together)."""
-    groups: dict[bytes | None, GroupRows] = {}
-    for ev in events:
-        gid = _group_of(ev)
-        acc = groups.get(gid)
-        if acc is None:
-            acc = groups[gid] = GroupRows(gid)
-        acc.add(ev)
-    return [row for acc in groups.values() for row in acc.rows()]
+    acc = EventRows(sink)
+    acc.add(events)
+    return acc.rows()
 
 
 def null_row() -> Row:
@@ -256,15 +294,17 @@ def reassemble_group(
     *,
     unit_of_work: bool = True,
     bodies: BodyStore | None = None,
+    sink: QuarantineSink | None = None,
 ) -> list[Row]:
     """All output rows for the segments of any number of groups (any order, duplicates, faults, NULLs).
 
-    With ``bodies``, the messages it ``wants`` are built there (their rows carry ``payload_path``).
+    With ``bodies``, the messages it ``wants`` are built there (their rows carry ``payload_path``);
+    with ``sink``, quarantined originals it takes leave by reference.
     """
     asm = Assembler(limits, batch=True, unit_of_work=unit_of_work, bodies=bodies)
     items = list(segments)
     events = asm.receive_many(s for s in items if s is not None)
-    return event_rows(events + asm.close()) + [null_row() for s in items if s is None]
+    return event_rows(events + asm.close(), sink) + [null_row() for s in items if s is None]
 
 
 def reject_rows(raws: Iterable[Buffer | None], limits: Limits | None = None) -> list[Row]:

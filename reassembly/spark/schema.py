@@ -30,6 +30,11 @@ OUTPUT_FIELDS: tuple[tuple[str, str, pa.DataType], ...] = (
     ("offset", "bigint", pa.int64()),
     ("detail", "string", pa.string()),
     ("raw", "binary", pa.binary()),
+    # A quarantined segment left by reference (``raw`` NULL): its original bytes are the
+    # ``raw_length`` bytes at ``raw_offset`` of the file ``raw_path`` (relative to payload_dir).
+    ("raw_path", "string", pa.string()),
+    ("raw_offset", "bigint", pa.int64()),
+    ("raw_length", "bigint", pa.int64()),
 )
 OUTPUT_DDL = ", ".join(f"{name} {ddl}" for name, ddl, _ in OUTPUT_FIELDS)
 OUTPUT_ARROW = pa.schema([(name, arrow) for name, _, arrow in OUTPUT_FIELDS])
@@ -52,7 +57,18 @@ MESSAGE_COLUMNS = (
     "rejected",
 )
 
-QUARANTINE_COLUMNS = ("raw", "group_id", "msg_seq_number", "offset", "reason", "reason_name", "detail")
+QUARANTINE_COLUMNS = (
+    "raw",
+    "group_id",
+    "msg_seq_number",
+    "offset",
+    "reason",
+    "reason_name",
+    "detail",
+    "raw_path",
+    "raw_offset",
+    "raw_length",
+)
 
 
 @dataclass(frozen=True)
