@@ -15,13 +15,17 @@
    state workers, loads RocksDB and compiles the plan: seconds).
 
 Each measurement records the load average before and after it (the machine
-may be shared: compare ratios and runs made side by side).
+may be shared: compare ratios and runs made side by side). ``--profile DIR``
+profiles the arrivals' state processors (``reassembly.spark.stream.PROFILE``)
+and adds their summed calls and cumulative seconds: the state round trips
+(``round_trips``: every request to the JVM's state server) and what they were.
 
 Both use :func:`reassembly.spark.stream.configure` (state partitions = cores,
 changelog checkpointing), as ``reassemble stream`` does.
 
     python -m bench.streambench --mib 1024 --files 20 --every 1 --json bench/results/stream.json
     python -m bench.streambench --mib 128 --files 20 --every 1 --arrivals-only
+    python -m bench.streambench --mib 32 --files 20 --every 1 --arrivals-only --profile /tmp/prof
 """
 
 from __future__ import annotations
@@ -179,6 +183,8 @@ _PROFILED = {
     "handleInputRows": "handleInputRows",
     "handleExpiredTimer": "handleExpiredTimer",
     "init": "init",
+    "register_state": "get_value_state",  # per task and state variable (registers it in the JVM)
+    "register_list_state": "get_list_state",
     "round_trips": "_send_proto_message",
     "value_get": "value_state_client.py:get",
     "value_update": "value_state_client.py:update",
