@@ -15,13 +15,17 @@
    state workers, loads RocksDB and compiles the plan: seconds).
 
 Each measurement records the load average before and after it (the machine
-may be shared: compare ratios and runs made side by side).
+may be shared: compare ratios and runs made side by side). ``--profile DIR``
+profiles the arrivals' state processors (``reassembly.spark.stream.PROFILE``)
+and adds their summed calls and cumulative seconds: the state round trips
+(``round_trips``: every request to the JVM's state server) and what they were.
 
 Both use :func:`reassembly.spark.stream.configure` (state partitions = cores,
 changelog checkpointing), as ``reassemble stream`` does.
 
     python -m bench.streambench --mib 1024 --files 20 --every 1 --json bench/results/stream.json
     python -m bench.streambench --mib 128 --files 20 --every 1 --arrivals-only
+    python -m bench.streambench --mib 32 --files 20 --every 1 --arrivals-only --profile /tmp/prof
 """
 
 from __future__ import annotations
@@ -173,6 +177,47 @@ def _durations(progress: list[Any]) -> dict[str, Any]:
     }
 
 
+# What the state processors' time is spent on (cumulative seconds and calls, summed over every task):
+# our own calls, the framework's per-key and per-task calls, and every socket round trip to the JVM.
+_PROFILED = {
+    "handleInputRows": "handleInputRows",
+    "handleExpiredTimer": "handleExpiredTimer",
+    "init": "init",
+    "register_state": "get_value_state",  # per task and state variable (registers it in the JVM)
+    "register_list_state": "get_list_state",
+    "round_trips": "_send_proto_message",
+    "value_get": "value_state_client.py:get",
+    "value_update": "value_state_client.py:update",
+    "value_clear": "value_state_client.py:clear",
+    "list_get": "list_state_client.py:get",
+    "list_append": "list_state_client.py:append_list",
+    "list_clear": "list_state_client.py:clear",
+    "list_exists": "list_state_client.py:exists",
+    "register_timer": "register_timer",
+    "delete_timer": "delete_timer",
+    "set_implicit_key": "set_implicit_key",
+    "expiry_timers": "get_expiry_timers_iterator",
+    "judge": "stream_state.py:judge",
+}
+
+
+def profile_summary(directory: Path) -> dict[str, Any]:
+    """Sum the per-task profiles (see ``reassembly.spark.stream.PROFILE``): calls and cumulative seconds."""
+    import pstats
+
+    files = sorted(directory.glob("*.prof"))
+    if not files:
+        return {}
+    stats = pstats.Stats(*map(str, files))
+    table: dict[str, Any] = stats.stats  # type: ignore[attr-defined]  # (file, line, name) -> (cc, nc, tt, ct, callers)
+    out: dict[str, Any] = {"tasks": len(files), "total_s": round(stats.total_tt, 2)}  # type: ignore[attr-defined]
+    for label, want in _PROFILED.items():
+        where, _, name = want.rpartition(":")
+        hits = [v for (f, _, n), v in table.items() if n == name and f.endswith(where)]
+        out[label] = {"calls": sum(v[1] for v in hits), "cum_s": round(sum(v[3] for v in hits), 3)}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mib", type=int, default=256, help="payload MiB (the issue's goal is stated for 1024)")
@@ -182,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=2, help="interleaved batch / available-now pairs")
     p.add_argument("--arrivals-only", action="store_true", help="only the files-over-time measurement")
     p.add_argument("--no-arrivals", action="store_true", help="only the available-now against batch measurement")
+    p.add_argument("--profile", default=None, help="profile the arrivals' state processors into this directory")
     p.add_argument("--json", default=None, help="also write the result here (e.g. bench/results/stream.json)")
     args = p.parse_args(argv)
     from reassembly.session import get_session
@@ -212,7 +258,13 @@ def main(argv: list[str] | None = None) -> int:
         result["ratio_per_round"] = [round(s / b, 2) for b, s in zip(batches, streams, strict=True)]
         result["load_average"] = load  # before the first round and after each
     if not args.no_arrivals:
+        if args.profile:
+            from reassembly.spark.stream import PROFILE
+
+            os.environ[PROFILE] = args.profile  # read when the query is built (in _arrivals)
         result["arrivals"] = _arrivals(spark, data, work / "runs" / "arrivals", args.files, args.every)
+        if args.profile:
+            result["profile"] = profile_summary(Path(args.profile))
     print(json.dumps(result, indent=2))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import random
+import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +48,7 @@ def _files(root: Path) -> dict[str, bytes]:
 def test_a_new_checkpoint_records_its_layout_and_options(tmp_path: Path) -> None:
     bind_checkpoint(str(tmp_path / "ck"), _options(payload_dir="bodies"))
     got = json.loads((tmp_path / "ck" / MANIFEST).read_text())
-    assert got["layout"] == LAYOUT and set(got["state"]) == {"held", "info", "summary", "tomb"}
+    assert got["layout"] == LAYOUT == 2 and set(got["state"]) == {"held", "key"}
     assert got["options"] == {"unit_of_work": True, "payload_dir": str(Path("bodies").resolve())}
 
 
@@ -83,7 +85,7 @@ def test_a_state_bound_option_change_is_refused(tmp_path: Path, now: dict[str, A
     "edit",
     [
         lambda m: {**m, "layout": LAYOUT + 1},
-        lambda m: {**m, "state": {**m["state"], "info": "first_ms long"}},
+        lambda m: {**m, "state": {**m["state"], "key": "first_ms long"}},
         lambda m: {k: v for k, v in m.items() if k != "state"},
     ],
     ids=["a later layout", "another state schema", "no state schemas"],
@@ -94,16 +96,45 @@ def test_a_checkpoint_of_another_layout_is_refused(tmp_path: Path, edit: Any) ->
     manifest = ck / MANIFEST
     manifest.write_text(json.dumps(edit(json.loads(manifest.read_text()))))
     before = _files(tmp_path)
-    with pytest.raises(CheckpointMismatch, match="holds state of another layout") as refused:
+    with pytest.raises(CheckpointMismatch, match="holds state of layout") as refused:
         bind_checkpoint(str(ck), _options())
-    assert "start a new checkpoint" in str(refused.value)
+    assert "start a new checkpoint" in str(refused.value) and "\n" not in str(refused.value)
     assert _files(tmp_path) == before
 
 
-def test_a_checkpoint_begun_before_the_manifest_is_continued_and_recorded(tmp_path: Path) -> None:
-    (tmp_path / "ck" / "offsets").mkdir(parents=True)  # Spark's own files, of the previous (same-layout) version
-    bind_checkpoint(str(tmp_path / "ck"), _options())
-    assert json.loads((tmp_path / "ck" / MANIFEST).read_text())["layout"] == LAYOUT
+def test_a_checkpoint_begun_before_the_manifest_is_layout_1_and_refused(tmp_path: Path) -> None:
+    (tmp_path / "ck" / "offsets").mkdir(parents=True)  # Spark's own files, written before there was a manifest
+    before = _files(tmp_path)
+    with pytest.raises(
+        CheckpointMismatch, match=re.escape("holds state of layout 1 (no manifest: begun before it); this")
+    ):
+        bind_checkpoint(str(tmp_path / "ck"), _options())
+    assert _files(tmp_path) == before and not (tmp_path / "ck" / MANIFEST).exists()
+
+
+# A checkpoint written by layout 1 (three value states info, summary, tomb; the code before 2026-11-23's
+# session 20): one message decided (its tombstone) and one open (two of its four segments held), by
+# tests/fixtures/stream_layout1/make.py.txt at commit 716bccb.
+LAYOUT_1 = Path(__file__).parent / "fixtures" / "stream_layout1"
+
+
+def test_a_checkpoint_written_by_layout_1_is_refused_naming_both_layouts(tmp_path: Path) -> None:
+    """Layout 2 reads one value state where layout 1 kept three: reading layout 1's state would see every
+    open key as new (its held segments never judged again) and every tombstone as absent. So it is
+    refused, before Spark starts, and nothing in the checkpoint or the output is touched."""
+    shutil.copytree(LAYOUT_1, tmp_path, dirs_exist_ok=True)
+    assert json.loads((tmp_path / "ck" / MANIFEST).read_text())["layout"] == 1
+    assert (tmp_path / "ck" / "state" / "0" / "0").is_dir()  # Spark's RocksDB state, as layout 1 wrote it
+    before = _files(tmp_path)
+    with pytest.raises(CheckpointMismatch) as refused:
+        bind_checkpoint(str(tmp_path / "ck"), _options())
+    said = str(refused.value)
+    assert "holds state of layout 1 (state variables held, info, summary, tomb)" in said
+    assert "this version reads layout 2 (state variables held, key)" in said
+    assert "let a version of layout 1 finish it" in said and "\n" not in said
+    done = reassemble("stream", "landing", "out", "--checkpoint", "ck", "--trigger", "available-now", cwd=tmp_path)
+    assert done.returncode == 1 and "holds state of layout 1" in done.stderr
+    assert _files(tmp_path) == before and not (tmp_path / "out").exists()
 
 
 def test_the_command_refuses_before_spark_starts(tmp_path: Path) -> None:

@@ -111,17 +111,31 @@ def spool_of(opts: StreamOptions) -> Spool | None:
 
 
 _HELD = "raw binary, at long"  # a whole segment (at = IN_STATE), or a spooled one's header (stream_spool)
-_INFO = "first_ms long, deadline_ms long, held_bytes long, last_ms long"
-_SUMMARY = "blob binary"  # stream_state.Summary.dump(): coverage of what is held, what left
-_TOMB = "blob binary, state string, deadline_ms long"
+# Everything else about a key, in one value, so that one get() answers "new, open or decided?": open
+# (``state`` null): its first and last event times, its expiry deadline (its timer), the state bytes of its
+# held segments and ``blob`` = stream_state.Summary.dump(); decided: how it ended (``state``), ``blob`` =
+# the tombstone (the assembler snapshot), ``deadline_ms`` = when the tombstone goes. (Layout 1 kept these
+# in three variables, ``info``, ``summary`` and ``tomb``: three round trips where this takes one.)
+_KEY = "first_ms long, deadline_ms long, held_bytes long, last_ms long, blob binary, state string"
 _NAMES = tuple(name for name, _, _ in OUTPUT_FIELDS)
 
 # What a checkpoint's state means, recorded in CHECKPOINT/_reassembly.json at its first start (see
-# bind_checkpoint). LAYOUT changes whenever what the state variables hold changes meaning without their
-# schema changing (the Summary blob's fields, what ``at`` says); the schemas are recorded as they are.
-LAYOUT = 1
+# bind_checkpoint). LAYOUT changes whenever the state variables or what they hold change meaning (the
+# Summary blob's fields, what ``at`` says); the schemas are recorded as they are.
+LAYOUT = 2
 MANIFEST = "_reassembly.json"
-_STATE = {"held": _HELD, "info": _INFO, "summary": _SUMMARY, "tomb": _TOMB}
+_STATE = {"held": _HELD, "key": _KEY}
+# A checkpoint begun before the manifest existed was written by layout 1 (Spark's own files, no manifest).
+_SPARK_FILES = ("offsets", "commits", "state")
+
+
+def _struct(ddl: str) -> Any:
+    """A state schema as a StructType: given as a DDL string, pyspark would send it to the JVM to be
+    parsed, twice per state variable and task (two socket round trips each, every micro-batch)."""
+    from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
+
+    types = {"long": LongType(), "binary": BinaryType(), "string": StringType()}
+    return StructType([StructField(name, types[kind]) for name, kind in (f.split() for f in ddl.split(", "))])
 
 
 class CheckpointMismatch(ValueError):
@@ -138,6 +152,11 @@ def _bound(opts: StreamOptions) -> dict[str, Any]:
     }
 
 
+def _described(state: Any) -> str:
+    """A manifest's state variables in a few words (their names; or what the manifest says instead)."""
+    return f"state variables {', '.join(state)}" if isinstance(state, dict) else str(state)
+
+
 def bind_checkpoint(checkpoint: str, options: StreamOptions | None = None) -> None:
     """Refuse a checkpoint begun by a version with another state layout, or with other state-bound
     options (:class:`CheckpointMismatch`, naming what differs; nothing is touched); else record this
@@ -151,15 +170,15 @@ def bind_checkpoint(checkpoint: str, options: StreamOptions | None = None) -> No
     now: dict[str, Any] = {"layout": LAYOUT, "state": _STATE, "options": None if options is None else _bound(options)}
     try:
         was = json.loads(path.read_text())
-    except FileNotFoundError:
-        was = None  # a new checkpoint, or one begun before the manifest (the layout then was LAYOUT 1's)
+    except FileNotFoundError:  # a new checkpoint, or one begun before the manifest (by layout 1)
+        begun = any((root / name).exists() for name in _SPARK_FILES)
+        was = {"layout": 1, "state": "no manifest: begun before it"} if begun else None
     if was is not None:
-        differ = [k for k in ("layout", "state") if was.get(k) != now[k]]
-        if differ:
-            then, here = ({k: d.get(k) for k in differ} for d in (was, now))
+        if any(was.get(k) != now[k] for k in ("layout", "state")):
             raise CheckpointMismatch(
-                f"checkpoint {checkpoint} holds state of another layout ({json.dumps(then)}; this version:"
-                f" {json.dumps(here)}): let the stream that wrote it finish, then start a new checkpoint and output"
+                f"checkpoint {checkpoint} holds state of layout {was.get('layout')} ({_described(was.get('state'))});"
+                f" this version reads layout {LAYOUT} ({_described(_STATE)}): let a version of layout"
+                f" {was.get('layout')} finish it, then start a new checkpoint and output"
             )
         old, new = was.get("options"), now["options"]
         if old is not None and new is not None and old != new:
@@ -177,6 +196,27 @@ def bind_checkpoint(checkpoint: str, options: StreamOptions | None = None) -> No
     os.replace(pending, path)
 
 
+# A directory: every state task's Python processor is profiled (cProfile from init to close, one file each;
+# the ncalls of the state clients' methods are the round trips). For the bench; off by default.
+PROFILE = "REASSEMBLY_STREAM_PROFILE"
+
+
+class _Profiler:
+    """cProfile over one task's processor (init to close), dumped into a directory for ``pstats``."""
+
+    def __init__(self, directory: str) -> None:
+        import cProfile
+
+        self.directory = Path(directory)
+        self.profile = cProfile.Profile()
+        self.profile.enable()
+
+    def dump(self) -> None:
+        self.profile.disable()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.profile.dump_stats(self.directory / f"{os.getpid()}-{uuid.uuid4().hex[:8]}.prof")
+
+
 def _processor(opts: StreamOptions) -> Any:
     """The stateful processor (built here so pyspark is imported only when a stream is set up)."""
     from pyspark.sql import Row
@@ -185,6 +225,7 @@ def _processor(opts: StreamOptions) -> Any:
     limits = opts.reassembly.limits()
     uow = opts.reassembly.unit_of_work
     spool = spool_of(opts)
+    profile = os.environ.get(PROFILE)  # read here, in the driver: the closure carries it to the workers
     expire_ms, tomb_ms = int(opts.expire_after * 1000), int(opts.tombstone * 1000)
 
     def out(rows: list[dict[str, Any]]) -> Iterator[Any]:
@@ -192,12 +233,16 @@ def _processor(opts: StreamOptions) -> Any:
             yield Row(**{n: r.get(n) for n in _NAMES})
 
     class Reassembler(StatefulProcessor):  # type: ignore[misc]
+        """Per key and call, each state call is a socket round trip to the JVM (milliseconds on a loaded
+        machine): a key decided by its first segments costs 4 with the framework's own (set the key, get
+        ``key``, store the tombstone, its timer), an open key's next segments 4 (set, get, append, update),
+        the call that decides it 5 (set, get, read the held list, clear it, store the tombstone)."""
+
         def init(self, handle: Any) -> None:
+            self.profiler = _Profiler(profile) if profile else None
             self.handle = handle
-            self.held = handle.getListState("held", _HELD)
-            self.info = handle.getValueState("info", _INFO)
-            self.summary = handle.getValueState("summary", _SUMMARY)
-            self.tomb = handle.getValueState("tomb", _TOMB)
+            self.held = handle.getListState("held", _struct(_HELD))
+            self.key = handle.getValueState("key", _struct(_KEY))
             self.change = Footprint()  # what this call changed in the key's state (one kind=state row)
             self.read: list[tuple[bytes, int, SegmentHeader]] | None = None  # held rows, read once a call
 
@@ -210,23 +255,23 @@ def _processor(opts: StreamOptions) -> Any:
             unreadable = [undecodable(raw) for raw in raws]
             good = [raw for raw, u in zip(raws, unreadable, strict=True) if not u]
             result = reject_now([raw for raw, u in zip(raws, unreadable, strict=True) if u], limits)
-            tomb = self.tomb.get() if good else None  # get(), not exists() then get(): one round trip
-            if tomb is not None:
-                blob, state, _ = tomb
-                result += late_rows(bytes(blob), state, good, limits, uow)
+            now = self.key.get() if good else None  # one round trip: new (None), open, or decided
+            if now is not None and now[5] is not None:
+                result += late_rows(bytes(now[4]), now[5], good, limits, uow)
             elif good:
-                result += self._take(bytes(key[0]), good, times)
+                result += self._take(bytes(key[0]), good, times, now)
                 if spool is not None:
                     spool.sync()  # before the state that points at the spool files commits
             return out(result + self._accounted())
 
-        def _take(self, gid: bytes, good: list[bytes], times: list[int]) -> list[dict[str, Any]]:
+        def _take(
+            self, gid: bytes, good: list[bytes], times: list[int], now: tuple[Any, ...] | None
+        ) -> list[dict[str, Any]]:
             rows: list[dict[str, Any]] = []
-            info = self.info.get()  # None: a new key (open and decided keys never overlap: no tombstone here)
-            known = info is not None
-            if info is not None:
-                first, deadline, held_bytes, last = info
-                summary = self._summary()
+            known = now is not None
+            if now is not None:
+                first, deadline, held_bytes, last, blob, _ = now
+                summary = Summary.load(bytes(blob))
                 if summary.left:  # non-Unit-of-Work: copies of messages that already left are judged late
                     gone = [raw for raw in good if decode_header(raw).msg_seq_number in summary.left]
                     rows += late_rows(summary.tombstone(gid), "complete", gone, limits, uow)
@@ -234,41 +279,36 @@ def _processor(opts: StreamOptions) -> Any:
             else:
                 first, held_bytes, last, summary = min(times), 0, min(times), Summary()
                 deadline = first + expire_ms  # its timer is registered only if the key stays open (_keep)
-                self.read = []  # a new key holds nothing: no need to ask the state store
+            if held_bytes == 0:
+                self.read = []  # nothing held: no need to ask the state store
             last = max(last, *times)
             if not good:
                 return rows
             store = self._store()
             verdict = take(self._held, good, held_bytes, summary, opts.max_held_bytes, limits, uow, store)
             if verdict is None:
-                held_bytes += self._hold(good, summary)
-                self._keep(first, deadline, held_bytes, last, summary, known)
+                fresh = self._hold(good, summary)
+                self.held.appendList([(head, at) for head, at, _ in fresh])
+                self._keep(first, deadline, held_bytes + Footprint.of(fresh).held_bytes, last, summary, known)
             elif isinstance(verdict, Partial):
                 before = self._rows()
                 kept = [r for r in before if r[2].msg_seq_number not in verdict.left]
-                self.held.clear()
-                if kept:
-                    self.held.appendList([(head, at) for head, at, _ in kept])
+                every = kept + self._hold(
+                    [raw for raw in good if decode_header(raw).msg_seq_number not in verdict.left], summary
+                )
+                if every:
+                    self.held.put([(head, at) for head, at, _ in every])  # replaces the list: one round trip
+                elif before:
+                    self.held.clear()
                 self.change = self.change.plus(Footprint.of(kept)).plus(Footprint.of(before), -1)
-                fresh = [raw for raw in good if decode_header(raw).msg_seq_number not in verdict.left]
-                held_bytes = sum(len(head) for head, _, _ in kept) + self._hold(fresh, summary)
-                self._keep(first, deadline, held_bytes, last, summary, known)
+                self._keep(first, deadline, Footprint.of(every).held_bytes, last, summary, known)
                 rows += verdict.rows
             else:
-                self._decided(verdict.tombstone, verdict.state, deadline, last, known)
+                self._decided(verdict, first, deadline, last, known)
                 rows += verdict.rows
             if store is not None:
                 store.close()  # bodies not delivered (still open, or failed): their work files go
             return rows
-
-        def _summary(self) -> Summary:
-            got = self.summary.get()
-            if got is None:  # state from before the header summary (and before the manifest): not misread
-                raise CheckpointMismatch(
-                    "an open group has no header summary in state: the checkpoint was begun by an older,"
-                    " incompatible version; let it finish with that version, then start a new checkpoint"
-                )
-            return Summary.load(bytes(got[0]))
 
         def _store(self) -> FileBodyStore | None:
             """Where this call builds large messages (work files named for it; finished ones renamed)."""
@@ -276,72 +316,78 @@ def _processor(opts: StreamOptions) -> Any:
                 return None
             return FileBodyStore(spool.directory, uuid.uuid4().hex, opts.reassembly.large_message_bytes)
 
-        def _hold(self, raws: list[bytes], summary: Summary) -> int:
-            """Append segments to the held list (a large message's data to its spool files); state bytes added."""
+        def _hold(self, raws: list[bytes], summary: Summary) -> list[tuple[bytes, int, SegmentHeader]]:
+            """Segments to hold, as held rows (a large message's data goes to its spool files), accounted;
+            the caller writes them."""
             held = []
             for raw in raws:
                 h = decode_header(raw)
                 head, at = spool.put(raw, h, summary.spool) if spool is not None and spool.wants(h) else (raw, IN_STATE)
                 held.append((head, at, h))
-            self.held.appendList([(head, at) for head, at, _ in held])
-            self.read = None
-            added = Footprint.of(held)
-            self.change = self.change.plus(added)
-            return added.held_bytes
+            self.change = self.change.plus(Footprint.of(held))
+            return held
 
         def _rows(self) -> list[tuple[bytes, int, SegmentHeader]]:
             if self.read is None:
-                held = self.held.get() if self.held.exists() else ()
-                self.read = [(bytes(head), at, decode_header(head)) for head, at in held]
+                self.read = [(bytes(head), at, decode_header(head)) for head, at in self.held.get()]
             return self.read
 
         def _held(self) -> HeldRows:
             return HeldRows(self._rows(), spool)
 
         def _keep(self, first: int, deadline: int, held_bytes: int, last: int, summary: Summary, known: bool) -> None:
-            self.info.update((first, deadline, held_bytes, last))
-            self.summary.update((summary.dump(),))
+            self.key.update((first, deadline, held_bytes, last, summary.dump(), None))
             if not known:
                 self.handle.registerTimer(deadline)
                 self.change = self.change._replace(groups=self.change.groups + 1)
 
-        def _decided(self, tombstone: bytes, state: str, deadline: int, last: int, known: bool) -> None:
+        def _decided(
+            self, verdict: Verdict, first: int, deadline: int, last: int, known: bool, fired: int | None = None
+        ) -> None:
+            """The key's held segments go, its tombstone stays until ``tombstone`` past the later of its last
+            segment and its expiry deadline. An open key's expiry timer is left in place: when it fires, it
+            sets the tombstone's (a round trip then, not on the way of the message leaving now). A key decided
+            by its first segments, or by that timer (``fired``: its time), sets the tombstone's timer now."""
+            state, blob = verdict.state, verdict.tombstone
             self.change = self.change.plus(Footprint.of(self._rows()), -1).plus(
-                Footprint(groups=-int(known), tombstones=1, tombstone_bytes=Footprint.tombstone_size(tombstone, state))
+                Footprint(groups=-int(known), tombstones=1, tombstone_bytes=Footprint.tombstone_size(blob, state))
             )
-            if known:  # a key decided by its first segments never stored any of this: no round trips
-                self.handle.deleteTimer(deadline)
+            if self._rows():
                 self.held.clear()
-                self.info.clear()
-                self.summary.clear()
             until = max(last, deadline) + tomb_ms
-            self.tomb.update((tombstone, state, until))
-            self.handle.registerTimer(until)
+            if fired is not None:
+                until = max(until, fired + 1)  # a timer set at the firing time would go with the fired one
+            self.key.update((first, until, 0, last, blob, state))
+            if not known or fired is not None:
+                self.handle.registerTimer(until)
 
         def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[Any]:
             self.change, self.read = Footprint(), None
             at = expiredTimerInfo.getExpiryTimeInMs()
             rows: list[dict[str, Any]] = []
-            info = self.info.get()
-            tomb = None if info is not None else self.tomb.get()
-            if info is not None:
-                _, deadline, _, last = info
-                if deadline == at:
-                    summary = self._summary()
+            now = self.key.get()
+            if now is not None:
+                first, deadline, held_bytes, last, blob, state = now
+                if state is None and deadline == at:  # an open key's expiry
+                    if held_bytes == 0:
+                        self.read = []
                     store = self._store()
+                    summary = Summary.load(bytes(blob))
                     verdict = judge(self._held(), limits, uow, Cause.EXPIRED, summary, bytes(key[0]), store)
                     assert isinstance(verdict, Verdict)  # a final cause always decides
                     if store is not None:
                         store.close()
-                    self._decided(verdict.tombstone, verdict.state, deadline, last, True)
+                    self._decided(verdict, first, deadline, last, True, fired=at)
                     rows = verdict.rows
-            elif tomb is not None:
-                blob, state, until = tomb
-                if until <= at:
-                    self.tomb.clear()
+                elif state is not None and deadline <= max(at, timerValues.getCurrentWatermarkInMs()):
+                    # the tombstone's time is up (also when this is the expiry timer of a key decided before
+                    # it, and the watermark has passed the tombstone's time too: as its own timer would now)
+                    self.key.clear()
                     self.change = Footprint(
                         tombstones=-1, tombstone_bytes=-Footprint.tombstone_size(bytes(blob), state)
                     )
+                elif state is not None:  # the expiry timer of a key decided before it: now the tombstone's
+                    self.handle.registerTimer(deadline)
             return out(rows + self._accounted())
 
         def _accounted(self) -> list[dict[str, Any]]:
@@ -351,7 +397,8 @@ def _processor(opts: StreamOptions) -> Any:
             return [{"kind": KIND_STATE, **{_FOOTPRINT_COLUMNS[k]: v for k, v in self.change._asdict().items()}}]
 
         def close(self) -> None:
-            pass
+            if self.profiler is not None:
+                self.profiler.dump()
 
     return Reassembler()
 

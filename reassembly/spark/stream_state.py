@@ -58,8 +58,8 @@ class Footprint(NamedTuple):
 
     ``held_bytes`` are the bytes of held segments in state (whole segments; a spooled segment's
     header), ``spooled_bytes`` the data bytes of held segments kept in spool files instead. A
-    tombstone's bytes are its value (the assembler snapshot, how it ended, its deadline), not
-    RocksDB's key and encoding overhead. Kept as per-batch changes (see ``stream.py``): exact.
+    tombstone's bytes are its value (the assembler snapshot, how it ended, four longs: its times),
+    not RocksDB's key and encoding overhead. Kept as per-batch changes (see ``stream.py``): exact.
     """
 
     groups: int = 0  # keys still open (segments held, undecided)
@@ -84,7 +84,7 @@ class Footprint(NamedTuple):
 
     @staticmethod
     def tombstone_size(blob: bytes, state: str) -> int:
-        return len(blob) + len(state.encode()) + 8  # + the deadline (a long)
+        return len(blob) + len(state.encode()) + 32  # + first, until, held bytes (0), last: four longs
 
 
 @dataclass(frozen=True)
