@@ -33,7 +33,7 @@ from typing import Any
 from segmenter.digest import NO_POLICY, REDACT_KEYS, DigestPolicy
 
 from ..assembler import Limits
-from . import jvm
+from . import jar, jvm
 from .decode import decode_segments
 from .judge import make_judge
 from .schema import MESSAGE_COLUMNS, OUTPUT_FIELDS, QUARANTINE_COLUMNS, ColumnNames
@@ -54,6 +54,8 @@ class ReassemblyOptions:
     payload_dir: str | None = None
     large_message_bytes: int = 128 << 20
     jvm_fast_path: bool = True  # False: every group through the Python assembler (same rows, slower)
+    # The bundled jar's one pass where the session can load it (not on Connect); False: the SQL path (same rows).
+    use_jar: bool = True
     # SHA-256 / HMAC-SHA-256: verified in the JVM on the fast path, by the assembler otherwise.
     # With a keyring, its keys are literals in the plan: reassemble() sets REDACT_KEYS.
     digest: DigestPolicy = NO_POLICY
@@ -121,10 +123,17 @@ def reassemble(
     decoded = decode_segments(df, raw_column, limits.max_message_size, limits.max_segment_size)
     routed = jvm.route(decoded, threshold)
     n = opts.partitions or int(df.sparkSession.conf.get("spark.sql.shuffle.partitions"))
-    agg = jvm.aggregate(routed, n)
-    if opts.digest.keyring is not None and opts.jvm_fast_path:
-        _redact_keys(df.sparkSession)
-    clean = F.expr(jvm.clean(opts.digest)) if opts.jvm_fast_path else F.lit(False)
+    # The jar's one pass serves the policy that demands nothing (module doc); Connect: the SQL path.
+    demands = opts.digest.sha256 or opts.digest.keyring is not None
+    one_pass = jar.reassembler(df.sparkSession) if opts.jvm_fast_path and opts.use_jar and not demands else None
+    if one_pass is not None:
+        agg = jvm.fast_aggregate(routed, n, limits.max_message_size, one_pass)
+        clean = F.col("clean")
+    else:
+        agg = jvm.aggregate(routed, n)
+        if opts.digest.keyring is not None and opts.jvm_fast_path:
+            _redact_keys(df.sparkSession)
+        clean = F.expr(jvm.clean(opts.digest)) if opts.jvm_fast_path else F.lit(False)
     judge = make_judge(limits, opts.unit_of_work, opts.payload_dir, threshold)
     job = F.when(~clean, F.struct("routable", "pk", F.col("bk").isNotNull().alias("large"), "blob", "meta"))
     rows = agg.select("*", judge(job).alias("r"))
