@@ -68,12 +68,12 @@ def test_the_one_pass_and_the_sql_path_give_identical_rows_on_hostile_input(spar
         opts = ReassemblyOptions(max_message_size=1 << 20, partitions=3, **options)
         return reassemble(df, options=opts).combined.collect()
 
-    with_jar = rows()
+    with_jar = rows(use_jar=True)
     assert canonical(with_jar) == canonical(rows(use_jar=False)) == canonical(rows(jvm_fast_path=False))
     assert sum(r.kind == "message" and r.status == "complete" for r in with_jar) > 15
     for threshold in (100, 3000):  # far rows and per-offset aggregates (payload_dir) through the one pass too
         large = {"payload_dir": str(tmp_path / f"p{threshold}"), "large_message_bytes": threshold}
-        assert canonical(rows(**large)) == canonical(rows(use_jar=False, **large))
+        assert canonical(rows(use_jar=True, **large)) == canonical(rows(**large))
 
 
 FALLBACK = """
@@ -89,7 +89,7 @@ df = spark.createDataFrame([(r,) for r in ds.rows], "segment binary")
 def rows(**o):
     out = reassemble(df, options=ReassemblyOptions(**o)).combined.collect()
     return sorted(repr(r.asDict(recursive=True)) for r in out)
-assert rows() == rows(use_jar=False)
+assert rows(use_jar=True) == rows()
 got = {{(bytes(r.group_id), r.msg_seq_number): r.status for r in reassemble(df).messages.collect()}}
 assert got == {{k: e.status for k, e in ds.expected.items()}}, got
 print("OK", type(spark).__module__)
