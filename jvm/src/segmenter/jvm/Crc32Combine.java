@@ -1,23 +1,16 @@
 package segmenter.jvm;
 
-import org.apache.spark.sql.api.java.UDF3;
-
 /**
  * CRC-32/IEEE of the concatenation A || B from crc(A), crc(B) and the length of B: zlib's
  * {@code crc32_combine}, in O(log len) without touching a byte.
  *
  * <p>Why: the map stage already verifies every segment's CRC against its data (Spark's
- * {@code crc32}, the header table's {@code data_ok}); folding those verified CRCs with this
- * function gives the whole message's CRC, so the clean test needs no second pass over the
- * concatenated payload. Spark SQL can express this only as hundreds of lambda calls per
- * segment; here it is a few dozen shifts. Registered as the SQL function
- * {@code segmenter_crc32_combine(crc_a, crc_b, len_b)} (see reassembly/spark/jvm.py).
- *
- * <p>NULL in, NULL out; a negative length (never seen on the clean path, whose lengths the
- * header table has checked) is NULL too.
+ * {@code crc32}, the header table's {@code data_ok}); folding those verified CRCs gives the whole
+ * message's CRC, so {@link Reassemble} needs no second pass over the concatenated payload.
+ * (As a SQL function called from an {@code aggregate} lambda it was slower than that second pass:
+ * Spark evaluates such lambdas without code generation, row by row.)
  */
-public final class Crc32Combine implements UDF3<Long, Long, Long, Long> {
-    private static final long serialVersionUID = 1L;
+public final class Crc32Combine {
     private static final int POLY = 0xEDB88320; // reflected CRC-32/IEEE polynomial
     private static final int[] X2N = powers(); // X2N[k] = x^(2^k) mod P
 
@@ -61,17 +54,11 @@ public final class Crc32Combine implements UDF3<Long, Long, Long, Long> {
         return p;
     }
 
+    private Crc32Combine() {}
+
     /** crc(A || B) from crc(A), crc(B) and len(B) (CRCs as unsigned 32-bit values). */
     public static long combine(long crcA, long crcB, long lenB) {
         int shifted = multiply(power(lenB, 3), (int) crcA); // crc(A) times x^(8 * lenB)
         return ((long) (shifted ^ (int) crcB)) & 0xFFFFFFFFL;
-    }
-
-    @Override
-    public Long call(Long crcA, Long crcB, Long lenB) {
-        if (crcA == null || crcB == null || lenB == null || lenB < 0) {
-            return null;
-        }
-        return combine(crcA, crcB, lenB);
     }
 }
