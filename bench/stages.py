@@ -4,12 +4,22 @@
 ``python -m bench``, e.g. ``/tmp/bench-work/data-1024M-64K-8``) runs, in one warm
 session, each variant ``--runs`` times (interleaved) and prints the task seconds of
 the map stage (scan, header decoding, shuffle write) and of the reduce stage
-(everything after the shuffle):
+(everything after the shuffle), the wall time and the CPU seconds of the JVM and every
+process under it (the Python workers), read from ``/proc``: the measure other load
+distorts least. ``--variants`` picks some (default: all but ``split``):
 
 * ``floor``: shuffle the segments by message and write them;
+* ``listagg``: the user's five-line query (SQL ``listagg`` by message, no validation);
 * ``aggregate``: our routing and aggregate, write the concatenations;
 * ``clean``: plus the JVM's clean test (CRC-32 of every message);
-* ``ours``: the whole ``reassemble`` (plus the Python UDF operator and the row explode);
+* ``onepass``: the jar's one pass (``jvm.fast_aggregate``: sort, concatenate, clean test),
+  clean messages written, JVM only;
+* ``ours``: the whole ``reassemble`` (the default SQL path: ``listagg`` aggregate, the SQL clean
+  test, the Python UDF operator and the row explode);
+* ``ours-jar``: the whole ``reassemble`` with ``use_jar=True`` (the one pass, then the Python UDF
+  operator and the row explode);
+* ``ours-split``: the one pass in two branches over one reused shuffle, clean rows written from
+  the JVM, the rest behind their own small exchange into the judge (:func:`one_pass_split`);
 * ``split``: the plan split after the shuffle (issue 14's candidate, measured and not adopted):
   clean messages written by a JVM-only branch, the rest through the judge UDF in a second
   branch over the same (reused) exchange; each branch runs the aggregate and the clean test.
@@ -27,7 +37,33 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-VARIANTS = ("floor", "aggregate", "clean", "ours", "split")
+VARIANTS = ("floor", "listagg", "aggregate", "clean", "onepass", "ours", "ours-jar", "ours-split", "split")
+DEFAULT = tuple(v for v in VARIANTS if v != "split")
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds of ``pid`` and every live process under it, with their reaped children's."""
+    import os
+
+    tick = os.sysconf("SC_CLK_TCK")
+    children: dict[int, list[int]] = {}
+    times: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+        times[int(entry)] = sum(int(x) for x in fields[11:15]) / tick  # utime stime cutime cstime
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        total += times.get(p, 0.0)
+        todo += children.get(p, [])
+    return total
 
 
 def split(df: Any, partitions: int = 8) -> Any:
@@ -51,7 +87,35 @@ def split(df: Any, partitions: int = 8) -> Any:
     return written.unionByName(judged.select(*[F.col(f"q.`{c}`").alias(c) for c, _, _ in OUTPUT_FIELDS]))
 
 
-def profile(data: str, runs: int = 3) -> list[dict[str, Any]]:
+def one_pass_split(df: Any, reassembler: Any, partitions: int = 8) -> Any:
+    """``reassemble(df).combined`` as a JVM-only clean branch and a dirty branch behind its own exchange.
+
+    Both branches run the jar's pass over one (reused) shuffle, each emitting one kind; the dirty
+    rows go through a small exchange so that, when there are none, AQE drops the Python stage.
+    """
+    from pyspark.sql import functions as F
+
+    from reassembly.spark import ReassemblyOptions, jvm
+    from reassembly.spark.decode import decode_segments
+    from reassembly.spark.judge import make_judge
+    from reassembly.spark.schema import OUTPUT_FIELDS
+
+    limits = ReassemblyOptions().limits()
+    routed = jvm.route(decode_segments(df, "segment", limits.max_message_size, limits.max_segment_size), None)
+    size = limits.max_message_size
+
+    def kind(clean: bool) -> Any:
+        return jvm.fast_aggregate(routed, partitions, size, reassembler, clean=clean, dirty=not clean)
+
+    sql = jvm.clean_row()
+    written = kind(True).select(*[F.expr(f"CAST({sql[c]} AS {ddl})").alias(c) for c, ddl, _ in OUTPUT_FIELDS])
+    job = F.struct("routable", "pk", F.col("bk").isNotNull().alias("large"), "blob", "meta")
+    dirty = kind(False).repartition("pk")  # AQE coalesces it (to one task when there are no rows)
+    judged = dirty.select(F.explode(make_judge(limits, True, None, None)(job)).alias("q"))
+    return written.unionByName(judged.select(*[F.col(f"q.`{c}`").alias(c) for c, _, _ in OUTPUT_FIELDS]))
+
+
+def profile(data: str, runs: int = 3, only: tuple[str, ...] = DEFAULT) -> list[dict[str, Any]]:
     """One record per (run, variant): wall seconds and the task seconds of each stage, map stage first.
 
     A variant whose building blocks a newer ``jvm`` module no longer offers is recorded with its
@@ -60,45 +124,74 @@ def profile(data: str, runs: int = 3) -> list[dict[str, Any]]:
     from pyspark.sql import functions as F
 
     from reassembly.session import get_session
-    from reassembly.spark import jvm, reassemble
+    from reassembly.spark import ReassemblyOptions, jvm, reassemble
     from reassembly.spark.decode import decode_segments
+    from reassembly.spark.jar import reassembler
     from segmenter.digest import NO_POLICY
 
     spark = get_session("local[2]", conf={"spark.driver.memory": "8g", "spark.ui.enabled": "true"})
     spark.sparkContext.setLogLevel("OFF")
+    import os
+
+    jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+    one_pass = reassembler(spark)
     api = f"{spark.sparkContext.uiWebUrl}/api/v1/applications/{spark.sparkContext.applicationId}/stages"
 
+    def routed(df: Any) -> Any:
+        return jvm.route(decode_segments(df, "segment", 1 << 30), None)
+
     def aggregate(df: Any) -> Any:
-        return jvm.aggregate(jvm.route(decode_segments(df, "segment", 1 << 30), None), 8)
+        return jvm.aggregate(routed(df), 8)
+
+    def listagg(df: Any) -> Any:
+        return (
+            df.select(
+                F.expr("substring(segment, 17, 28)").alias("key"),
+                F.expr("conv(hex(substring(segment, 49, 8)), 16, 10)").cast("bigint").alias("offset"),
+                F.expr("substring(segment, 85)").alias("data"),
+            )
+            .groupBy("key")
+            .agg(F.expr("listagg(data, X'') WITHIN GROUP (ORDER BY offset)").alias("p"))
+        )
 
     variants: dict[str, Callable[[Any], Any]] = {
         "floor": lambda df: df.select(F.expr("substring(segment, 17, 28)").alias("k"), "segment").repartition(8, "k"),
         "aggregate": lambda df: aggregate(df).select("pk", "blob"),
         "clean": lambda df: aggregate(df).select("pk", F.when(F.expr(jvm.clean(NO_POLICY)), F.col("blob")).alias("p")),
+        "onepass": lambda df: jvm.fast_aggregate(routed(df), 8, 1 << 30, one_pass).where("clean").select("pk", "blob"),
         "ours": lambda df: reassemble(df).combined,
+        "ours-jar": lambda df: reassemble(df, options=ReassemblyOptions(use_jar=True)).combined,
+        "ours-split": lambda df: one_pass_split(df, one_pass),
+        "listagg": listagg,
         "split": split,
     }
+    variants = {name: variants[name] for name in VARIANTS if name in only}
     out = tempfile.mkdtemp(prefix="stages-")
     records: list[dict[str, Any]] = []
     for run in range(1, runs + 1):
         for name, build in variants.items():
             before = {s["stageId"] for s in json.load(urllib.request.urlopen(api))}
             shutil.rmtree(out, ignore_errors=True)
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), cpu_seconds(jvm_pid)
             try:
                 build(spark.read.parquet(data)).write.parquet(out)
             except Exception as exc:  # recorded: the profile goes on without this variant
                 records.append({"run": run, "variant": name, "error": f"{type(exc).__name__}: {exc}"[:300]})
                 continue
-            wall = time.perf_counter() - start
+            wall, cpu = time.perf_counter() - start, cpu_seconds(jvm_pid) - cpu
             stages = [s for s in json.load(urllib.request.urlopen(api)) if s["stageId"] not in before]
             tasks = [
                 round(s["executorRunTime"] / 1000, 2)
                 for s in sorted(stages, key=lambda s: s["stageId"])
                 if s["numTasks"] > 1
             ]
-            records.append({"run": run, "variant": name, "wall": wall, "stages": tasks})
-            print(f"run {run} {name:<10} wall {wall:5.1f} s   task seconds per stage {tasks}", flush=True)
+            load = os.getloadavg()[0]
+            records.append({"run": run, "variant": name, "wall": wall, "cpu": cpu, "load": load, "stages": tasks})
+            print(
+                f"run {run} {name:<10} wall {wall:5.1f} s  cpu {cpu:5.1f} s  load {load:4.1f}"
+                f"  task seconds per stage {tasks}",
+                flush=True,
+            )
     shutil.rmtree(out, ignore_errors=True)
     spark.stop()
     return records
@@ -109,8 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("data", help="a landing table directory (Parquet, column 'segment')")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--json", default=None, help="also write the records here")
+    p.add_argument("--variants", default=",".join(DEFAULT), help=f"comma-separated, of {', '.join(VARIANTS)}")
     args = p.parse_args(argv)
-    records = profile(args.data, args.runs)
+    records = profile(args.data, args.runs, tuple(args.variants.split(",")))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(records, f, indent=1)

@@ -16,7 +16,7 @@ from reassembly.spark import ReassemblyOptions, reassemble
 from reassembly.spark.testdata import generate, write_parquet
 
 sys.path.insert(0, str(Path(__file__).parent.parent))  # bench/ is a directory of the repo, not installed
-from bench.stages import split
+from bench.stages import one_pass_split, split
 
 pytestmark = pytest.mark.spark
 
@@ -36,3 +36,23 @@ def test_the_split_plan_gives_reassembles_rows_over_one_shuffle(spark: Any, tmp_
     below_python = nodes[next(i for i, n in enumerate(nodes) if n.startswith("ArrowEvalPython")) + 1]
     assert below_python.startswith("Filter (NOT coalesce(")  # only rows failing the clean test reach Python
     assert any(r.kind == "message" and r.status == "complete" for r in rows)
+
+
+def test_the_one_pass_split_gives_reassembles_rows_and_drops_python_when_all_are_clean(
+    spark: Any, tmp_path: Path
+) -> None:
+    """``bench.stages`` variant ``ours-split``: the jar's pass in a clean and a dirty branch."""
+    from reassembly.spark.jar import reassembler
+
+    one_pass = reassembler(spark)
+    ds = generate(n_messages=20, segments_per_message=3, segment_size=2048, groups=2, seed=5)
+    df = spark.read.parquet(str(write_parquet(ds, tmp_path / "hostile", files=2)))
+    ours = reassemble(df, options=ReassemblyOptions(partitions=3)).combined.collect()
+    assert sorted(map(repr, one_pass_split(df, one_pass, partitions=3).collect())) == sorted(map(repr, ours))
+    clean = generate(
+        n_messages=6, segments_per_message=3, segment_size=2048, groups=0, faults=False, seed=6, compress_every=0
+    )
+    plan = one_pass_split(spark.read.parquet(str(write_parquet(clean, tmp_path / "clean", files=2))), one_pass, 3)
+    assert len(plan.collect()) == 6
+    final = plan._jdf.queryExecution().executedPlan().toString().split("== Initial Plan ==")[0]
+    assert "ArrowEvalPython" not in final and "ReusedExchange" in final

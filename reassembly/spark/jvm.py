@@ -67,6 +67,7 @@ _META = (
     "original_length",
     "message_checksum",
     "length_deferred",
+    "data_checksum",
 )
 _SEQ, _OFFSET = table.FIELD["msg_seq_number"], table.FIELD["offset"]
 SK_HEADER = _SEQ.width + _OFFSET.width  # the header bytes start here in sk
@@ -130,16 +131,53 @@ def aggregate(routed: Any, partitions: int) -> Any:
     )
 
 
+def fast_aggregate(
+    routed: Any, partitions: int, max_message_size: int, reassembler: Any, clean: bool = True, dirty: bool = True
+) -> Any:
+    """:func:`aggregate` plus the clean test's verdict (column ``clean``), in one JVM pass.
+
+    One shuffle by ``pk``, a sort within each partition by key then ``sk``, then the jar's
+    ``Reassemble`` (``reassembler``: :func:`reassembly.spark.jar.reassembler`) walks each key's
+    rows: copies each piece once into an array sized from the declared length, folds the
+    segments' verified CRCs into the message CRC and checks the cross-row rules. The per-row
+    rules reach it as one column, :func:`row_ok` (the header table's rules, in SQL), plus "no
+    header extension": a message carrying digests is judged by the assembler, so the policy
+    demanding nothing is the only one this path serves (``pipeline.reassemble`` decides).
+    ``meta`` is built only for rows that are not clean (NULL otherwise: the judge's input).
+    ``clean`` / ``dirty``: which rows to emit (the other kind is dropped in the pass, uncopied).
+    """
+    from pyspark.sql import DataFrame
+    from pyspark.sql import functions as F
+
+    meta = F.struct(*_META).alias("m")
+    ok = F.coalesce(F.expr(f"{row_ok()} AND header_length = {table.HEADER_LENGTH}"), F.lit(False)).alias("row_ok")
+    sorted_ = (
+        routed.select("routable", "pk", "bk", "piece", ok, meta)
+        .repartition(partitions, "pk")
+        .sortWithinPartitions("routable", "pk", "bk", "m.sk", "m.plen")
+    )
+    jdf = reassembler.run(sorted_._jdf, max_message_size, clean, dirty)
+    return DataFrame(jdf, routed.sparkSession)
+
+
 # The last row's header extension: header bytes [FIXED_LENGTH, header_length - 4), read from its sk.
 EXTENSION = (
     f"substring(last.sk, {SK_HEADER + table.FIXED_LENGTH + 1}, length(last.sk) - {SK_HEADER + table.HEADER_LENGTH})"
 )
 
+
+# The per-row part of the clean test, over a row's columns (prefix "m.": over a meta struct):
+# every header-table rule (header_ok) and CRC-32 data check (data_ok) holds, one plain message.
+def row_ok(m: str = "") -> str:
+    return (
+        f"{m}header_ok AND NOT {m}far AND {m}data_ok AND NOT {m}in_group AND {m}codec = {int(Codec.NONE)}"
+        f" AND {m}algorithm = {int(ChecksumAlgorithm.CRC32)} AND {m}msg_seq_number = 1"
+    )
+
+
 _CLEAN = f"""coalesce(
   routable AND bk IS NULL
-  AND forall(meta, m -> m.header_ok AND NOT m.far AND m.data_ok AND NOT m.in_group
-      AND m.codec = {int(Codec.NONE)} AND m.algorithm = {int(ChecksumAlgorithm.CRC32)}
-      AND m.msg_seq_number = 1 AND m.length_deferred = last.length_deferred
+  AND forall(meta, m -> {row_ok("m.")} AND m.length_deferred = last.length_deferred
       AND (m.stored_length IS NULL OR m.stored_length = last.stored_length)
       AND (m.original_length IS NULL OR m.original_length = last.original_length)
       AND (m.message_checksum IS NULL OR m.message_checksum = last.message_checksum))

@@ -23,6 +23,17 @@ clean messages out of the Python operator and the explode, but Spark runs the
 aggregate and the clean test once per branch, and that measured slower than the
 Python operator it saves (issue 14, ``bench/README.md``; ``bench.stages`` keeps it
 as the ``split`` variant).
+
+The JVM one pass (``use_jar=True``, the bundled jar: ``jar.py``,
+``jvm.fast_aggregate``): steps 2-3 as one walk over each message's pieces, sorted
+within the shuffle's partitions, copying each piece once and folding the segments'
+verified CRCs into the message CRC, with the per-row rules from the header table
+as one SQL column. Same rows (tests/test_jvm_jar.py); on Spark Connect (no py4j)
+or where the jar cannot be loaded, the SQL path runs. Not the default: on this
+2-core machine it measured no cheaper than the SQL path (``bench/README.md``, "The
+JVM one pass"), because what it saves (the ``listagg`` buffer's copies, one CRC
+pass) is about what a full sort and Spark's Row conversion at the Java boundary
+cost, and the Python operator still follows it.
 """
 
 from __future__ import annotations
@@ -33,7 +44,7 @@ from typing import Any
 from segmenter.digest import NO_POLICY, REDACT_KEYS, DigestPolicy
 
 from ..assembler import Limits
-from . import jvm
+from . import jar, jvm
 from .decode import decode_segments
 from .judge import make_judge
 from .schema import MESSAGE_COLUMNS, OUTPUT_FIELDS, QUARANTINE_COLUMNS, ColumnNames
@@ -54,6 +65,9 @@ class ReassemblyOptions:
     payload_dir: str | None = None
     large_message_bytes: int = 128 << 20
     jvm_fast_path: bool = True  # False: every group through the Python assembler (same rows, slower)
+    # True: the bundled jar's one pass (jvm.fast_aggregate) where the session can load it (not on Connect).
+    # Same rows; measured no faster than the SQL path on this 2-core machine, so not the default (README).
+    use_jar: bool = False
     # SHA-256 / HMAC-SHA-256: verified in the JVM on the fast path, by the assembler otherwise.
     # With a keyring, its keys are literals in the plan: reassemble() sets REDACT_KEYS.
     digest: DigestPolicy = NO_POLICY
@@ -121,10 +135,17 @@ def reassemble(
     decoded = decode_segments(df, raw_column, limits.max_message_size, limits.max_segment_size)
     routed = jvm.route(decoded, threshold)
     n = opts.partitions or int(df.sparkSession.conf.get("spark.sql.shuffle.partitions"))
-    agg = jvm.aggregate(routed, n)
-    if opts.digest.keyring is not None and opts.jvm_fast_path:
-        _redact_keys(df.sparkSession)
-    clean = F.expr(jvm.clean(opts.digest)) if opts.jvm_fast_path else F.lit(False)
+    # The jar's one pass serves the policy that demands nothing (module doc); Connect: the SQL path.
+    demands = opts.digest.sha256 or opts.digest.keyring is not None
+    one_pass = jar.reassembler(df.sparkSession) if opts.jvm_fast_path and opts.use_jar and not demands else None
+    if one_pass is not None:
+        agg = jvm.fast_aggregate(routed, n, limits.max_message_size, one_pass)
+        clean = F.col("clean")
+    else:
+        agg = jvm.aggregate(routed, n)
+        if opts.digest.keyring is not None and opts.jvm_fast_path:
+            _redact_keys(df.sparkSession)
+        clean = F.expr(jvm.clean(opts.digest)) if opts.jvm_fast_path else F.lit(False)
     judge = make_judge(limits, opts.unit_of_work, opts.payload_dir, threshold)
     job = F.when(~clean, F.struct("routable", "pk", F.col("bk").isNotNull().alias("large"), "blob", "meta"))
     rows = agg.select("*", judge(job).alias("r"))
