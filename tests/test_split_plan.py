@@ -38,10 +38,14 @@ def test_the_split_plan_gives_reassembles_rows_over_one_shuffle(spark: Any, tmp_
     assert any(r.kind == "message" and r.status == "complete" for r in rows)
 
 
-def test_the_one_pass_split_gives_reassembles_rows_and_drops_python_when_all_are_clean(
+def test_the_one_pass_split_gives_reassembles_rows_over_one_shuffle(
     spark: Any, tmp_path: Path
 ) -> None:
-    """``bench.stages`` variant ``ours-split``: the jar's pass in a clean and a dirty branch."""
+    """``bench.stages`` variant ``ours-split``: the jar's pass in a clean and a dirty branch.
+
+    Measured fact kept here: AQE does not drop the Python stage over an empty dirty exchange
+    (its empty-relation propagation stops at ``ArrowEvalPython``), which is why it saves nothing.
+    """
     from reassembly.spark.jar import reassembler
 
     one_pass = reassembler(spark)
@@ -55,4 +59,4 @@ def test_the_one_pass_split_gives_reassembles_rows_and_drops_python_when_all_are
     plan = one_pass_split(spark.read.parquet(str(write_parquet(clean, tmp_path / "clean", files=2))), one_pass, 3)
     assert len(plan.collect()) == 6
     final = plan._jdf.queryExecution().executedPlan().toString().split("== Initial Plan ==")[0]
-    assert "ArrowEvalPython" not in final and "ReusedExchange" in final
+    assert "ReusedExchange" in final and "ArrowEvalPython" in final

@@ -24,16 +24,16 @@ aggregate and the clean test once per branch, and that measured slower than the
 Python operator it saves (issue 14, ``bench/README.md``; ``bench.stages`` keeps it
 as the ``split`` variant).
 
-The JVM one pass (``use_jar=True``, the bundled jar: ``jar.py``,
-``jvm.fast_aggregate``): steps 2-3 as one walk over each message's pieces, sorted
-within the shuffle's partitions, copying each piece once and folding the segments'
-verified CRCs into the message CRC, with the per-row rules from the header table
-as one SQL column. Same rows (tests/test_jvm_jar.py); on Spark Connect (no py4j)
-or where the jar cannot be loaded, the SQL path runs. Not the default: on this
-2-core machine it measured no cheaper than the SQL path (``bench/README.md``, "The
-JVM one pass"), because what it saves (the ``listagg`` buffer's copies, one CRC
-pass) is about what a full sort and Spark's Row conversion at the Java boundary
-cost, and the Python operator still follows it.
+The JVM one pass (default; ``use_jar=False`` turns it off), with the bundled jar
+(``jar.py``, ``jvm.fast_aggregate``): steps 2-3 as one walk over each message's
+pieces, sorted within the shuffle's partitions, copying each piece once and
+folding the segments' verified CRCs into the message CRC, with the per-row rules
+from the header table as one SQL column. Same rows (tests/test_jvm_jar.py). On
+Spark Connect (no py4j), where the jar cannot be loaded, or under a digest policy
+that demands a digest, the SQL path runs (``listagg`` + the SQL clean test).
+Measured (``bench/README.md``, "The JVM one pass"): a quarter less CPU than the SQL
+path at 1 GiB, even at 256 MiB; the sort and Spark's Row conversion at the Java
+boundary cost about what it saves, and the Python operator still follows it.
 """
 
 from __future__ import annotations
@@ -65,9 +65,9 @@ class ReassemblyOptions:
     payload_dir: str | None = None
     large_message_bytes: int = 128 << 20
     jvm_fast_path: bool = True  # False: every group through the Python assembler (same rows, slower)
-    # True: the bundled jar's one pass (jvm.fast_aggregate) where the session can load it (not on Connect).
-    # Same rows; measured no faster than the SQL path on this 2-core machine, so not the default (README).
-    use_jar: bool = False
+    # The bundled jar's one pass (jvm.fast_aggregate) where the session can load it (not on Connect);
+    # False: the SQL path (listagg + the SQL clean test). Same rows either way.
+    use_jar: bool = True
     # SHA-256 / HMAC-SHA-256: verified in the JVM on the fast path, by the assembler otherwise.
     # With a keyring, its keys are literals in the plan: reassemble() sets REDACT_KEYS.
     digest: DigestPolicy = NO_POLICY
