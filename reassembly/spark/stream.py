@@ -652,6 +652,7 @@ __all__ = [
     "SinkError",
     "LAYOUT",
     "MANIFEST",
+    "PROFILE",
     "StreamOptions",
     "KIND_STATE",
     "batch_counts",
