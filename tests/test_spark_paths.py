@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from reassembly.spark import ReassemblyOptions, decode_segments, reassemble
+from reassembly.spark import ReassemblyOptions, decode_segments, read_quarantined, reassemble
 from reassembly.spark.testdata import Dataset, generate, write_parquet
 from segmenter import ChecksumAlgorithm, Codec, SegmentationError, Segmenter
 from segmenter.checksum import checksum
@@ -93,9 +93,13 @@ def test_large_messages_become_files_with_the_same_outcomes(
         else:
             assert r.payload == mem.payload
     assert stored >= 10
-    assert sorted(p.name for p in files.iterdir()) == sorted(r.payload_path for r in messages if r.payload_path)
+    payloads = sorted(p.name for p in files.iterdir() if p.name != "quarantine")  # originals by reference
+    assert payloads == sorted(r.payload_path for r in messages if r.payload_path)
+    quarantine = [r for r in rows if r.kind == "quarantine"]
+    in_row = [r.raw or b"" for r in rows_of(spark, path) if r.kind == "quarantine"]
+    assert sorted(read_quarantined(q, files) or b"" for q in quarantine) == sorted(in_row)
     used = sum(r.segments_used for r in messages) + sum(r.duplicates for r in messages)
-    assert used + sum(r.kind == "quarantine" for r in rows) == len(ds.rows)
+    assert used + len(quarantine) == len(ds.rows)
 
 
 def _mutant(rng: random.Random, good: list[bytes]) -> bytes:
@@ -209,15 +213,15 @@ def test_any_value_a_binary_column_holds_is_quarantined_never_a_crash(
     ]
     path = tmp_path / "odd.parquet"
     pq.write_table(pa.table({"segment": pa.array([*good, *bad], pa.binary())}), path)
-    if "large_message_bytes" in options:
-        options = {**options, "payload_dir": str(tmp_path / "payloads")}
-    rows = rows_of(spark, path, **options)
+    payload_dir = str(tmp_path / "payloads") if "large_message_bytes" in options else None
+    rows = rows_of(spark, path, **options, payload_dir=payload_dir)
     messages = [r for r in rows if r.kind == "message"]
     quarantine = [r for r in rows if r.kind == "quarantine"]
     assert [(m.status, m.segments_used) for m in messages] == [("complete", len(good))]
     assert len(quarantine) == len(bad) and all(q.reason and q.reason_name != "NONE" for q in quarantine)
-    assert sorted((q.raw or b"") for q in quarantine if q.raw is not None) == sorted(b for b in bad if b is not None)
-    nulls = [q for q in quarantine if q.raw is None]
+    originals = [read_quarantined(q, payload_dir) for q in quarantine]  # in-row or by reference
+    assert sorted(o for o in originals if o is not None) == sorted(b for b in bad if b is not None)
+    nulls = [q for q, o in zip(quarantine, originals, strict=True) if o is None]
     assert len(nulls) == 2 and {q.reason_name for q in nulls} == {"TRUNCATED"}
 
 
