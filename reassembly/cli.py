@@ -30,6 +30,7 @@ from typing import Any, BinaryIO, NoReturn
 from segmenter.errors import SegmentationError
 
 from .jobs import (
+    INTERRUPTED,
     Accounting,
     Job,
     JobError,
@@ -290,6 +291,11 @@ def _dispatch(args: argparse.Namespace) -> int:
     return 0
 
 
+def _interrupted() -> int:
+    print("reassemble: interrupted", file=sys.stderr)
+    return EXIT_INTERRUPTED
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if not getattr(args, "verbose", False):
@@ -300,12 +306,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _dispatch(args)
     except KeyboardInterrupt:
-        print("reassemble: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return _interrupted()
     except (JobError, SegmentationError) as exc:
+        if INTERRUPTED.is_set():  # the JVM died of the same Ctrl-C first
+            return _interrupted()
         print(f"reassemble: error: {exc}", file=sys.stderr)
         return EXIT_USAGE if isinstance(exc, UsageError) else EXIT_FAILED
     except Exception as exc:
+        if INTERRUPTED.is_set():
+            return _interrupted()
         if getattr(args, "verbose", False):
             raise
         print(f"reassemble: error: {type(exc).__name__}: {first_line(exc)} (--verbose shows more)", file=sys.stderr)

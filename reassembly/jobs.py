@@ -107,8 +107,19 @@ def open_session(settings: SparkSettings) -> Any:
         # pyspark's handler cancels jobs through the JVM connection the main thread is blocked
         # in (a re-entrant call that fails and logs tracebacks); a plain KeyboardInterrupt lets
         # atomic_dir stop Spark and remove the hidden output instead.
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, _interrupt)
     return spark
+
+
+INTERRUPTED = threading.Event()
+"""Set by Ctrl-C once a session is open. A terminal's Ctrl-C reaches the whole process group, so the
+JVM may die before the driver raises KeyboardInterrupt and the error that surfaces is py4j's ("Answer
+from Java side is empty"): the command reports such a failure as the interruption it is (exit 130)."""
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    INTERRUPTED.set()
+    raise KeyboardInterrupt
 
 
 def inputs(pattern: str) -> list[str]:
