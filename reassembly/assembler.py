@@ -6,8 +6,8 @@ project's single source of truth (:mod:`reassembly.rules`, arbitration in
 :mod:`segmenter.coverage`); the Spark path calls this same code.
 
 Memory: segment data is held as given (a view into the caller's ``bytes``,
-no copy); a message is copied exactly once, into a buffer preallocated at its
-stored length, when it is judged. Declared lengths are checked against the
+no copy); a message is copied exactly once, its pieces joined at its stored
+length, when it is judged. Declared lengths are checked against the
 limits before anything is allocated, and decompression never produces more
 than the declared original length.
 """
@@ -107,11 +107,21 @@ class Assembler:
         self.buffered_bytes = 0
 
     # ----------------------------------------------------------------- input
-    def receive(self, item: Buffer | Segment, position: Any = None, partition: Hashable = None) -> list[Event]:
+    def receive(
+        self,
+        item: Buffer | Segment,
+        position: Any = None,
+        partition: Hashable = None,
+        *,
+        seen: Callable[[SegmentHeader], object] | None = None,
+    ) -> list[Event]:
         """Take one segment (encoded bytes or a :class:`Segment`); return what happened.
 
         ``position`` (opaque, ordered within its ``partition``: a Kafka offset) says where it
         was read: events then carry it in ``positions`` and :meth:`checkpoints` tracks it.
+        ``seen`` is called with the header once the segment decoded and verified, before it is
+        judged: a broker receiver files the delivery under its GroupId there, so the bytes are
+        decoded once (not once by the caller to learn the GroupId and again here).
         """
         events: list[Event] = []
         if self.limits.expiry_seconds is not None:
@@ -120,6 +130,8 @@ class Assembler:
         origin = None if track is None else Origin(partition, position)
         piece = self._decode(item, events, origin, track)
         if piece is not None:
+            if seen is not None:
+                seen(piece.header)
             self._accept(piece, events)
         if track is not None:
             track.seen(position)
@@ -266,9 +278,9 @@ class Assembler:
         else:
             here.append(piece)
         piece.hold()
-        msg.present.add(h.offset, h.end)
-        if h.is_last_segment:
-            msg.last_ends.add(h.end)
+        msg.present.add(piece.offset, piece.end)
+        if piece.last:
+            msg.last_ends.add(piece.end)
         return True
 
     def _put(self, msg: Message, piece: Piece, placed: RangeSet) -> None:
@@ -398,10 +410,11 @@ class Assembler:
         assert v.payload is not None
         facts = v.facts
         assert facts is not None
-        used = {id(p) for p in v.winner}
-        losers = sorted((p for p in m.pieces() if id(p) not in used), key=Piece.key)
-        for p in losers:
-            self._reject(events, p, rules.misfit(p, facts, v.winner))
+        if sum(map(len, m.at.values())) > len(v.winner):  # copies or misfits held besides the winner
+            used = {id(p) for p in v.winner}
+            losers = sorted((p for p in m.pieces() if id(p) not in used), key=Piece.key)
+            for p in losers:
+                self._reject(events, p, rules.misfit(p, facts, v.winner))
         group.fingerprints.update(((m.seq, p.offset), fingerprint(p.header)) for p in v.winner)
         m.decoded = m.stored and facts.codec != Codec.NONE
         assert facts.stored_length is not None
@@ -415,7 +428,7 @@ class Assembler:
             stored_length=facts.stored_length,
             original_length=facts.original_length,
             checksum=facts.message_checksum,
-            positions=tuple(o for p in v.winner for o in p.positions),
+            positions=tuple(p.origin for p in v.winner if p.origin is not None),
         )
 
     # --------------------------------------------------- leaving the assembler

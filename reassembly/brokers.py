@@ -30,8 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from segmenter.brokers import Consumer, Delivery
-from segmenter.errors import Reason, SegmentationError
-from segmenter.wire import decode_segment
+from segmenter.errors import Reason
+from segmenter.wire import SegmentHeader
 
 from .assembler import Assembler
 from .events import Duplicate, Event, GroupComplete, GroupFailed, MessageComplete, MessageFailed, Rejected, Unfinished
@@ -99,6 +99,7 @@ class Receiver:
         self.on_quarantine = on_quarantine
         self.stats = ReceiverStats()
         self._held: dict[bytes, list[_Held]] = {}  # unsettled deliveries by GroupId
+        self._unheld: Delivery | None = None  # the delivery being received, until it is held
 
     def poll(self, timeout: float = 1.0) -> int:
         """Fetch what arrived (waiting up to ``timeout`` s), process it, expire old groups; returns
@@ -123,33 +124,30 @@ class Receiver:
         st = self.stats
         st.received += 1
         st.redelivered += d.redelivered
-        body = d.body
-        limits = self.assembler.limits
-        try:
-            # Decoded once, here: the receiver needs the GroupId to hold the delivery, and the
-            # assembler takes the decoded Segment (it re-checks the header against its limits and
-            # verifies the data checksum; the header checksum and lengths were checked here, by
-            # the same generated decoder, with the same limits). Its data is a view of ``body``.
-            seg = decode_segment(
-                body, max_segment_size=limits.max_segment_size, max_message_size=limits.max_message_size, verify=False
-            )
-        except SegmentationError:  # the assembler decodes the bytes again to reject them with the reason
-            self._settle(self.assembler.receive(body), d)
-            return
-        h = seg.header
-        self._held.setdefault(h.group_id, []).append(_Held(h.msg_seq_number, body, d))
-        events = self.assembler.receive(seg)
+        # Decoded once, by the assembler: it calls _hold with the header (the GroupId files the
+        # delivery) once the segment decoded and verified, before judging it. The segment's data
+        # stays a view of ``d.body``.
+        self._unheld = d
+        events = self.assembler.receive(d.body, seen=self._hold)
+        unheld, self._unheld = self._unheld, None
         if events:  # most segments of a message only wait: nothing to settle
-            self._settle(events)
+            self._settle(events, unheld)
+
+    def _hold(self, h: SegmentHeader) -> None:
+        d = self._unheld
+        assert d is not None
+        self._held.setdefault(h.group_id, []).append(_Held(h.msg_seq_number, d.body, d))
+        self._unheld = None
 
     def _settle(self, events: list[Event], unheld: Delivery | None = None) -> None:
-        """Settle what ``events`` decided; ``unheld`` is the current delivery if it has no header."""
+        """Settle what ``events`` decided; ``unheld`` is the current delivery when the assembler
+        refused it before it decoded (it was never held: the one Rejected event is about it)."""
         # Refusals first: a message's losing copies must not be accepted along with its winners.
         for ev in events:
             if isinstance(ev, Duplicate):
                 self._take(ev.group_id, None, None).delivery.accept()
                 self.stats.duplicates += 1
-            elif isinstance(ev, Rejected) and ev.header is None and unheld is not None:
+            elif isinstance(ev, Rejected) and unheld is not None:
                 if self.on_quarantine is not None:
                     self.on_quarantine(ev)
                 self._reject(unheld, ev.reason, str(ev.error))

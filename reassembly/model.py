@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 from segmenter.checksum import ChecksumAlgorithm
 from segmenter.coverage import RangeSet, gaps
 from segmenter.digest import NO_POLICY, DigestPolicy
-from segmenter.flags import Codec, group_bits
+from segmenter.flags import Codec, group_bits, is_last_segment
 from segmenter.wire import DEFAULT_MAX_SEGMENT_SIZE, UNKNOWN_LENGTH, Buffer, SegmentHeader
 
 from ._state import GroupState
@@ -75,22 +75,20 @@ class Piece:
     (compares with buffers, converts with ``bytes()``).
     """
 
-    __slots__ = ("data", "facts", "head", "header", "origin", "track")
+    __slots__ = ("data", "end", "facts", "head", "header", "last", "offset", "origin", "track")
 
     def __init__(
         self, header: SegmentHeader, data: Any, head: Buffer, origin: Origin | None = None, track: Track | None = None
     ) -> None:
         self.header, self.data, self.head = header, data, head
         self.origin, self.track = origin, track  # where it was read (None: no position given)
-        self.facts = Facts(
-            header.codec,
-            header.algorithm,
-            group_bits(header.msg_flags),
-            header.length_deferred,
-            header.stored_length,
-            header.original_length,
-            header.message_checksum,
-        )
+        # One unpack, and offset/end/last kept as plain slots: judging reads them of every piece
+        # several times, and a property per read was a measurable share of a 64 KiB segment's cost.
+        _, _, offset, length, original, stored, flags, codec, algorithm, _, message_crc, _, deferred, _ = header
+        self.offset: int = offset
+        self.end: int = offset + length
+        self.last: bool = is_last_segment(flags)
+        self.facts = Facts(codec, algorithm, group_bits(flags), deferred, stored, original, message_crc)
 
     @property
     def positions(self) -> tuple[Origin, ...]:
@@ -107,18 +105,6 @@ class Piece:
         if self.track is not None:
             assert self.origin is not None
             self.track.release(self.origin.position)
-
-    @property
-    def offset(self) -> int:
-        return self.header.offset
-
-    @property
-    def end(self) -> int:
-        return self.header.offset + self.header.data_length
-
-    @property
-    def last(self) -> bool:
-        return self.header.is_last_segment
 
     def buffer(self) -> Buffer:
         """The data as a buffer (read from the store when it lives there)."""
@@ -195,7 +181,28 @@ class Message:
     @property
     def ready(self) -> bool:
         """Some LAST piece's range is fully covered: worth looking for a complete candidate."""
+        if not self.last_ends:  # every segment before the last one: no call, no generator
+            return False
         return any(self.present.covers(0, end) for end in self.last_ends)
+
+    def chain(self) -> tuple[Piece, ...] | None:
+        """The pieces when they form one plain chain: one piece at each offset, each starting where
+        the one before ends, from 0, only the last one LAST. Then the tiling search has one option
+        at every position, so that chain is its only path (``None``: copies, overlaps, gaps)."""
+        at = self.at
+        n = len(at)
+        pieces: list[Piece] = []
+        pos = 0
+        for i in range(n):
+            here = at.get(pos)
+            if here is None or len(here) != 1:
+                return None
+            p = here[0]
+            if p.last != (i == n - 1):  # a LAST piece ends a chain; the others are never empty
+                return None
+            pieces.append(p)
+            pos = p.end
+        return tuple(pieces) if pieces else None
 
     def gap_report(self) -> GapReport:
         """Missing ranges of the union of every piece held, up to the stored length when every

@@ -137,16 +137,31 @@ def _same(a: tuple[Piece, ...], b: tuple[Piece, ...]) -> bool:
 
 def decide(msg: Message, verify: Callable[[tuple[Piece, ...], Facts], P]) -> Arbitration[Piece, Facts, P]:
     """The outcome for a message's pieces (see :mod:`segmenter.coverage` for the rule)."""
-    pieces = canonical(msg)
-    candidates, cut_off = tilings(pieces, fits, Facts(), agree=agree(pieces))
+    candidates, cut_off = _candidates(msg)
     return arbitrate(candidates, cut_off, verify=verify, same=_same, what=f"message {msg.seq}")
 
 
 def has_candidate(msg: Message) -> bool:
     """A complete candidate exists (or the search is cut off: a conflict, also a decision)."""
-    pieces = canonical(msg)
-    candidates, cut_off = tilings(pieces, fits, Facts(), agree=agree(pieces))
+    candidates, cut_off = _candidates(msg)
     return bool(candidates) or cut_off
+
+
+def _candidates(msg: Message) -> tuple[list[tuple[tuple[Piece, ...], Facts]], bool]:
+    """:func:`~segmenter.coverage.tilings` of the pieces in canonical order. A plain chain (the
+    common case: every segment once, no overlap) is the search's only path: its facts are merged
+    along it as the search would, without the search."""
+    chain = msg.chain()
+    if chain is not None:
+        facts = Facts()
+        for p in chain:
+            merged = fits(facts, p)
+            if merged is None:
+                return [], False
+            facts = merged
+        return [(chain, facts)], False
+    pieces = canonical(msg)
+    return tilings(pieces, fits, Facts(), agree=agree(pieces))
 
 
 def misfit(piece: Piece, facts: Facts, winner: tuple[Piece, ...]) -> SegmentationError:
