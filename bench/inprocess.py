@@ -104,3 +104,95 @@ def assembler_cases(quick: bool) -> list[dict[str, Any]]:
 
             out.append({"order": name, **_result(psize, ssize, timed(run, 3), floor)})
     return out
+
+
+class _Delivery:
+    """A broker delivery without a broker: the bytes, and settlements that cost nothing."""
+
+    __slots__ = ("body", "redelivered")
+
+    def __init__(self, body: bytes) -> None:
+        self.body, self.redelivered = body, False
+
+    def accept(self) -> None:
+        pass
+
+    def reject(self, reason: int, description: str) -> None:
+        raise AssertionError(description)
+
+
+class _Deliveries:
+    """A Consumer handing out a prepared list of deliveries in one fetch."""
+
+    def __init__(self, items: list[_Delivery]) -> None:
+        self.items = items
+
+    def fetch(self, timeout: float) -> list[Any]:
+        out, self.items = self.items, []
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+def receiver_steps(size: int, messages: int, rounds: int = 5) -> dict[str, float]:
+    """CPU µs per segment of each step of a broker receive, without the broker (issue 13): 8-segment
+    messages of ``size``-byte encoded segments, in order, through ``decode_header``, the data CRC,
+    ``decode_segment``, the join of a message, ``Assembler.receive`` (the 7 waiting segments, the
+    8th that completes the message) and the whole ``Receiver``; medians of ``rounds``."""
+    from reassembly.brokers import Receiver
+    from segmenter.wire import decode_header, decode_segment
+
+    payload = os.urandom((size - 84) * 8)
+    bodies = [s.encode() for _ in range(messages) for s in Segmenter(size).segment(payload)]
+    views = [memoryview(b)[84:] for b in bodies]
+    clock = time.process_time
+
+    def once() -> dict[str, float]:
+        t: dict[str, float] = {}
+        start = clock()
+        for b in bodies:
+            decode_header(b)
+        t["header decode"] = clock() - start
+        start = clock()
+        for v in views:
+            checksum(DEFAULT_ALGORITHM, v)
+        t["data CRC"] = clock() - start
+        start = clock()
+        for b in bodies:
+            decode_segment(b)
+        t["decode_segment (header, CRC, framing)"] = clock() - start
+        start = clock()
+        for i in range(0, len(views), 8):
+            b"".join(views[i : i + 8])
+        t["join of the message"] = clock() - start
+        asm, waiting, completing = Assembler(Limits()), 0.0, 0.0
+        for i, b in enumerate(bodies):
+            start = clock()
+            asm.receive(b)
+            if i % 8 == 7:
+                completing += clock() - start
+            else:
+                waiting += clock() - start
+        t["Assembler.receive: segments 1-7 (waiting)"] = waiting
+        t["Assembler.receive: segment 8 (judged, built, delivered)"] = completing
+        t["Assembler.receive: all"] = waiting + completing
+        rx = Receiver(_Deliveries([_Delivery(b) for b in bodies]), lambda ev: None, Assembler(Limits()))
+        start = clock()
+        rx.poll(0)
+        t["Receiver: all"] = clock() - start
+        assert rx.stats.used == len(bodies)
+        return t
+
+    once()
+    runs = [once() for _ in range(rounds)]
+    return {k: 1e6 * statistics.median(r[k] for r in runs) / len(bodies) for k in runs[0]}
+
+
+if __name__ == "__main__":
+    import sys
+
+    kib = int(sys.argv[1]) if len(sys.argv) > 1 else 64
+    for step, us in receiver_steps(kib << 10, max(1, (64 << 10) // (8 * kib))).items():
+        print(f"{step:55s} {us:8.1f} µs per segment (share of all segments)")
+    print(f"load average {os.getloadavg()[0]:.1f}")

@@ -442,8 +442,10 @@ class Assembler:
                     self.bodies.finish(m.key, m.decoded)
                 else:
                     self.bodies.discard(m.key)
-            for p in m.pieces():
-                p.release()
+            for ps in m.at.values():
+                for p in ps:
+                    if p.track is not None:  # only pieces read at a position have one to settle
+                        p.release()
             m.at.clear()
 
     def _terminate(self, group: Group, how: GroupInput) -> None:

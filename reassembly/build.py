@@ -15,7 +15,7 @@ from typing import Any, BinaryIO
 
 import zstandard
 
-from segmenter.checksum import ChecksumAlgorithm, Combiner, checksum
+from segmenter.checksum import ChecksumAlgorithm, checksum, combine, combine_run
 from segmenter.digest import NO_POLICY, DigestPolicy, Digests, Hasher, parse_extension
 from segmenter.errors import ChecksumError, DecompressionError, MessageTooBigError, OriginalLengthError, Reason
 from segmenter.flags import Codec
@@ -75,13 +75,22 @@ class _DigestCheck:
 
 
 def _combined_checksum(facts: Facts, pieces: tuple[Piece, ...]) -> int:
-    """The message checksum from the pieces' verified checksums: no second pass over the bytes."""
-    assert facts.algorithm is not None
-    hot = pieces[0].header.data_length if len(pieces) > 2 else 0
-    combiner = Combiner(facts.algorithm, hot)
+    """The message checksum from the pieces' verified checksums: no second pass over the bytes.
+
+    The leading run of pieces as long as the first (all but the last, as the Segmenter cuts) is
+    folded by ``combine_run`` in one call; any piece after it is appended by ``combine``."""
+    algorithm = facts.algorithm
+    assert algorithm is not None
+    size = pieces[0].header.data_length
+    crcs: list[int] = []
     for p in pieces:
-        combiner.add(p.header.data_checksum, p.header.data_length)
-    return combiner.value
+        if p.header.data_length != size:
+            break
+        crcs.append(p.header.data_checksum)
+    value = combine_run(algorithm, crcs, size)
+    for p in pieces[len(crcs) :]:
+        value = combine(algorithm, value, p.header.data_checksum, p.header.data_length)
+    return value
 
 
 def _check_message(seq: int, facts: Facts, actual: int) -> None:

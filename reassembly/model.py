@@ -176,7 +176,7 @@ class Message:
 
     def held_bytes(self) -> int:
         """Bytes held in memory (none for a stored body)."""
-        return 0 if self.stored else sum(p.header.data_length for p in self.pieces())
+        return 0 if self.stored else sum(p.end - p.offset for ps in self.at.values() for p in ps)
 
     @property
     def ready(self) -> bool:

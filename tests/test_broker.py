@@ -126,11 +126,15 @@ def test_ack_after_handler_duplicates_and_dead_letters(
 ) -> None:
     """Used segments are acked only after the handler returned; a handler that raises leaves them
     on the queue; copies of a delivered message are acked as duplicates; garbage and the held
-    segments of an expired group are dead-lettered with their reason, never accepted."""
+    segments of an expired group are dead-lettered with their reason, never accepted; so are a
+    segment cut short and one whose data fails its CRC (their headers decode, the segments do not)."""
     url, queue = broker.url(scheme), _queue(request)
     payload = os.urandom(20_000)
     segs = segment(payload, max_segment_size=4096)
     half = segment(os.urandom(10_000), max_segment_size=4096)[:2]  # never completes
+    cut_short = segment(os.urandom(3000), max_segment_size=4096)[0].encode()[:-10]
+    whole = segment(os.urandom(3000), max_segment_size=4096)[0].encode()
+    flipped = whole[:-1] + bytes([whole[-1] ^ 1])
     with open_sender(url, queue) as s:
         for x in segs:
             s.send(x)
@@ -160,19 +164,26 @@ def test_ack_after_handler_duplicates_and_dead_letters(
         for x in half:
             s.send(x)
         s.send_bytes(b"not a segment at all", "garbage")
-    _until(lambda: rx.poll(0.2) >= 0 and rx.stats.received == len(segs) + 5, 30, "the rest")
-    assert rx.stats.duplicates == 2 and rx.stats.rejected == 1 and rx.stats.held() == 2
+        s.send_bytes(cut_short, "cut")
+        s.send_bytes(flipped, "flipped")
+    _until(lambda: rx.poll(0.2) >= 0 and rx.stats.received == len(segs) + 7, 30, "the rest")
+    assert rx.stats.duplicates == 2 and rx.stats.rejected == 3 and rx.stats.held() == 2
     now[0] = 11.0  # the half message expires: its held segments are dead-lettered, not accepted
     rx.poll(0.1)
-    assert rx.stats.rejected == 3 and rx.stats.held() == 0
-    assert rx.stats.by_reason == {int(Reason.BAD_MAGIC): 1, int(Reason.INCOMPLETE_MSG): 2}
+    assert rx.stats.rejected == 5 and rx.stats.held() == 0
+    assert rx.stats.by_reason == {
+        int(Reason.BAD_MAGIC): 1,
+        int(Reason.TRUNCATED): 1,
+        int(Reason.DATA_CHECKSUM_ERROR): 1,
+        int(Reason.INCOMPLETE_MSG): 2,
+    }
     assert isinstance(quarantined[-1], Unfinished) and quarantined[-1].cause.value == "expired"
     s = rx.stats
     assert s.received == s.used + s.duplicates + s.rejected + s.held()
     rx.close()
     assert _drain(url, queue) == []
     dlq = _drain(url, "ActiveMQ.DLQ")
-    assert sorted(dlq) == sorted([b"not a segment at all", *(x.encode() for x in half)])
+    assert sorted(dlq) == sorted([b"not a segment at all", cut_short, flipped, *(x.encode() for x in half)])
 
 
 # ------------------------------------------------------------------- competing consumers
