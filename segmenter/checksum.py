@@ -203,31 +203,6 @@ def combine_run(algorithm: ChecksumAlgorithm, crcs: Sequence[int], length: int) 
     return lanes[0][0] | lanes[1][0] << 8 | lanes[2][0] << 16 | lanes[3][0] << 24
 
 
-class Combiner:
-    """Builds CRC(A + B + ...) from piece CRCs; fast for a repeated piece length."""
-
-    __slots__ = ("_hot_length", "_poly", "_tables", "length", "value")
-
-    def __init__(self, algorithm: ChecksumAlgorithm, hot_length: int = 0) -> None:
-        self._poly = _POLY[algorithm]
-        self._hot_length = hot_length
-        self._tables = _shift_table(self._poly, hot_length) if hot_length > 0 else None
-        self.value = 0
-        self.length = 0
-
-    def add(self, crc: int, length: int) -> None:
-        """Append a piece of ``length`` bytes whose CRC is ``crc``."""
-        if self.length == 0:
-            self.value = crc
-        elif length == self._hot_length and self._tables is not None:
-            t0, t1, t2, t3 = self._tables
-            v = self.value
-            self.value = t0[v & 255] ^ t1[(v >> 8) & 255] ^ t2[(v >> 16) & 255] ^ t3[v >> 24] ^ crc
-        elif length:
-            self.value = _multmodp(self._poly, _x8n(self._poly, length), self.value) ^ crc
-        self.length += length
-
-
 # isal has zlib's crc32_combine in C: under a microsecond, where _x8n costs ~150 us per new length.
 _C_COMBINE: dict[ChecksumAlgorithm, Callable[[int, int, int], int]] = (
     {ChecksumAlgorithm.CRC32: _isal.crc32_combine} if hasattr(_isal, "crc32_combine") else {}

@@ -28,7 +28,7 @@ from segmenter import (
     segment,
     segment_group,
 )
-from segmenter.checksum import Combiner, checksum, combine, reference_function
+from segmenter.checksum import checksum, combine, combine_run, reference_function
 from segmenter.properties import from_jms, from_kafka, jms_properties, kafka_headers, kafka_key, mqmd_fields
 from segmenter.wire import make_header
 
@@ -44,13 +44,20 @@ def test_fast_checksums_equal_crcmod(data: bytes, algo: ChecksumAlgorithm) -> No
 
 @given(pieces=st.lists(st.binary(max_size=700), min_size=1, max_size=8), algo=ALGORITHMS)
 def test_combined_checksum_equals_checksum_of_concatenation(pieces: list[bytes], algo: ChecksumAlgorithm) -> None:
-    whole = b"".join(pieces)
-    c = Combiner(algo, len(pieces[0]))
-    value = 0
-    for p in pieces:
-        c.add(checksum(algo, p), len(p))
-        value = combine(algo, value, checksum(algo, p), len(p)) if value or p is not pieces[0] else checksum(algo, p)
-    assert c.value == checksum(algo, whole) == value
+    value = checksum(algo, pieces[0])
+    for p in pieces[1:]:
+        value = combine(algo, value, checksum(algo, p), len(p))
+    assert value == checksum(algo, b"".join(pieces))
+
+
+@given(data=st.data(), length=st.integers(1, 300), n=st.integers(0, 300), algo=ALGORITHMS)
+def test_combined_run_equals_checksum_of_concatenation(
+    data: st.DataObject, length: int, n: int, algo: ChecksumAlgorithm
+) -> None:
+    """Both of ``combine_run``'s ways (a loop below ``_TREE_MIN`` pieces, the tree above)."""
+    pieces = [data.draw(st.binary(min_size=length, max_size=length)) for _ in range(n)]
+    expected = checksum(algo, b"".join(pieces)) if pieces else 0
+    assert combine_run(algo, [checksum(algo, p) for p in pieces], length) == expected
 
 
 # --------------------------------------------------------------- round trip
