@@ -115,8 +115,38 @@ def one_pass_split(df: Any, reassembler: Any, partitions: int = 8) -> Any:
     return written.unionByName(judged.select(*[F.col(f"q.`{c}`").alias(c) for c, _, _ in OUTPUT_FIELDS]))
 
 
-def profile(data: str, runs: int = 3, only: tuple[str, ...] = DEFAULT) -> list[dict[str, Any]]:
+# Per-stage metrics of Spark's REST API kept in each record's "detail" (times in s, bytes in MiB).
+_DETAIL = {
+    "executorCpuTime": 1e-9,
+    "jvmGcTime": 1e-3,
+    "memoryBytesSpilled": 1 / (1 << 20),
+    "diskBytesSpilled": 1 / (1 << 20),
+    "shuffleReadBytes": 1 / (1 << 20),
+    "shuffleWriteBytes": 1 / (1 << 20),
+    "outputBytes": 1 / (1 << 20),
+}
+
+
+def stage_detail(stage: dict[str, Any]) -> dict[str, float]:
+    """The metrics of one stage that say where its time goes: CPU, GC, spill, shuffle bytes."""
+    out = {"tasks": stage["numTasks"], "run": round(stage["executorRunTime"] / 1000, 2)}
+    return out | {k: round(stage.get(k, 0) * scale, 2) for k, scale in _DETAIL.items()}
+
+
+def jfr(pid: int, command: str, *args: str) -> None:
+    """``jcmd PID JFR.<command>``: a flight recording of the session's JVM (``--jfr``)."""
+    import subprocess
+
+    subprocess.run(["jcmd", str(pid), f"JFR.{command}", *args], check=True, capture_output=True)
+
+
+def profile(
+    data: str, runs: int = 3, only: tuple[str, ...] = DEFAULT, jfr_file: str | None = None
+) -> list[dict[str, Any]]:
     """One record per (run, variant): wall seconds and the task seconds of each stage, map stage first.
+
+    Each record's ``detail`` has every stage's CPU, GC, spill and shuffle bytes (:func:`stage_detail`).
+    ``jfr_file``: a JFR recording of the JVM over every run after the first (JIT warm-up) goes there.
 
     A variant whose building blocks a newer ``jvm`` module no longer offers is recorded with its
     error instead of stopping the profile.
@@ -169,6 +199,8 @@ def profile(data: str, runs: int = 3, only: tuple[str, ...] = DEFAULT) -> list[d
     out = tempfile.mkdtemp(prefix="stages-")
     records: list[dict[str, Any]] = []
     for run in range(1, runs + 1):
+        if jfr_file and run == min(2, runs):
+            jfr(jvm_pid, "start", "name=stages", "settings=profile")
         for name, build in variants.items():
             before = {s["stageId"] for s in json.load(urllib.request.urlopen(api))}
             shutil.rmtree(out, ignore_errors=True)
@@ -186,12 +218,18 @@ def profile(data: str, runs: int = 3, only: tuple[str, ...] = DEFAULT) -> list[d
                 if s["numTasks"] > 1
             ]
             load = os.getloadavg()[0]
-            records.append({"run": run, "variant": name, "wall": wall, "cpu": cpu, "load": load, "stages": tasks})
+            detail = [stage_detail(s) for s in sorted(stages, key=lambda s: s["stageId"]) if s["numTasks"] > 1]
+            record = {"run": run, "variant": name, "wall": wall, "cpu": cpu, "load": load, "stages": tasks}
+            records.append(record | {"detail": detail})
             print(
                 f"run {run} {name:<10} wall {wall:5.1f} s  cpu {cpu:5.1f} s  load {load:4.1f}"
                 f"  task seconds per stage {tasks}",
                 flush=True,
             )
+            for d in detail:
+                print(f"    {d}", flush=True)
+    if jfr_file:
+        jfr(jvm_pid, "stop", "name=stages", f"filename={os.path.abspath(jfr_file)}")
     shutil.rmtree(out, ignore_errors=True)
     spark.stop()
     return records
@@ -203,8 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--json", default=None, help="also write the records here")
     p.add_argument("--variants", default=",".join(DEFAULT), help=f"comma-separated, of {', '.join(VARIANTS)}")
+    p.add_argument("--jfr", default=None, help="record the JVM with JFR (runs 2 on) into this file")
     args = p.parse_args(argv)
-    records = profile(args.data, args.runs, tuple(args.variants.split(",")))
+    records = profile(args.data, args.runs, tuple(args.variants.split(",")), args.jfr)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(records, f, indent=1)
