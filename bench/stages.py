@@ -5,8 +5,12 @@
 session, each variant ``--runs`` times (interleaved) and prints the task seconds of
 the map stage (scan, header decoding, shuffle write) and of the reduce stage
 (everything after the shuffle), the wall time and the CPU seconds of the JVM and every
-process under it (the Python workers), read from ``/proc``: the measure other load
-distorts least. ``--variants`` picks some (default: all but ``split``):
+process under it (the Python workers, also on their own), read from ``/proc``: the measure
+other load distorts least. Each record's ``detail`` adds, per stage, Spark's executor CPU
+seconds (the task threads only: no GC thread, no Python worker), GC time, the bytes the sorts
+spilled and the shuffle bytes; ``--jfr FILE`` records the JVM with Java Flight Recorder from
+run 2 on (``jfr print --events jdk.ExecutionSample FILE`` for the hot methods).
+``--variants`` picks some (default: all but ``split``):
 
 * ``floor``: shuffle the segments by message and write them;
 * ``listagg``: the user's five-line query (SQL ``listagg`` by message, no validation);
@@ -41,8 +45,10 @@ VARIANTS = ("floor", "listagg", "aggregate", "clean", "onepass", "ours", "ours-s
 DEFAULT = tuple(v for v in VARIANTS if v != "split")
 
 
-def cpu_seconds(pid: int) -> float:
-    """CPU seconds of ``pid`` and every live process under it, with their reaped children's."""
+def cpu_seconds(pid: int, children_only: bool = False) -> float:
+    """CPU seconds of ``pid`` and every live process under it, with their reaped children's.
+
+    ``children_only``: without ``pid``'s own threads (for the JVM: its Python workers alone)."""
     import os
 
     tick = os.sysconf("SC_CLK_TCK")
@@ -58,7 +64,7 @@ def cpu_seconds(pid: int) -> float:
             continue
         children.setdefault(int(fields[1]), []).append(int(entry))
         times[int(entry)] = sum(int(x) for x in fields[11:15]) / tick  # utime stime cutime cstime
-    total, todo = 0.0, [pid]
+    total, todo = 0.0, list(children.get(pid, [])) if children_only else [pid]
     while todo:
         p = todo.pop()
         total += times.get(p, 0.0)
@@ -204,13 +210,14 @@ def profile(
         for name, build in variants.items():
             before = {s["stageId"] for s in json.load(urllib.request.urlopen(api))}
             shutil.rmtree(out, ignore_errors=True)
-            start, cpu = time.perf_counter(), cpu_seconds(jvm_pid)
+            start, cpu, py = time.perf_counter(), cpu_seconds(jvm_pid), cpu_seconds(jvm_pid, children_only=True)
             try:
                 build(spark.read.parquet(data)).write.parquet(out)
             except Exception as exc:  # recorded: the profile goes on without this variant
                 records.append({"run": run, "variant": name, "error": f"{type(exc).__name__}: {exc}"[:300]})
                 continue
             wall, cpu = time.perf_counter() - start, cpu_seconds(jvm_pid) - cpu
+            py = cpu_seconds(jvm_pid, children_only=True) - py
             stages = [s for s in json.load(urllib.request.urlopen(api)) if s["stageId"] not in before]
             tasks = [
                 round(s["executorRunTime"] / 1000, 2)
@@ -219,10 +226,11 @@ def profile(
             ]
             load = os.getloadavg()[0]
             detail = [stage_detail(s) for s in sorted(stages, key=lambda s: s["stageId"]) if s["numTasks"] > 1]
-            record = {"run": run, "variant": name, "wall": wall, "cpu": cpu, "load": load, "stages": tasks}
+            record = {"run": run, "variant": name, "wall": wall, "cpu": cpu, "python_cpu": py, "load": load}
+            record["stages"] = tasks
             records.append(record | {"detail": detail})
             print(
-                f"run {run} {name:<10} wall {wall:5.1f} s  cpu {cpu:5.1f} s  load {load:4.1f}"
+                f"run {run} {name:<10} wall {wall:5.1f} s  cpu {cpu:5.1f} s (Python {py:4.1f})  load {load:4.1f}"
                 f"  task seconds per stage {tasks}",
                 flush=True,
             )
