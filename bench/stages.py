@@ -96,8 +96,9 @@ def split(df: Any, partitions: int = 8) -> Any:
 def one_pass_split(df: Any, reassembler: Any, partitions: int = 8) -> Any:
     """``reassemble(df).combined`` as a JVM-only clean branch and a dirty branch behind its own exchange.
 
-    Both branches run the jar's pass over one (reused) shuffle, each emitting one kind; the dirty
-    rows go through a small exchange so that, when there are none, AQE drops the Python stage.
+    Both branches scan one run of the jar's pass (one ``LogicalRDD``: its shuffle is written once,
+    its sort and pass run once per branch), each keeping one kind; the dirty rows go through a small
+    exchange so that, when there are none, AQE could drop the Python stage (it does not).
     """
     from pyspark.sql import functions as F
 
@@ -110,8 +111,10 @@ def one_pass_split(df: Any, reassembler: Any, partitions: int = 8) -> Any:
     routed = jvm.route(decode_segments(df, "segment", limits.max_message_size, limits.max_segment_size), None)
     size = limits.max_message_size
 
+    both = jvm.fast_aggregate(routed, partitions, size, reassembler)
+
     def kind(clean: bool) -> Any:
-        return jvm.fast_aggregate(routed, partitions, size, reassembler, clean=clean, dirty=not clean)
+        return both.where(F.col("clean") if clean else ~F.col("clean"))
 
     sql = jvm.clean_row()
     written = kind(True).select(*[F.expr(f"CAST({sql[c]} AS {ddl})").alias(c) for c, ddl, _ in OUTPUT_FIELDS])

@@ -57,8 +57,8 @@ with_jar = run()
 sc = spark.sparkContext  # what the one pass's sorts spilled (only it has run so far)
 stages = sc._jsc.sc().statusStore().stageList(None, False, False, sc._gateway.new_array(sc._jvm.double, 0), None)
 spilled = sum(stages.apply(i).diskBytesSpilled() for i in range(stages.size()))
-assert spilled > 5 << 20, spilled
-assert canonical(with_jar) == canonical(run(use_jar=False)) == canonical(run(jvm_fast_path=False))
+assert spilled > 1 << 20, spilled
+assert canonical(with_jar) == canonical(run(use_jar=False))  # the assembler's own: tests/test_jvm_jar.py
 payloads = [bytes(r.payload) for r in with_jar if r.kind == "message" and r.payload is not None]
 assert sum(len(p) == 5 << 20 for p in payloads) == 1, sorted(len(p) for p in payloads)[-3:]
 print("OK", spilled)
