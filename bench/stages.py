@@ -5,8 +5,12 @@
 session, each variant ``--runs`` times (interleaved) and prints the task seconds of
 the map stage (scan, header decoding, shuffle write) and of the reduce stage
 (everything after the shuffle), the wall time and the CPU seconds of the JVM and every
-process under it (the Python workers), read from ``/proc``: the measure other load
-distorts least. ``--variants`` picks some (default: all but ``split``):
+process under it (the Python workers, also on their own), read from ``/proc``: the measure
+other load distorts least. Each record's ``detail`` adds, per stage, Spark's executor CPU
+seconds (the task threads only: no GC thread, no Python worker), GC time, the bytes the sorts
+spilled and the shuffle bytes; ``--jfr FILE`` records the JVM with Java Flight Recorder from
+run 2 on (``jfr print --events jdk.ExecutionSample FILE`` for the hot methods).
+``--variants`` picks some (default: all but ``split``):
 
 * ``floor``: shuffle the segments by message and write them;
 * ``listagg``: the user's five-line query (SQL ``listagg`` by message, no validation);
@@ -41,8 +45,10 @@ VARIANTS = ("floor", "listagg", "aggregate", "clean", "onepass", "ours", "ours-s
 DEFAULT = tuple(v for v in VARIANTS if v != "split")
 
 
-def cpu_seconds(pid: int) -> float:
-    """CPU seconds of ``pid`` and every live process under it, with their reaped children's."""
+def cpu_seconds(pid: int, children_only: bool = False) -> float:
+    """CPU seconds of ``pid`` and every live process under it, with their reaped children's.
+
+    ``children_only``: without ``pid``'s own threads (for the JVM: its Python workers alone)."""
     import os
 
     tick = os.sysconf("SC_CLK_TCK")
@@ -58,7 +64,7 @@ def cpu_seconds(pid: int) -> float:
             continue
         children.setdefault(int(fields[1]), []).append(int(entry))
         times[int(entry)] = sum(int(x) for x in fields[11:15]) / tick  # utime stime cutime cstime
-    total, todo = 0.0, [pid]
+    total, todo = 0.0, list(children.get(pid, [])) if children_only else [pid]
     while todo:
         p = todo.pop()
         total += times.get(p, 0.0)
@@ -90,8 +96,9 @@ def split(df: Any, partitions: int = 8) -> Any:
 def one_pass_split(df: Any, reassembler: Any, partitions: int = 8) -> Any:
     """``reassemble(df).combined`` as a JVM-only clean branch and a dirty branch behind its own exchange.
 
-    Both branches run the jar's pass over one (reused) shuffle, each emitting one kind; the dirty
-    rows go through a small exchange so that, when there are none, AQE drops the Python stage.
+    Both branches scan one run of the jar's pass (one ``LogicalRDD``: its shuffle is written once,
+    its sort and pass run once per branch), each keeping one kind; the dirty rows go through a small
+    exchange so that, when there are none, AQE could drop the Python stage (it does not).
     """
     from pyspark.sql import functions as F
 
@@ -104,8 +111,10 @@ def one_pass_split(df: Any, reassembler: Any, partitions: int = 8) -> Any:
     routed = jvm.route(decode_segments(df, "segment", limits.max_message_size, limits.max_segment_size), None)
     size = limits.max_message_size
 
+    both = jvm.fast_aggregate(routed, partitions, size, reassembler)
+
     def kind(clean: bool) -> Any:
-        return jvm.fast_aggregate(routed, partitions, size, reassembler, clean=clean, dirty=not clean)
+        return both.where(F.col("clean") if clean else ~F.col("clean"))
 
     sql = jvm.clean_row()
     written = kind(True).select(*[F.expr(f"CAST({sql[c]} AS {ddl})").alias(c) for c, ddl, _ in OUTPUT_FIELDS])
@@ -115,8 +124,38 @@ def one_pass_split(df: Any, reassembler: Any, partitions: int = 8) -> Any:
     return written.unionByName(judged.select(*[F.col(f"q.`{c}`").alias(c) for c, _, _ in OUTPUT_FIELDS]))
 
 
-def profile(data: str, runs: int = 3, only: tuple[str, ...] = DEFAULT) -> list[dict[str, Any]]:
+# Per-stage metrics of Spark's REST API kept in each record's "detail" (times in s, bytes in MiB).
+_DETAIL = {
+    "executorCpuTime": 1e-9,
+    "jvmGcTime": 1e-3,
+    "memoryBytesSpilled": 1 / (1 << 20),
+    "diskBytesSpilled": 1 / (1 << 20),
+    "shuffleReadBytes": 1 / (1 << 20),
+    "shuffleWriteBytes": 1 / (1 << 20),
+    "outputBytes": 1 / (1 << 20),
+}
+
+
+def stage_detail(stage: dict[str, Any]) -> dict[str, float]:
+    """The metrics of one stage that say where its time goes: CPU, GC, spill, shuffle bytes."""
+    out = {"tasks": stage["numTasks"], "run": round(stage["executorRunTime"] / 1000, 2)}
+    return out | {k: round(stage.get(k, 0) * scale, 2) for k, scale in _DETAIL.items()}
+
+
+def jfr(pid: int, command: str, *args: str) -> None:
+    """``jcmd PID JFR.<command>``: a flight recording of the session's JVM (``--jfr``)."""
+    import subprocess
+
+    subprocess.run(["jcmd", str(pid), f"JFR.{command}", *args], check=True, capture_output=True)
+
+
+def profile(
+    data: str, runs: int = 3, only: tuple[str, ...] = DEFAULT, jfr_file: str | None = None
+) -> list[dict[str, Any]]:
     """One record per (run, variant): wall seconds and the task seconds of each stage, map stage first.
+
+    Each record's ``detail`` has every stage's CPU, GC, spill and shuffle bytes (:func:`stage_detail`).
+    ``jfr_file``: a JFR recording of the JVM over every run after the first (JIT warm-up) goes there.
 
     A variant whose building blocks a newer ``jvm`` module no longer offers is recorded with its
     error instead of stopping the profile.
@@ -169,16 +208,19 @@ def profile(data: str, runs: int = 3, only: tuple[str, ...] = DEFAULT) -> list[d
     out = tempfile.mkdtemp(prefix="stages-")
     records: list[dict[str, Any]] = []
     for run in range(1, runs + 1):
+        if jfr_file and run == min(2, runs):
+            jfr(jvm_pid, "start", "name=stages", "settings=profile")
         for name, build in variants.items():
             before = {s["stageId"] for s in json.load(urllib.request.urlopen(api))}
             shutil.rmtree(out, ignore_errors=True)
-            start, cpu = time.perf_counter(), cpu_seconds(jvm_pid)
+            start, cpu, py = time.perf_counter(), cpu_seconds(jvm_pid), cpu_seconds(jvm_pid, children_only=True)
             try:
                 build(spark.read.parquet(data)).write.parquet(out)
             except Exception as exc:  # recorded: the profile goes on without this variant
                 records.append({"run": run, "variant": name, "error": f"{type(exc).__name__}: {exc}"[:300]})
                 continue
             wall, cpu = time.perf_counter() - start, cpu_seconds(jvm_pid) - cpu
+            py = cpu_seconds(jvm_pid, children_only=True) - py
             stages = [s for s in json.load(urllib.request.urlopen(api)) if s["stageId"] not in before]
             tasks = [
                 round(s["executorRunTime"] / 1000, 2)
@@ -186,12 +228,19 @@ def profile(data: str, runs: int = 3, only: tuple[str, ...] = DEFAULT) -> list[d
                 if s["numTasks"] > 1
             ]
             load = os.getloadavg()[0]
-            records.append({"run": run, "variant": name, "wall": wall, "cpu": cpu, "load": load, "stages": tasks})
+            detail = [stage_detail(s) for s in sorted(stages, key=lambda s: s["stageId"]) if s["numTasks"] > 1]
+            record = {"run": run, "variant": name, "wall": wall, "cpu": cpu, "python_cpu": py, "load": load}
+            record["stages"] = tasks
+            records.append(record | {"detail": detail})
             print(
-                f"run {run} {name:<10} wall {wall:5.1f} s  cpu {cpu:5.1f} s  load {load:4.1f}"
+                f"run {run} {name:<10} wall {wall:5.1f} s  cpu {cpu:5.1f} s (Python {py:4.1f})  load {load:4.1f}"
                 f"  task seconds per stage {tasks}",
                 flush=True,
             )
+            for d in detail:
+                print(f"    {d}", flush=True)
+    if jfr_file:
+        jfr(jvm_pid, "stop", "name=stages", f"filename={os.path.abspath(jfr_file)}")
     shutil.rmtree(out, ignore_errors=True)
     spark.stop()
     return records
@@ -203,8 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--json", default=None, help="also write the records here")
     p.add_argument("--variants", default=",".join(DEFAULT), help=f"comma-separated, of {', '.join(VARIANTS)}")
+    p.add_argument("--jfr", default=None, help="record the JVM with JFR (runs 2 on) into this file")
     args = p.parse_args(argv)
-    records = profile(args.data, args.runs, tuple(args.variants.split(",")))
+    records = profile(args.data, args.runs, tuple(args.variants.split(",")), args.jfr)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(records, f, indent=1)

@@ -138,13 +138,16 @@ def fast_aggregate(
 
     One shuffle by ``pk``, a sort within each partition by key then ``sk``, then the jar's
     ``Reassemble`` (``reassembler``: :func:`reassembly.spark.jar.reassembler`) walks each key's
-    rows: copies each piece once into an array sized from the declared length, folds the
-    segments' verified CRCs into the message CRC and checks the cross-row rules. The per-row
+    rows (Spark's internal rows, no ``Row`` encoder): copies each piece from the sorter's memory
+    into a buffer the task reuses, then the message into an array of the pieces' summed length,
+    folds the segments' verified CRCs into the message CRC and checks the cross-row rules.
+    The sort key starts with ``pk`` (GroupIds: their first bytes, the sorter's prefix, decide
+    most comparisons) rather than the boolean ``routable``; any order with the whole key first groups. The per-row
     rules reach it as one column, :func:`row_ok` (the header table's rules, in SQL), plus "no
     header extension": a message carrying digests is judged by the assembler, so the policy
     demanding nothing is the only one this path serves (``pipeline.reassemble`` decides).
     ``meta`` is built only for rows that are not clean (NULL otherwise: the judge's input).
-    ``clean`` / ``dirty``: which rows to emit (the other kind is dropped in the pass, uncopied).
+    ``clean`` / ``dirty``: which rows to emit (the other kind is dropped in the pass).
     """
     from pyspark.sql import DataFrame
     from pyspark.sql import functions as F
@@ -154,7 +157,7 @@ def fast_aggregate(
     sorted_ = (
         routed.select("routable", "pk", "bk", "piece", ok, meta)
         .repartition(partitions, "pk")
-        .sortWithinPartitions("routable", "pk", "bk", "m.sk", "m.plen")
+        .sortWithinPartitions("pk", "routable", "bk", "m.sk", "m.plen")
     )
     jdf = reassembler.run(sorted_._jdf, max_message_size, clean, dirty)
     return DataFrame(jdf, routed.sparkSession)

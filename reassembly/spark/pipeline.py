@@ -31,9 +31,10 @@ folding the segments' verified CRCs into the message CRC, with the per-row rules
 from the header table as one SQL column. Same rows (tests/test_jvm_jar.py). On
 Spark Connect (no py4j), where the jar cannot be loaded, or under a digest policy
 that demands a digest, the SQL path runs (``listagg`` + the SQL clean test).
-Measured (``bench/README.md``, "The JVM one pass"): a quarter less CPU than the SQL
-path at 1 GiB, even at 256 MiB; the sort and Spark's Row conversion at the Java
-boundary cost about what it saves, and the Python operator still follows it.
+The pass reads Spark's internal rows (no ``Row`` encoder) and stays lazy.
+Measured (``bench/README.md``, issue 14, "Session 21"): the one pass costs what the
+bare shuffle does; what remains over it is the Python operator after it (every row
+passes through it, clean ones with a NULL argument) and the row explode.
 """
 
 from __future__ import annotations

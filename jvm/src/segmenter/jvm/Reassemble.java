@@ -6,22 +6,27 @@ import java.util.Iterator;
 import java.util.List;
 import java.util.NoSuchElementException;
 
-import org.apache.spark.api.java.function.MapPartitionsFunction;
+import org.apache.spark.api.java.function.FlatMapFunction;
+import org.apache.spark.rdd.RDD;
 import org.apache.spark.sql.Dataset;
-import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.Row;
-import org.apache.spark.sql.RowFactory;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.catalyst.util.GenericArrayData;
+import org.apache.spark.sql.classic.SparkSession;
 import org.apache.spark.sql.types.ArrayType;
+import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
-import scala.jdk.javaapi.CollectionConverters;
+import org.apache.spark.unsafe.Platform;
+import org.apache.spark.unsafe.types.BinaryView;
 
 /**
  * One pass over each message's pieces, pre-sorted by key: what {@code listagg} + {@code collect_list}
  * + the SQL clean test did, in one walk (reassembly/spark/jvm.py, {@code fast_aggregate}).
  *
- * <p>Input rows, sorted by (routable, pk, bk, m.sk, m.plen) within each partition:
+ * <p>Input rows, sorted by (pk, routable, bk, m.sk, m.plen) within each partition:
  * {@code routable, pk, bk, piece, row_ok, m} where {@code row_ok} holds every per-row rule
  * (generated from the header table in SQL) and {@code m} is the row's meta struct (the fields the
  * Python judge reads). Output: one row per key, {@code routable, pk, bk, blob, n, last, meta, clean},
@@ -31,23 +36,36 @@ import scala.jdk.javaapi.CollectionConverters;
  * <p>The cross-row rules (the only ones here): one message from offset 0, contiguous, exactly one
  * LAST at the end, header fields agreeing with the last row's, and the message CRC, folded from
  * the segments' CRCs that {@code row_ok} has verified against their data ({@link Crc32Combine}),
- * so no byte is read twice. Each piece is copied once, into an array of the pieces' summed
- * length (never a declared one), and only for a group whose kind is asked for: a pass emitting
- * only the rows that are not clean copies nothing for a clean message.
+ * so no byte is read twice.
+ *
+ * <p>Why Catalyst's own rows ({@link InternalRow}), not {@code Dataset.mapPartitions} with a
+ * {@code Row} encoder: the encoder turns every sorted row into a {@code Row} (each piece copied
+ * into a fresh array, every meta field boxed) and every output {@code Row} back into an
+ * {@code UnsafeRow} through type-checking serializer expressions. Here each piece is copied once,
+ * straight from the sorter's memory ({@link BinaryView}, no intermediate array), into a buffer
+ * reused by the task (grown to the largest message it has seen; its size comes from the pieces,
+ * never from a declared length), and once more into an array of the message's exact size; the
+ * scan of the result projects it into the plan's {@code UnsafeRow}s.
  */
-public final class Reassemble implements MapPartitionsFunction<Row, Row> {
+public final class Reassemble implements FlatMapFunction<Iterator<InternalRow>, InternalRow> {
     private static final long serialVersionUID = 1L;
     private static final int MAX_ARRAY = Integer.MAX_VALUE - 16; // a JVM byte[] (Spark's cap on a value)
+    private static final int KEEP = 64 << 20; // the largest buffer kept from one group to the next
+    private static final String AQE = "spark.sql.adaptive.enabled";
 
     private final long maxMessageSize;
     private final boolean emitClean, emitDirty;
+    private final int metaFields;
     private final int offset, dataLength, isLast, storedLength, originalLength, messageChecksum;
     private final int lengthDeferred, dataChecksum;
+    private final DataType[] metaTypes;
 
     private Reassemble(StructType meta, long maxMessageSize, boolean emitClean, boolean emitDirty) {
         this.maxMessageSize = maxMessageSize;
         this.emitClean = emitClean;
         this.emitDirty = emitDirty;
+        metaFields = meta.size();
+        metaTypes = Arrays.stream(meta.fields()).map(StructField::dataType).toArray(DataType[]::new);
         offset = meta.fieldIndex("offset");
         dataLength = meta.fieldIndex("data_length");
         isLast = meta.fieldIndex("is_last");
@@ -72,40 +90,58 @@ public final class Reassemble implements MapPartitionsFunction<Row, Row> {
         });
     }
 
-    /** {@code sorted} (see the class doc) to one row per key: the clean ones, the others, or both. */
+    /**
+     * {@code sorted} (see the class doc) to one row per key: the clean ones, the others, or both.
+     *
+     * <p>Lazy, like any DataFrame: the sorted plan becomes an RDD of its internal rows, planned in a
+     * clone of the session with adaptive execution off, because an adaptive plan runs its shuffle the
+     * moment its RDD is asked for; {@code sorted} shuffles to a partition count it names itself, so
+     * adaptive execution had nothing to coalesce there. The pass's output is a DataFrame over that
+     * RDD ({@code LogicalRDD}): the rest of the query plans as usual.
+     */
     public static Dataset<Row> run(Dataset<Row> sorted, long maxMessageSize, boolean emitClean, boolean emitDirty) {
+        org.apache.spark.sql.classic.Dataset<Row> input = (org.apache.spark.sql.classic.Dataset<Row>) sorted;
         StructType meta = (StructType) sorted.schema().apply("m").dataType();
+        SparkSession session = input.sparkSession();
+        SparkSession planner = session.cloneSession();
+        planner.sessionState().conf().setConfString(AQE, "false");
+        RDD<InternalRow> rows = org.apache.spark.sql.classic.Dataset.ofRows(planner, input.logicalPlan())
+            .queryExecution().toRdd();
         Reassemble pass = new Reassemble(meta, maxMessageSize, emitClean, emitDirty);
-        return sorted.mapPartitions(pass, Encoders.row(outputSchema(meta)));
+        return session.internalCreateDataFrame(rows.toJavaRDD().mapPartitions(pass).rdd(), outputSchema(meta), false);
     }
 
     @Override
-    public Iterator<Row> call(Iterator<Row> input) {
+    public Iterator<InternalRow> call(Iterator<InternalRow> input) {
         return new Groups(input);
     }
 
-    private static boolean sameKey(Row a, Row b) {
-        return a.getBoolean(0) == b.getBoolean(0)
-            && Arrays.equals((byte[]) a.get(1), (byte[]) b.get(1))
-            && Arrays.equals((byte[]) a.get(2), (byte[]) b.get(2));
+    /** A binary column of a row the sorter may overwrite: a view while the row lasts, else a copy. */
+    private static BinaryView view(InternalRow row, int i) {
+        return row.isNullAt(i) ? null : row.getBinaryView(i);
     }
 
-    private static boolean eq(Row a, Row b, int i) {
-        return !a.isNullAt(i) && !b.isNullAt(i) && a.get(i).equals(b.get(i));
+    private static boolean same(BinaryView a, BinaryView b) {
+        return a == null ? b == null : a.equals(b);
+    }
+
+    private boolean eq(InternalRow a, InternalRow b, int i) {
+        return !a.isNullAt(i) && !b.isNullAt(i) && a.get(i, metaTypes[i]).equals(b.get(i, metaTypes[i]));
     }
 
     /** SQL's {@code m.x IS NULL OR m.x = last.x}. */
-    private static boolean agrees(Row m, Row last, int i) {
+    private boolean agrees(InternalRow m, InternalRow last, int i) {
         return m.isNullAt(i) || eq(m, last, i);
     }
 
     /** Groups consecutive rows of one key; yields the groups of the kinds asked for. */
-    private final class Groups implements Iterator<Row> {
-        private final Iterator<Row> input;
-        private Row ahead; // the first row of the next group
-        private Row ready; // the next output row
+    private final class Groups implements Iterator<InternalRow> {
+        private final Iterator<InternalRow> input;
+        private InternalRow ahead; // the first row of the next group (valid until input.next())
+        private InternalRow ready; // the next output row
+        private byte[] buffer = new byte[1 << 16]; // the pieces of the current group, reused
 
-        Groups(Iterator<Row> input) {
+        Groups(Iterator<InternalRow> input) {
             this.input = input;
             this.ahead = input.hasNext() ? input.next() : null;
         }
@@ -119,33 +155,48 @@ public final class Reassemble implements MapPartitionsFunction<Row, Row> {
         }
 
         @Override
-        public Row next() {
+        public InternalRow next() {
             if (!hasNext()) {
                 throw new NoSuchElementException();
             }
-            Row out = ready;
+            InternalRow out = ready;
             ready = null;
             return out;
         }
 
+        /** Appends {@code piece} to the buffer at {@code size}; the new size. */
+        private long append(BinaryView piece, long size) {
+            long end = size + piece.numBytes();
+            if (end > MAX_ARRAY) {
+                throw new IllegalStateException("an aggregate of " + end + " bytes: over Spark's 2 GiB cap on a value");
+            }
+            if (end > buffer.length) {
+                buffer = Arrays.copyOf(buffer, (int) Math.min(MAX_ARRAY, Math.max(end, 2L * buffer.length)));
+            }
+            piece.writeToMemory(buffer, Platform.BYTE_ARRAY_OFFSET + size);
+            return end;
+        }
+
         /** Consumes one group; its output row, or null when its kind is not asked for. */
-        private Row group() {
-            Row first = ahead;
-            boolean routable = first.getBoolean(0);
-            List<Row> metas = new ArrayList<>();
-            List<byte[]> pieces = new ArrayList<>();
+        private InternalRow group() {
+            InternalRow row = ahead;
+            boolean routable = row.getBoolean(0);
+            byte[] pk = row.isNullAt(1) ? null : row.getBinary(1);
+            byte[] bk = row.isNullAt(2) ? null : row.getBinary(2);
+            BinaryView pkView = pk == null ? null : BinaryView.fromBytes(pk);
+            BinaryView bkView = bk == null ? null : BinaryView.fromBytes(bk);
+            List<InternalRow> metas = new ArrayList<>();
             long size = 0;
-            boolean ok = routable && first.isNullAt(2);
+            boolean ok = routable && bk == null;
             long crc = 0;
-            Row row = first;
-            Row previous = null;
+            InternalRow previous = null;
             while (true) {
-                Row m = row.getStruct(5);
+                InternalRow m = row.getStruct(5, metaFields).copy(); // kept past the sorter's next row
                 metas.add(m);
-                byte[] piece = (byte[]) row.get(3);
-                if (piece != null && piece.length > 0) {
-                    pieces.add(piece); // a fresh array per row (Spark's deserializer): kept, not copied
-                    size += piece.length;
+                BinaryView piece = view(row, 3);
+                int length = piece == null ? 0 : piece.numBytes();
+                if (length > 0) {
+                    size = append(piece, size);
                 }
                 if (ok) {
                     ok = !row.isNullAt(4) && row.getBoolean(4) && !m.isNullAt(offset) && !m.isNullAt(dataChecksum);
@@ -156,23 +207,24 @@ public final class Reassemble implements MapPartitionsFunction<Row, Row> {
                             && m.getLong(offset) == previous.getLong(offset) + previous.getLong(dataLength);
                     }
                     if (ok) {
-                        crc = Crc32Combine.combine(crc, m.getLong(dataChecksum), piece == null ? 0 : piece.length);
+                        crc = Crc32Combine.combine(crc, m.getLong(dataChecksum), length);
                     }
                 }
                 previous = m;
                 ahead = input.hasNext() ? input.next() : null;
-                if (ahead == null || !sameKey(first, ahead)) {
+                if (ahead == null || ahead.getBoolean(0) != routable || !same(pkView, view(ahead, 1))
+                    || !same(bkView, view(ahead, 2))) {
                     break;
                 }
                 row = ahead;
             }
-            Row last = previous;
+            InternalRow last = previous;
             if (ok) {
                 ok = !last.isNullAt(isLast) && last.getBoolean(isLast) && eq(last, last, messageChecksum)
                     && last.getLong(messageChecksum) == crc && size <= maxMessageSize;
             }
             if (ok) {
-                for (Row m : metas) {
+                for (InternalRow m : metas) {
                     if (!eq(m, last, lengthDeferred) || !agrees(m, last, storedLength)
                         || !agrees(m, last, originalLength) || !agrees(m, last, messageChecksum)) {
                         ok = false;
@@ -183,17 +235,12 @@ public final class Reassemble implements MapPartitionsFunction<Row, Row> {
             if (!(ok ? emitClean : emitDirty)) {
                 return null;
             }
-            if (size > MAX_ARRAY) {
-                throw new IllegalStateException("an aggregate of " + size + " bytes: over Spark's 2 GiB cap on a value");
+            byte[] blob = Arrays.copyOf(buffer, (int) size); // the pieces' own lengths: no declared length
+            if (buffer.length > KEEP) { // a large message's buffer is not held for the rest of the task
+                buffer = new byte[1 << 16];
             }
-            byte[] blob = new byte[(int) size]; // the pieces' own lengths: no declared length sizes anything
-            int pos = 0;
-            for (byte[] piece : pieces) {
-                System.arraycopy(piece, 0, blob, pos, piece.length);
-                pos += piece.length;
-            }
-            Object meta = ok ? null : CollectionConverters.asScala(metas).toSeq();
-            return RowFactory.create(routable, first.get(1), first.get(2), blob, metas.size(), last, meta, ok);
+            Object meta = ok ? null : new GenericArrayData(metas.toArray());
+            return new GenericInternalRow(new Object[] {routable, pk, bk, blob, metas.size(), last, meta, ok});
         }
     }
 }
