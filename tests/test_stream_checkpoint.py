@@ -48,7 +48,7 @@ def _files(root: Path) -> dict[str, bytes]:
 def test_a_new_checkpoint_records_its_layout_and_options(tmp_path: Path) -> None:
     bind_checkpoint(str(tmp_path / "ck"), _options(payload_dir="bodies"))
     got = json.loads((tmp_path / "ck" / MANIFEST).read_text())
-    assert got["layout"] == LAYOUT == 2 and set(got["state"]) == {"held", "key"}
+    assert got["layout"] == LAYOUT == 3 and set(got["state"]) == {"held", "key"}
     assert got["options"] == {"unit_of_work": True, "payload_dir": str(Path("bodies").resolve())}
 
 
@@ -130,10 +130,35 @@ def test_a_checkpoint_written_by_layout_1_is_refused_naming_both_layouts(tmp_pat
         bind_checkpoint(str(tmp_path / "ck"), _options())
     said = str(refused.value)
     assert "holds state of layout 1 (state variables held, info, summary, tomb)" in said
-    assert "this version reads layout 2 (state variables held, key)" in said
+    assert "this version reads layout 3 (state variables held, key)" in said
     assert "let a version of layout 1 finish it" in said and "\n" not in said
     done = reassemble("stream", "landing", "out", "--checkpoint", "ck", "--trigger", "available-now", cwd=tmp_path)
     assert done.returncode == 1 and "holds state of layout 1" in done.stderr
+    assert _files(tmp_path) == before and not (tmp_path / "out").exists()
+
+
+# A checkpoint written by layout 2 (held rows as binary; the code before session 21), the same two keys, by
+# tests/fixtures/stream_layout2/make.py.txt at commit 3c3c64b.
+LAYOUT_2 = Path(__file__).parent / "fixtures" / "stream_layout2"
+
+
+def test_a_checkpoint_written_by_layout_2_is_refused_naming_both_layouts(tmp_path: Path) -> None:
+    """Layout 3 reads held rows as base64 text where layout 2 stored binary: the state schema differs, and
+    reading layout 2's held segments would fail (or, decoded as text, be wrong). Refused before Spark starts,
+    nothing touched: a layout-2 stream is finished by a layout-2 version."""
+    shutil.copytree(LAYOUT_2, tmp_path, dirs_exist_ok=True)
+    manifest = json.loads((tmp_path / "ck" / MANIFEST).read_text())
+    assert manifest["layout"] == 2 and manifest["state"]["held"] == "raw binary, at long"
+    assert (tmp_path / "ck" / "state" / "0" / "0").is_dir()  # Spark's RocksDB state, as layout 2 wrote it
+    before = _files(tmp_path)
+    with pytest.raises(CheckpointMismatch) as refused:
+        bind_checkpoint(str(tmp_path / "ck"), _options())
+    said = str(refused.value)
+    assert "holds state of layout 2 (state variables held, key)" in said
+    assert "this version reads layout 3 (state variables held, key)" in said
+    assert "let a version of layout 2 finish it" in said and "\n" not in said
+    done = reassemble("stream", "landing", "out", "--checkpoint", "ck", "--trigger", "available-now", cwd=tmp_path)
+    assert done.returncode == 1 and "holds state of layout 2" in done.stderr
     assert _files(tmp_path) == before and not (tmp_path / "out").exists()
 
 
