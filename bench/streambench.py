@@ -71,12 +71,88 @@ def _load() -> float:
     return round(os.getloadavg()[0], 1)
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds() -> dict[str, float]:
+    """CPU seconds (user + system, reaped children included) of this process ("driver"), the JVM it
+    started ("jvm") and the Python workers under the JVM ("python"), from /proc: what a loaded machine
+    does not change much, unlike wall time. Workers that exited count through their reaping parent."""
+    procs: dict[int, tuple[int, str, float]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        ticks = sum(int(x) for x in fields[11:15])  # utime, stime, cutime, cstime
+        procs[int(d)] = (int(fields[1]), name, ticks / _TICK)
+    totals = {"driver": 0.0, "jvm": 0.0, "python": 0.0}
+    me = os.getpid()
+
+    def kind(pid: int) -> str | None:
+        path = []
+        while pid in procs and pid != me:
+            path.append(procs[pid][1])
+            pid = procs[pid][0]
+        if pid != me:
+            return None
+        return "driver" if not path else "jvm" if len(path) == 1 else "python"
+
+    for pid, (_, _, secs) in procs.items():
+        k = "driver" if pid == me else kind(pid)
+        if k is not None:
+            totals[k] += secs
+    return {k: round(v, 2) for k, v in totals.items()}
+
+
+def jvm_threads() -> dict[int, tuple[str, float]]:
+    """CPU seconds of every thread of the JVM this process started, by thread id (name, seconds)."""
+    me = str(os.getpid())
+    threads: dict[int, tuple[str, float]] = {}
+    for d in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        if stat[stat.rindex(")") + 2 :].split()[1] != me or "java" not in stat[: stat.rindex(")")]:
+            continue
+        for tid in os.listdir(f"/proc/{d}/task"):
+            try:
+                with open(f"/proc/{d}/task/{tid}/stat") as f:
+                    t = f.read()
+            except OSError:
+                continue
+            fields = t[t.rindex(")") + 2 :].split()
+            threads[int(tid)] = (t[t.index("(") + 1 : t.rindex(")")], (int(fields[11]) + int(fields[12])) / _TICK)
+    return threads
+
+
+def thread_cpu(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> dict[str, float]:
+    """The JVM's CPU seconds between two :func:`jvm_threads`, by thread name (numbers folded), largest first."""
+    import re
+
+    by: dict[str, float] = {}
+    for tid, (name, secs) in after.items():
+        key = re.sub(r"\d+", "N", name)
+        by[key] = by.get(key, 0.0) + secs - before.get(tid, (name, 0.0))[1]
+    return {k: round(v, 1) for k, v in sorted(by.items(), key=lambda kv: -kv[1]) if v >= 0.1}
+
+
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-def _arrivals(spark: Any, data: Path, work: Path, files: int, every: float) -> dict[str, Any]:
+WARM_MESSAGES = 16  # per warm-up round: 8 MiB as two files
+
+
+def _arrivals(spark: Any, data: Path, work: Path, files: int, every: float, warm_rounds: int = 0) -> dict[str, Any]:
     from reassembly.spark.stream import (
         StreamOptions,
         committed_batches,
@@ -111,7 +187,23 @@ def _arrivals(spark: Any, data: Path, work: Path, files: int, every: float) -> d
 
     land("warmup.parquet", [s.encode() for s in Segmenter(1000).segment(b"warm-up" * 1000)])
     out(1)  # the cold first micro-batch is not part of the measurement
+    done = 1
+    for r in range(warm_rounds):
+        # Messages straddling two micro-batches, as the measured ones do: the held-state paths (list append
+        # and read back, the state server's pickling) run, and the JVM compiles them, before the clock starts.
+        # A running stream has long done so; without this the C2 compiler's first ~10 CPU seconds land on
+        # the first measured seconds of 2 shared cores.
+        seg = Segmenter(64 * 1024)
+        msgs = [[x.encode() for x in seg.segment(os.urandom(seg.data_size * 8))] for _ in range(WARM_MESSAGES)]
+        before = len(committed_batches(work / "out"))
+        land(f"warmup-{r}a.parquet", [x for m in msgs for x in m[:4]])
+        while len(committed_batches(work / "out")) == before:
+            time.sleep(0.2)
+        land(f"warmup-{r}b.parquet", [x for m in msgs for x in m[4:]])
+        done += len(msgs)
+        out(done)
     warm = committed_batches(work / "out")[-1]  # Spark posts its progress a moment after the sink commits
+    cpu, threads = cpu_seconds(), jvm_threads()
     began = time.time()
     arrived: dict[bytes, float] = {}  # GroupId -> arrival of the last file holding one of its segments
     for i in range(files):
@@ -121,7 +213,9 @@ def _arrivals(spark: Any, data: Path, work: Path, files: int, every: float) -> d
             arrived[decode_header(raw).group_id] = now
         time.sleep(every)
     landed = time.time() - began
-    out(1 + len(arrived))
+    out(done + len(arrived))
+    drained = time.time() - began
+    cpu_after, threads_after = cpu_seconds(), jvm_threads()
     progress = query.lastProgress
     timings = _durations([p for p in query.recentProgress if p.batchId > warm])
     query.stop()
@@ -138,11 +232,15 @@ def _arrivals(spark: Any, data: Path, work: Path, files: int, every: float) -> d
     return {
         "files": files,
         "every_s": every,
+        "warm_up_rounds": warm_rounds,
         "landing_s": round(landed, 1),  # writing the files and sleeping between them
         "arrival_mib_per_s": round(data_mib / landed, 1),
         "messages": len(delays),
         "delay_p50_s": round(_percentile(delays, 0.5), 2),
         "delay_p99_s": round(_percentile(delays, 0.99), 2),
+        "drained_s": round(drained, 1),  # from the first file to the last message's commit
+        "cpu_s": {k: round(cpu_after[k] - v, 1) for k, v in cpu.items()},  # of that span, by process
+        "jvm_threads_cpu_s": thread_cpu(threads, threads_after),
         "micro_batches": len([b for b in commits if b > warm]),
         **timings,
         "load_average": load,  # before and after
@@ -198,6 +296,10 @@ _PROFILED = {
     "set_implicit_key": "set_implicit_key",
     "expiry_timers": "get_expiry_timers_iterator",
     "judge": "stream_state.py:judge",
+    "input_rows": "worker.py:generate_data_batches",  # Arrow batches to Rows (the payload's as_py copies)
+    "output_rows": "worker.py:convert_results",  # our rows to an Arrow batch (from_pylist)
+    "summary_dump": "stream_state.py:dump",
+    "summary_load": "stream_state.py:load",
 }
 
 
@@ -228,6 +330,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arrivals-only", action="store_true", help="only the files-over-time measurement")
     p.add_argument("--no-arrivals", action="store_true", help="only the available-now against batch measurement")
     p.add_argument("--profile", default=None, help="profile the arrivals' state processors into this directory")
+    p.add_argument("--jfr", default=None, help="record the JVM with Java Flight Recorder into this file")
+    p.add_argument("--warm", type=int, default=3, help="warm-up rounds of straddling messages before the clock")
+    p.add_argument("--java-options", default="", help="extra options for the JVM (e.g. -XX:TieredStopAtLevel=1)")
+    p.add_argument("--floor-mib", type=int, default=0, help="also time the batch job on this many MiB")
     p.add_argument("--json", default=None, help="also write the result here (e.g. bench/results/stream.json)")
     args = p.parse_args(argv)
     from reassembly.session import get_session
@@ -236,9 +342,12 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.work or tempfile.mkdtemp(prefix="streambench-"))
     data = work / "data"
     info = make_dataset(data, args.mib << 20, 64 * 1024, 8)
-    spark = get_session("local[2]")
+    java = args.java_options.split() + (
+        [f"-XX:StartFlightRecording=filename={args.jfr},settings=profile,dumponexit=true"] if args.jfr else []
+    )
+    spark = get_session("local[2]", conf={"spark.driver.extraJavaOptions": " ".join(java)} if java else None)
     spark.sparkContext.setLogLevel("OFF")
-    result: dict[str, Any] = {"data": info, "state_partitions": configure(spark)}
+    result: dict[str, Any] = {"data": info, "state_partitions": configure(spark), "java_options": args.java_options}
     shutil.rmtree(work / "runs", ignore_errors=True)
     _batch(spark, data, work / "runs" / "warmup")  # JIT and Python workers warm for both
     small = work / "runs" / "small"
@@ -246,6 +355,17 @@ def main(argv: list[str] | None = None) -> int:
     first = next(pq.ParquetFile(sorted(data.glob("*.parquet"))[0]).iter_batches(batch_size=64))
     pq.write_table(pa.Table.from_batches([first]), small / "part-0.parquet")
     _available_now(spark, small, work / "runs" / "warmup-stream")  # the state workers and RocksDB too
+    if args.floor_mib:
+        # The floor for any micro-batch design here: the batch job on one arriving file's worth of data, warm.
+        # If that takes more than about a trigger interval, no stream keeps up with files that size each second.
+        one = make_dataset(work / "floor", args.floor_mib << 20, 64 * 1024, 8)
+        times = [_batch(spark, work / "floor", work / "runs" / f"floor{i}") for i in range(args.rounds + 1)]
+        result["floor"] = {
+            "data": one,
+            "batch_s": [round(t, 2) for t in times],
+            "mib_per_s_best": round(one["bytes"] / (1 << 20) / min(times), 1),
+            "load_average": _load(),
+        }
     if not args.arrivals_only:
         batches, streams, load = [], [], [_load()]
         for i in range(args.rounds):  # interleaved: the machine's load changes from minute to minute
@@ -262,9 +382,10 @@ def main(argv: list[str] | None = None) -> int:
             from reassembly.spark.stream import PROFILE
 
             os.environ[PROFILE] = args.profile  # read when the query is built (in _arrivals)
-        result["arrivals"] = _arrivals(spark, data, work / "runs" / "arrivals", args.files, args.every)
+        result["arrivals"] = _arrivals(spark, data, work / "runs" / "arrivals", args.files, args.every, args.warm)
         if args.profile:
             result["profile"] = profile_summary(Path(args.profile))
+    spark.stop()
     print(json.dumps(result, indent=2))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")

@@ -48,7 +48,7 @@ def _files(root: Path) -> dict[str, bytes]:
 def test_a_new_checkpoint_records_its_layout_and_options(tmp_path: Path) -> None:
     bind_checkpoint(str(tmp_path / "ck"), _options(payload_dir="bodies"))
     got = json.loads((tmp_path / "ck" / MANIFEST).read_text())
-    assert got["layout"] == LAYOUT == 2 and set(got["state"]) == {"held", "key"}
+    assert got["layout"] == LAYOUT == 3 and set(got["state"]) == {"held", "key"}
     assert got["options"] == {"unit_of_work": True, "payload_dir": str(Path("bodies").resolve())}
 
 
@@ -112,28 +112,36 @@ def test_a_checkpoint_begun_before_the_manifest_is_layout_1_and_refused(tmp_path
     assert _files(tmp_path) == before and not (tmp_path / "ck" / MANIFEST).exists()
 
 
-# A checkpoint written by layout 1 (three value states info, summary, tomb; the code before 2026-11-23's
-# session 20): one message decided (its tombstone) and one open (two of its four segments held), by
-# tests/fixtures/stream_layout1/make.py.txt at commit 716bccb.
-LAYOUT_1 = Path(__file__).parent / "fixtures" / "stream_layout1"
+# Checkpoints written by earlier layouts, each with one message decided (its tombstone) and one open (two
+# of its four segments held), by tests/fixtures/stream_layoutN/make.py.txt. Layout 1 (the code at 716bccb,
+# before 2026-11-23's session 20) kept three value states ``info``, ``summary``, ``tomb`` where layout 2 keeps
+# one: reading it would see every open key as new (its held segments never judged again) and every
+# tombstone as absent. Layout 2 (the code at 3c3c64b, before session 21) stored held rows as binary where
+# layout 3 reads base64 text: its held segments would be misread.
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def test_a_checkpoint_written_by_layout_1_is_refused_naming_both_layouts(tmp_path: Path) -> None:
-    """Layout 2 reads one value state where layout 1 kept three: reading layout 1's state would see every
-    open key as new (its held segments never judged again) and every tombstone as absent. So it is
-    refused, before Spark starts, and nothing in the checkpoint or the output is touched."""
-    shutil.copytree(LAYOUT_1, tmp_path, dirs_exist_ok=True)
-    assert json.loads((tmp_path / "ck" / MANIFEST).read_text())["layout"] == 1
-    assert (tmp_path / "ck" / "state" / "0" / "0").is_dir()  # Spark's RocksDB state, as layout 1 wrote it
+@pytest.mark.parametrize(
+    ("layout", "variables"),
+    [(1, "held, info, summary, tomb"), (2, "held, key")],
+    ids=["layout 1", "layout 2"],
+)
+def test_a_checkpoint_written_by_an_earlier_layout_is_refused_naming_both_layouts(
+    tmp_path: Path, layout: int, variables: str
+) -> None:
+    """Refused before Spark starts, naming both layouts; nothing in the checkpoint or the output is touched."""
+    shutil.copytree(FIXTURES / f"stream_layout{layout}", tmp_path, dirs_exist_ok=True)
+    assert json.loads((tmp_path / "ck" / MANIFEST).read_text())["layout"] == layout
+    assert (tmp_path / "ck" / "state" / "0" / "0").is_dir()  # Spark's RocksDB state, as that layout wrote it
     before = _files(tmp_path)
     with pytest.raises(CheckpointMismatch) as refused:
         bind_checkpoint(str(tmp_path / "ck"), _options())
     said = str(refused.value)
-    assert "holds state of layout 1 (state variables held, info, summary, tomb)" in said
-    assert "this version reads layout 2 (state variables held, key)" in said
-    assert "let a version of layout 1 finish it" in said and "\n" not in said
+    assert f"holds state of layout {layout} (state variables {variables})" in said
+    assert f"this version reads layout {LAYOUT} (state variables held, key)" in said
+    assert f"let a version of layout {layout} finish it" in said and "\n" not in said
     done = reassemble("stream", "landing", "out", "--checkpoint", "ck", "--trigger", "available-now", cwd=tmp_path)
-    assert done.returncode == 1 and "holds state of layout 1" in done.stderr
+    assert done.returncode == 1 and f"holds state of layout {layout}" in done.stderr
     assert _files(tmp_path) == before and not (tmp_path / "out").exists()
 
 

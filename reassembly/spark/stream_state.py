@@ -57,9 +57,10 @@ class Footprint(NamedTuple):
     """What one key (or, summed, the whole state) holds: the progress output's state fields.
 
     ``held_bytes`` are the bytes of held segments in state (whole segments; a spooled segment's
-    header), ``spooled_bytes`` the data bytes of held segments kept in spool files instead. A
-    tombstone's bytes are its value (the assembler snapshot, how it ended, four longs: its times),
-    not RocksDB's key and encoding overhead. Kept as per-batch changes (see ``stream.py``): exact.
+    header; counted raw, though state layout 3 stores them as base64 text, 4/3 as many),
+    ``spooled_bytes`` the data bytes of held segments kept in spool files instead. A tombstone's
+    bytes are its value (the assembler snapshot, how it ended, four longs: its times), not
+    RocksDB's key and encoding overhead. Kept as per-batch changes (see ``stream.py``): exact.
     """
 
     groups: int = 0  # keys still open (segments held, undecided)
