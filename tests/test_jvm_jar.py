@@ -102,11 +102,16 @@ print("OK", type(spark).__module__)
 
 
 def run_script(builder: str) -> str:
+    return run_python(FALLBACK.format(builder=builder))
+
+
+def run_python(code: str) -> str:
+    """Run ``code`` in a fresh Python (its own Spark session); its stdout. Fails on a non-zero exit."""
     from reassembly.java import ensure_java
 
     ensure_java()
     done = subprocess.run(
-        [sys.executable, "-c", FALLBACK.format(builder=builder)],
+        [sys.executable, "-c", code],
         capture_output=True,
         text=True,
         timeout=600,

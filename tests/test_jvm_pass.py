@@ -4,8 +4,6 @@ and when single records are larger than a sorter page (pieces read from the spil
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -66,16 +64,6 @@ print("OK", spilled)
 
 
 def test_the_same_rows_when_the_sort_spills_and_records_outgrow_a_page() -> None:
-    from reassembly.java import ensure_java
+    from test_jvm_jar import run_python  # tests/ is on sys.path (pytest's rootdir import mode)
 
-    ensure_java()
-    tests = os.path.dirname(os.path.abspath(__file__))
-    done = subprocess.run(
-        [sys.executable, "-c", SPILL.format(tests=tests)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "OK" in done.stdout
+    assert "OK" in run_python(SPILL.format(tests=os.path.dirname(os.path.abspath(__file__))))
