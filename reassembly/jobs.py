@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -201,7 +202,11 @@ def atomic_dir(out: Path, spark: Any = None) -> Iterator[Path]:
         yield tmp
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt) and spark is not None:
-            with suppress(Exception):  # stop Spark so no task still writes into what is removed next
+            # stop Spark so no task still writes into what is removed next; the same Ctrl-C may have
+            # killed the JVM already, and pyspark's "Unable to cleanly shutdown" warning would then
+            # print beside our one line: expected here, so not shown
+            with suppress(Exception), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
                 spark.stop()
         shutil.rmtree(tmp, ignore_errors=True)
         raise
