@@ -84,7 +84,7 @@ LARGE_MESSAGE_BYTES = 64 * MiB  # pieces at offsets past this travel alone and a
 
 
 def approaches(spark: Any, payload_dir: Path) -> dict[str, Callable[[Any], Any]]:
-    """Each maps the landing DataFrame to a DataFrame to write."""
+    """Each maps the landing DataFrame to a DataFrame to write, or (ours) a result to ``save()``."""
     from pyspark.sql import functions as F
 
     from reassembly.spark import ReassemblyOptions, reassemble
@@ -96,8 +96,8 @@ def approaches(spark: Any, payload_dir: Path) -> dict[str, Callable[[Any], Any]]
             F.expr("substring(segment, 85)").alias("data"),
         )
 
-    def ours(df: Any) -> Any:  # as the reassemble command runs it: large messages streamed to files
-        return reassemble(df, options=ReassemblyOptions(payload_dir=str(payload_dir))).combined
+    def ours(df: Any) -> Any:  # as the reassemble command runs it: large messages streamed to files, save()
+        return reassemble(df, options=ReassemblyOptions(payload_dir=str(payload_dir)))
 
     def listagg(df: Any) -> Any:
         return keyed(df).groupBy("key").agg(F.expr("listagg(data, X'') WITHIN GROUP (ORDER BY offset)").alias("p"))
@@ -127,7 +127,7 @@ def approaches(spark: Any, payload_dir: Path) -> dict[str, Callable[[Any], Any]]
     def verifying(digest: DigestPolicy) -> Callable[[Any], Any]:
         def run(df: Any) -> Any:
             options = ReassemblyOptions(payload_dir=str(payload_dir), digest=digest)
-            return reassemble(df, options=options).combined
+            return reassemble(df, options=options)
 
         return run
 

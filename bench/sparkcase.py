@@ -15,6 +15,7 @@ from pathlib import Path
 
 from reassembly.jobs import first_line
 from reassembly.session import get_session
+from reassembly.spark import ReassemblyResult
 
 from .sparkbench import approaches
 
@@ -38,7 +39,11 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(out, ignore_errors=True)
         shutil.rmtree(out.parent / "payloads", ignore_errors=True)
         start = time.perf_counter()
-        table[name](spark.read.parquet(data)).write.parquet(str(out))
+        target = table[name](spark.read.parquet(data))
+        if isinstance(target, ReassemblyResult):
+            target.save(out)  # as `reassemble run` writes: messages/ and quarantine/
+        else:
+            target.write.parquet(str(out))
         return time.perf_counter() - start
 
     for name in args.names:

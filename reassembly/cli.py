@@ -42,7 +42,6 @@ from .jobs import (
     open_job,
     summarize,
     tidy_payloads,
-    write_split,
 )
 
 EXIT_USAGE, EXIT_FAILED, EXIT_INTERRUPTED = 2, 1, 130
@@ -174,7 +173,7 @@ def _run(args: argparse.Namespace, pattern: str, output: str, overwrite: bool) -
             digest=digest,
         )
         result = reassemble(job.df, encoded=encoded, raw_column=raw_column, options=options)
-        write_split(result.combined, tmp, {"message": "messages", "quarantine": "quarantine"})
+        result.save(tmp)  # clean messages from the JVM; the rest judged by a second job, if any
         from .spark.quarantine import prune_unreferenced
 
         prune_unreferenced(tmp / "payloads", tmp / "quarantine")  # files of attempts whose output was discarded

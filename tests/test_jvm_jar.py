@@ -97,6 +97,10 @@ def rows(**o):
 assert rows(use_jar=True) == rows()
 got = {{(bytes(r.group_id), r.msg_seq_number): r.status for r in reassemble(df).messages.collect()}}
 assert got == {{k: e.status for k, e in ds.expected.items()}}, got
+out = __import__("tempfile").mkdtemp() + "/out"
+print("SAVED", reassemble(df).save(out).split)  # two jobs where the jar runs, else combined in one
+saved = spark.read.parquet(out + "/messages").collect()
+assert {{(bytes(r.group_id), r.msg_seq_number): r.status for r in saved}} == got
 print("OK", type(spark).__module__)
 """
 
@@ -123,12 +127,12 @@ def run_python(code: str) -> str:
 
 def test_a_session_started_without_the_jar_adds_it() -> None:
     out = run_script('get_session("local[1]")')
-    assert "ENABLED True" in out and "OK pyspark.sql.session" in out
+    assert "ENABLED True" in out and "SAVED True" in out and "OK pyspark.sql.session" in out
 
 
 def test_spark_connect_takes_the_sql_path_with_the_same_rows() -> None:
     out = run_script('__import__("pyspark.sql").sql.SparkSession.builder.remote("local[2]").getOrCreate()')
-    assert "ENABLED False" in out and "OK pyspark.sql.connect" in out
+    assert "ENABLED False" in out and "SAVED False" in out and "OK pyspark.sql.connect" in out
 
 
 def test_the_jar_ships_inside_the_package() -> None:

@@ -1,6 +1,7 @@
 """Spark reassembly: functions over DataFrames of segments (needs pyspark).
 
-``reassemble(df)`` returns messages and quarantine; ``reassemble_stream(df)``
+``reassemble(df)`` returns messages and quarantine (``.save(dir)`` writes both, as the job does);
+``reassemble_stream(df)``
 does the same on a streaming DataFrame (README "Streaming reassembly"); ``decode_segments(df)``
 turns the encoded form into columns in the JVM. See README "Spark reassembly".
 ``resequence(df)`` / ``resequence_stream(df)`` put whole messages back in sequence order
@@ -12,6 +13,7 @@ from .decode import decode_segments
 from .pipeline import ReassemblyOptions, ReassemblyResult, reassemble
 from .quarantine import read_quarantined
 from .resequence import resequence, resequence_stream  # resequencer (issue 11)
+from .save import Saved
 from .schema import MESSAGE_COLUMNS, OUTPUT_ARROW, OUTPUT_DDL, QUARANTINE_COLUMNS, ColumnNames
 from .stream import StreamOptions, reassemble_stream  # streaming (issue 10)
 
@@ -23,6 +25,7 @@ __all__ = [
     "ColumnNames",
     "ReassemblyOptions",
     "ReassemblyResult",
+    "Saved",
     "StreamOptions",
     "decode_segments",
     "read_quarantined",

@@ -35,9 +35,10 @@ the aggregated input row it came from, and leaves with it.
 
 from __future__ import annotations
 
+import struct
 import uuid
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, BinaryIO, NamedTuple
 
 import pyarrow as pa
 
@@ -53,6 +54,7 @@ ROWS_ARROW = pa.list_(pa.struct(list(OUTPUT_ARROW)))
 FLUSH_BYTES = 16 << 20  # output gathered up to this many bytes goes to Spark as one batch
 ZSTD_WINDOW = 1 << 27  # zstd's default largest window (windowLog 27): a frame asking for more fails
 SINK_WINDOW = 1 << 20  # what a decompression into a file holds (reassembly.build._FileSink)
+_GROUP, _LENGTH = struct.Struct(">BBi"), struct.Struct(">q")  # a side file's group head, a row's length
 ROWS_DDL = "array<struct<" + ", ".join(f"`{name}`: {ddl}" for name, ddl, _ in OUTPUT_FIELDS) + ">>"
 
 
@@ -138,7 +140,7 @@ def _quarantine_token() -> str:
     return f"{_task_token()}-{uuid.uuid4().hex[:16]}"
 
 
-def _weight(rows: list[Row | None] | None) -> int:
+def _weight(rows: Sequence[Row | None] | None) -> int:
     """Bytes an output element holds in memory (payloads and quarantined originals)."""
     total = 0
     for row in rows or ():
@@ -209,12 +211,75 @@ class _Task:
 
     def _judge(self, routable: bool, large: bool, blob: memoryview, meta: list[dict[str, Any]]) -> list[Row | None]:
         raws = originals(blob, meta, routable)
+        return list[Row | None](self.judge(routable, large or any(m["far"] for m in meta), raws))
+
+    def judge(self, routable: bool, large: bool, raws: list[bytes | None]) -> list[Row]:
+        """One group's rows (``large``: a per-offset group or one with far rows: judged at the task's end)."""
         if not routable:
-            return list[Row | None](reject_rows(raws, self.limits))
-        if large or any(m["far"] for m in meta):
+            return reject_rows(raws, self.limits)
+        if large:
             self._large().feed(raws)
             return []
-        return list[Row | None](self._group(raws))
+        return self._group(raws)
+
+    def judged(self, groups: Iterable[SideGroup]) -> Iterator[list[Row]]:
+        """Every output row of ``groups`` (one task's side file), about the flush size at a time."""
+        pending: list[Row] = []
+        held = 0
+        for group in groups:
+            rows = self.judge(*group)
+            held += _weight(rows)
+            pending += rows
+            del rows
+            if held >= self.flush:
+                yield pending
+                pending, held = [], 0
+        if self.large is not None:
+            pending += self.large.close()
+        if pending:
+            yield pending
+        self.finish()  # runs once Spark has taken the last output, before the task can commit
+
+
+class SideGroup(NamedTuple):
+    """One group of a side file: what an aggregated row carries to the judge, as original rows."""
+
+    routable: bool
+    large: bool
+    raws: list[bytes | None]
+
+
+def _exactly(f: BinaryIO, n: int, path: str, data: bytes | None = None) -> bytes:
+    """``n`` bytes of ``f`` (or ``data``, read already); a file cut short is an error, never an early end."""
+    data = f.read(n) if data is None else data
+    if len(data) != n:
+        raise OSError(f"side file {path} cut short: {len(data)} of {n} bytes")
+    return data
+
+
+def read_side(path: str) -> Iterator[SideGroup]:
+    """The groups of one side file (``jvm/src/segmenter/jvm/SideFile.java``), one at a time."""
+    with open(path, "rb", buffering=1 << 20) as f:
+        while head := f.read(_GROUP.size):
+            routable, large, n = _GROUP.unpack(_exactly(f, _GROUP.size, path, head))
+            raws: list[bytes | None] = []
+            for _ in range(n):
+                (length,) = _LENGTH.unpack(_exactly(f, _LENGTH.size, path))
+                raws.append(None if length < 0 else _exactly(f, length, path))
+            yield SideGroup(bool(routable), bool(large), raws)
+
+
+def make_side_judge(limits: Limits, unit_of_work: bool, payload_dir: str | None, threshold: int | None) -> Any:
+    """For ``mapInArrow`` over a column of side-file paths: every file's groups judged, as output rows."""
+
+    def judge(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for path in batch.column(0).to_pylist():
+                task = _Task(limits, unit_of_work, payload_dir, threshold)
+                for rows in task.judged(read_side(path)):
+                    yield pa.RecordBatch.from_pylist(rows, schema=OUTPUT_ARROW)
+
+    return judge
 
 
 def make_judge(limits: Limits, unit_of_work: bool, payload_dir: str | None, threshold: int | None) -> Any:

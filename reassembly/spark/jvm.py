@@ -132,7 +132,13 @@ def aggregate(routed: Any, partitions: int) -> Any:
 
 
 def fast_aggregate(
-    routed: Any, partitions: int, max_message_size: int, reassembler: Any, clean: bool = True, dirty: bool = True
+    routed: Any,
+    partitions: int,
+    max_message_size: int,
+    reassembler: Any,
+    clean: bool = True,
+    dirty: bool = True,
+    side: str | None = None,
 ) -> Any:
     """:func:`aggregate` plus the clean test's verdict (column ``clean``), in one JVM pass.
 
@@ -147,7 +153,9 @@ def fast_aggregate(
     header extension": a message carrying digests is judged by the assembler, so the policy
     demanding nothing is the only one this path serves (``pipeline.reassemble`` decides).
     ``meta`` is built only for rows that are not clean (NULL otherwise: the judge's input).
-    ``clean`` / ``dirty``: which rows to emit (the other kind is dropped in the pass).
+    ``clean`` / ``dirty``: which rows to emit (the other kind is dropped in the pass). ``side``: a
+    directory every executor sees: only clean rows are emitted and every other group is written
+    there, one file per task, for ``save.py``'s second job (``SideFile.java``).
     """
     from pyspark.sql import DataFrame
     from pyspark.sql import functions as F
@@ -159,7 +167,10 @@ def fast_aggregate(
         .repartition(partitions, "pk")
         .sortWithinPartitions("pk", "routable", "bk", "m.sk", "m.plen")
     )
-    jdf = reassembler.run(sorted_._jdf, max_message_size, clean, dirty)
+    if side is None:
+        jdf = reassembler.run(sorted_._jdf, max_message_size, clean, dirty)
+    else:
+        jdf = reassembler.split(sorted_._jdf, max_message_size, side, SK_HEADER)
     return DataFrame(jdf, routed.sparkSession)
 
 

@@ -33,8 +33,11 @@ Spark Connect (no py4j), where the jar cannot be loaded, or under a digest polic
 that demands a digest, the SQL path runs (``listagg`` + the SQL clean test).
 The pass reads Spark's internal rows (no ``Row`` encoder) and stays lazy.
 Measured (``bench/README.md``, issue 14, "Session 21"): the one pass costs what the
-bare shuffle does; what remains over it is the Python operator after it (every row
-passes through it, clean ones with a NULL argument) and the row explode.
+bare shuffle does; what remains over it in ``combined`` is the Python operator after
+it (every row passes through it, clean ones with a NULL argument) and the row explode.
+:meth:`ReassemblyResult.save` (what ``reassemble run`` does) removes both: the clean
+messages are written by a JVM-only job and the rest judged by a second job that runs
+only when there is a rest (``save.py``).
 """
 
 from __future__ import annotations
@@ -47,8 +50,9 @@ from segmenter.digest import NO_POLICY, REDACT_KEYS, DigestPolicy
 from ..assembler import Limits
 from . import jar, jvm
 from .decode import decode_segments
-from .judge import make_judge
-from .schema import MESSAGE_COLUMNS, OUTPUT_FIELDS, QUARANTINE_COLUMNS, ColumnNames
+from .judge import make_judge, make_side_judge
+from .save import Saved, Split, save
+from .schema import MESSAGE_COLUMNS, OUTPUT_DDL, OUTPUT_FIELDS, QUARANTINE_COLUMNS, ColumnNames
 
 
 @dataclass(frozen=True)
@@ -86,9 +90,16 @@ class ReassemblyOptions:
 
 @dataclass(frozen=True)
 class ReassemblyResult:
-    """The outputs of one reassembly. ``combined`` holds both kinds; compute it once with a write."""
+    """The outputs of one reassembly. ``combined`` holds both kinds; compute it once with a write,
+    or :meth:`save` it (faster where the jar's one pass runs: see ``save.py``)."""
 
     combined: Any
+    split: Split | None = None  # the two jobs of save(), where the jar's one pass runs
+
+    def save(self, directory: str | Any) -> Saved:
+        """Write ``directory/messages`` and ``directory/quarantine`` (Parquet), the layout of
+        ``reassemble run``: clean messages by a JVM-only job, the rest (if any) by a second job."""
+        return save(self.combined, self.split, directory)
 
     @property
     def messages(self) -> Any:
@@ -148,13 +159,26 @@ def reassemble(
             _redact_keys(df.sparkSession)
         clean = F.expr(jvm.clean(opts.digest)) if opts.jvm_fast_path else F.lit(False)
     judge = make_judge(limits, opts.unit_of_work, opts.payload_dir, threshold)
+    split = None
+    if one_pass is not None:
+        spark, side_judge = df.sparkSession, make_side_judge(limits, opts.unit_of_work, opts.payload_dir, threshold)
+        clean_columns = [F.expr(jvm.clean_row()[c]).cast(ddl).alias(c) for c, ddl, _ in OUTPUT_FIELDS if c != "kind"]
+
+        def clean_messages(side: str) -> Any:
+            return jvm.fast_aggregate(routed, n, limits.max_message_size, one_pass, side=side).select(*clean_columns)
+
+        def judged(files: list[str]) -> Any:
+            paths = spark.createDataFrame([(f,) for f in files], "path string").repartition(len(files))
+            return paths.mapInArrow(side_judge, OUTPUT_DDL)
+
+        split = Split(clean_messages, judged)
     job = F.when(~clean, F.struct("routable", "pk", F.col("bk").isNotNull().alias("large"), "blob", "meta"))
     rows = agg.select("*", judge(job).alias("r"))
     # NULL element: the row's clean message, written from the JVM columns.
     out = rows.select("*", F.explode(F.coalesce("r", F.array(F.lit(None)))).alias("q"))
     sql = jvm.clean_row()
     pick = [F.expr(f"CASE WHEN q IS NULL THEN {sql[c]} ELSE q.`{c}` END").alias(c) for c, _, _ in OUTPUT_FIELDS]
-    return ReassemblyResult(out.select(*pick))
+    return ReassemblyResult(out.select(*pick), split)
 
 
 def _redact_keys(spark: Any) -> None:

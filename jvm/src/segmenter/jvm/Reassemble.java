@@ -46,6 +46,10 @@ import org.apache.spark.unsafe.types.BinaryView;
  * reused by the task (grown to the largest message it has seen; its size comes from the pieces,
  * never from a declared length), and once more into an array of the message's exact size; the
  * scan of the result projects it into the plan's {@code UnsafeRow}s.
+ *
+ * <p>{@link #split}: the same pass emitting only the clean rows and writing every other group to a
+ * {@link SideFile}, for a second, Python-only job: then the plan that writes the clean messages has
+ * no Python operator (reassembly/spark/save.py).
  */
 public final class Reassemble implements FlatMapFunction<Iterator<InternalRow>, InternalRow> {
     private static final long serialVersionUID = 1L;
@@ -59,11 +63,20 @@ public final class Reassemble implements FlatMapFunction<Iterator<InternalRow>, 
     private final int offset, dataLength, isLast, storedLength, originalLength, messageChecksum;
     private final int lengthDeferred, dataChecksum;
     private final DataType[] metaTypes;
+    private final String sideDir; // null: no side file
+    private final int skHeader, sk, far, isNull, plen;
 
-    private Reassemble(StructType meta, long maxMessageSize, boolean emitClean, boolean emitDirty) {
+    private Reassemble(StructType meta, long maxMessageSize, boolean emitClean, boolean emitDirty, String sideDir,
+        int skHeader) {
         this.maxMessageSize = maxMessageSize;
         this.emitClean = emitClean;
         this.emitDirty = emitDirty;
+        this.sideDir = sideDir;
+        this.skHeader = skHeader;
+        sk = meta.fieldIndex("sk");
+        far = meta.fieldIndex("far");
+        isNull = meta.fieldIndex("is_null");
+        plen = meta.fieldIndex("plen");
         metaFields = meta.size();
         metaTypes = Arrays.stream(meta.fields()).map(StructField::dataType).toArray(DataType[]::new);
         offset = meta.fieldIndex("offset");
@@ -100,6 +113,20 @@ public final class Reassemble implements FlatMapFunction<Iterator<InternalRow>, 
      * RDD ({@code LogicalRDD}): the rest of the query plans as usual.
      */
     public static Dataset<Row> run(Dataset<Row> sorted, long maxMessageSize, boolean emitClean, boolean emitDirty) {
+        return pass(sorted, maxMessageSize, emitClean, emitDirty, null, 0);
+    }
+
+    /**
+     * The clean rows of {@code sorted}; every other group goes to a {@link SideFile} in {@code sideDir}
+     * (a directory every executor sees) as the query runs. {@code skHeader}: where the header starts
+     * in a routable row's {@code sk}.
+     */
+    public static Dataset<Row> split(Dataset<Row> sorted, long maxMessageSize, String sideDir, int skHeader) {
+        return pass(sorted, maxMessageSize, true, false, sideDir, skHeader);
+    }
+
+    private static Dataset<Row> pass(Dataset<Row> sorted, long maxMessageSize, boolean emitClean, boolean emitDirty,
+        String sideDir, int skHeader) {
         org.apache.spark.sql.classic.Dataset<Row> input = (org.apache.spark.sql.classic.Dataset<Row>) sorted;
         StructType meta = (StructType) sorted.schema().apply("m").dataType();
         SparkSession session = input.sparkSession();
@@ -107,13 +134,13 @@ public final class Reassemble implements FlatMapFunction<Iterator<InternalRow>, 
         planner.sessionState().conf().setConfString(AQE, "false");
         RDD<InternalRow> rows = org.apache.spark.sql.classic.Dataset.ofRows(planner, input.logicalPlan())
             .queryExecution().toRdd();
-        Reassemble pass = new Reassemble(meta, maxMessageSize, emitClean, emitDirty);
+        Reassemble pass = new Reassemble(meta, maxMessageSize, emitClean, emitDirty, sideDir, skHeader);
         return session.internalCreateDataFrame(rows.toJavaRDD().mapPartitions(pass).rdd(), outputSchema(meta), false);
     }
 
     @Override
     public Iterator<InternalRow> call(Iterator<InternalRow> input) {
-        return new Groups(input);
+        return new Groups(input, sideDir == null ? null : new SideFile(sideDir, skHeader, sk, far, isNull, plen));
     }
 
     /** A binary column of a row the sorter may overwrite: a view while the row lasts, else a copy. */
@@ -140,9 +167,11 @@ public final class Reassemble implements FlatMapFunction<Iterator<InternalRow>, 
         private InternalRow ahead; // the first row of the next group (valid until input.next())
         private InternalRow ready; // the next output row
         private byte[] buffer = new byte[1 << 16]; // the pieces of the current group, reused
+        private final SideFile side; // where groups that are not clean go, or null
 
-        Groups(Iterator<InternalRow> input) {
+        Groups(Iterator<InternalRow> input, SideFile side) {
             this.input = input;
+            this.side = side;
             this.ahead = input.hasNext() ? input.next() : null;
         }
 
@@ -150,6 +179,9 @@ public final class Reassemble implements FlatMapFunction<Iterator<InternalRow>, 
         public boolean hasNext() {
             while (ready == null && ahead != null) {
                 ready = group();
+            }
+            if (ready == null && side != null) {
+                side.finish();
             }
             return ready != null;
         }
@@ -232,15 +264,19 @@ public final class Reassemble implements FlatMapFunction<Iterator<InternalRow>, 
                     }
                 }
             }
-            if (!(ok ? emitClean : emitDirty)) {
-                return null;
+            if (!ok && side != null) {
+                side.write(routable, bk != null, metas, buffer);
             }
-            byte[] blob = Arrays.copyOf(buffer, (int) size); // the pieces' own lengths: no declared length
+            InternalRow out = null;
+            if (ok ? emitClean : emitDirty) {
+                byte[] blob = Arrays.copyOf(buffer, (int) size); // the pieces' own lengths: no declared length
+                Object meta = ok ? null : new GenericArrayData(metas.toArray());
+                out = new GenericInternalRow(new Object[] {routable, pk, bk, blob, metas.size(), last, meta, ok});
+            }
             if (buffer.length > KEEP) { // a large message's buffer is not held for the rest of the task
                 buffer = new byte[1 << 16];
             }
-            Object meta = ok ? null : new GenericArrayData(metas.toArray());
-            return new GenericInternalRow(new Object[] {routable, pk, bk, blob, metas.size(), last, meta, ok});
+            return out;
         }
     }
 }

@@ -1,0 +1,98 @@
+"""``ReassemblyResult.save``: clean messages by a JVM-only job, the rest judged by a second job from
+side files; the same rows as ``combined``, and no second job when nothing needs judging."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_differential import canonical  # tests/ is on sys.path (pytest's rootdir import mode)
+from test_jvm_jar import hostile_rows
+
+from reassembly.spark import ReassemblyOptions, reassemble
+from reassembly.spark.judge import read_side
+from reassembly.spark.save import SIDE, side_files
+from reassembly.spark.testdata import Dataset, write_parquet
+from segmenter import Segmenter
+
+
+def saved_rows(spark: Any, out: Path) -> list[dict[str, Any]]:
+    rows = []
+    for kind, folder in (("message", "messages"), ("quarantine", "quarantine")):
+        if any((out / folder).glob("*.parquet")):
+            table = spark.read.parquet(str(out / folder))
+            rows += [{**r.asDict(recursive=True), "kind": kind} for r in table.collect()]
+    return rows
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("threshold", [None, 100, 3000])  # payload_dir: far rows, per-offset groups, large messages
+def test_save_writes_the_rows_of_combined_on_hostile_input(spark: Any, tmp_path: Path, threshold: int | None) -> None:
+    path = write_parquet(Dataset(rows=hostile_rows()), tmp_path / "in", files=3)
+    df = spark.read.parquet(str(path)).union(spark.createDataFrame([(None,)], "segment binary"))
+    base = tmp_path / "payloads"
+    large: dict[str, Any] = {} if threshold is None else {"payload_dir": str(base), "large_message_bytes": threshold}
+    result = reassemble(df, options=ReassemblyOptions(max_message_size=1 << 20, partitions=3, **large))
+    saved = result.save(tmp_path / "out")
+    assert saved.split and saved.side_files > 0  # hostile input: the second job ran
+    assert not (tmp_path / "out" / SIDE).exists()
+    combined = [r.asDict(recursive=True) for r in result.combined.collect()]
+    got = saved_rows(spark, tmp_path / "out")
+    assert canonical(got, base) == canonical(combined, base)
+    assert sum(r["kind"] == "message" and r["status"] == "complete" for r in got) > 15
+
+
+@pytest.mark.spark
+def test_clean_input_is_written_without_a_second_job(spark: Any, tmp_path: Path) -> None:
+    payloads = [bytes([i]) * (5000 + 301 * i) for i in range(12)]
+    rows = [s.encode() for p in payloads for s in Segmenter(1024).segment(p)]
+    path = write_parquet(Dataset(rows=rows[::-1]), tmp_path / "in", files=2)
+    saved = reassemble(spark.read.parquet(str(path)), options=ReassemblyOptions(partitions=3)).save(tmp_path / "out")
+    assert saved == (True, 0)
+    got = saved_rows(spark, tmp_path / "out")
+    assert sorted(bytes(r["payload"]) for r in got) == sorted(payloads)
+    assert {r["status"] for r in got} == {"complete"} and sum(r["segments_used"] for r in got) == len(rows)
+    assert (tmp_path / "out" / "quarantine").is_dir() and not (tmp_path / "out" / SIDE).exists()
+
+
+@pytest.mark.spark
+def test_without_the_jar_save_writes_combined_in_one_job(spark: Any, tmp_path: Path) -> None:
+    path = write_parquet(Dataset(rows=hostile_rows()), tmp_path / "in", files=2)
+    options = ReassemblyOptions(max_message_size=1 << 20, partitions=2, use_jar=False)
+    result = reassemble(spark.read.parquet(str(path)), options=options)
+    assert result.split is None and result.save(tmp_path / "out") == (False, 0)
+    assert canonical(saved_rows(spark, tmp_path / "out")) == canonical(
+        [r.asDict(recursive=True) for r in result.combined.collect()]
+    )
+
+
+def test_one_finished_side_file_per_partition(tmp_path: Path) -> None:
+    for name in ("0-1-9.side", "0-0-5.side", "1-0-7.side", "2-0-3.tmp", "10-0-4.side"):
+        (tmp_path / name).write_bytes(b"")
+    # an unfinished attempt (.tmp) is never read; of two finished attempts one is read
+    assert [Path(p).name for p in side_files(tmp_path)] == ["0-0-5.side", "1-0-7.side", "10-0-4.side"]
+
+
+def side_bytes(*groups: tuple[bool, bool, list[bytes | None]]) -> bytes:
+    out = b""
+    for routable, large, raws in groups:
+        out += struct.pack(">BBi", routable, large, len(raws))
+        for raw in raws:
+            out += struct.pack(">q", -1) if raw is None else struct.pack(">q", len(raw)) + raw
+    return out
+
+
+def test_a_side_file_reads_back_group_by_group(tmp_path: Path) -> None:
+    groups = [(True, False, [b"h1data", b"", b"h2x"]), (False, False, [None, b"junk"]), (True, True, [])]
+    (tmp_path / "0-0-1.side").write_bytes(side_bytes(*groups))
+    assert [tuple(g) for g in read_side(str(tmp_path / "0-0-1.side"))] == groups
+
+
+@pytest.mark.parametrize("cut", [1, 5, 9, 14, 20])
+def test_a_side_file_cut_short_is_an_error_not_an_early_end(tmp_path: Path, cut: int) -> None:
+    data = side_bytes((True, False, [b"0123456789"]))
+    (tmp_path / "s.side").write_bytes(data[: len(data) - cut])
+    with pytest.raises(OSError, match="cut short"):
+        list(read_side(str(tmp_path / "s.side")))
