@@ -20,6 +20,9 @@ run 2 on (``jfr print --events jdk.ExecutionSample FILE`` for the hot methods).
   clean messages written, JVM only;
 * ``ours``: the whole ``reassemble`` (the default: the one pass, then the Python UDF operator and
   the row explode);
+* ``ours-files``: ``ours`` with a ``payload_dir`` (as ``reassemble run``: far rows routed apart);
+* ``save``: ``reassemble(df).save(out)``: the clean messages by a JVM-only job, the rest (if any)
+  judged by a second job; ``save-files`` the same with a ``payload_dir`` (what ``reassemble run`` does);
 * ``ours-sql``: the whole ``reassemble`` with ``use_jar=False`` (the SQL path: ``listagg``
   aggregate, the SQL clean test, the Python UDF operator and the row explode);
 * ``ours-split``: the one pass in two branches over one reused shuffle, clean rows written from
@@ -41,7 +44,20 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-VARIANTS = ("floor", "listagg", "aggregate", "clean", "onepass", "ours", "ours-sql", "ours-split", "split")
+VARIANTS = (
+    "floor",
+    "listagg",
+    "aggregate",
+    "clean",
+    "onepass",
+    "ours",
+    "ours-files",
+    "save",
+    "save-files",
+    "ours-sql",
+    "ours-split",
+    "split",
+)
 DEFAULT = tuple(v for v in VARIANTS if v != "split")
 
 
@@ -163,7 +179,7 @@ def profile(
     from pyspark.sql import functions as F
 
     from reassembly.session import get_session
-    from reassembly.spark import ReassemblyOptions, jvm, reassemble
+    from reassembly.spark import ReassemblyOptions, ReassemblyResult, jvm, reassemble
     from reassembly.spark.decode import decode_segments
     from reassembly.spark.jar import reassembler
     from segmenter.digest import NO_POLICY
@@ -199,6 +215,9 @@ def profile(
         "clean": lambda df: aggregate(df).select("pk", F.when(F.expr(jvm.clean(NO_POLICY)), F.col("blob")).alias("p")),
         "onepass": lambda df: jvm.fast_aggregate(routed(df), 8, 1 << 30, one_pass).where("clean").select("pk", "blob"),
         "ours": lambda df: reassemble(df).combined,
+        "ours-files": lambda df: reassemble(df, options=files).combined,
+        "save": reassemble,
+        "save-files": lambda df: reassemble(df, options=files),
         "ours-sql": lambda df: reassemble(df, options=ReassemblyOptions(use_jar=False)).combined,
         "ours-split": lambda df: one_pass_split(df, one_pass),
         "listagg": listagg,
@@ -206,6 +225,7 @@ def profile(
     }
     variants = {name: variants[name] for name in VARIANTS if name in only}
     out = tempfile.mkdtemp(prefix="stages-")
+    files = ReassemblyOptions(payload_dir=out + "-payloads")
     records: list[dict[str, Any]] = []
     for run in range(1, runs + 1):
         if jfr_file and run == min(2, runs):
@@ -215,7 +235,11 @@ def profile(
             shutil.rmtree(out, ignore_errors=True)
             start, cpu, py = time.perf_counter(), cpu_seconds(jvm_pid), cpu_seconds(jvm_pid, children_only=True)
             try:
-                build(spark.read.parquet(data)).write.parquet(out)
+                target = build(spark.read.parquet(data))
+                if isinstance(target, ReassemblyResult):
+                    target.save(out)
+                else:
+                    target.write.parquet(out)
             except Exception as exc:  # recorded: the profile goes on without this variant
                 records.append({"run": run, "variant": name, "error": f"{type(exc).__name__}: {exc}"[:300]})
                 continue
@@ -242,6 +266,7 @@ def profile(
     if jfr_file:
         jfr(jvm_pid, "stop", "name=stages", f"filename={os.path.abspath(jfr_file)}")
     shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(out + "-payloads", ignore_errors=True)
     spark.stop()
     return records
 

@@ -42,7 +42,9 @@ only when there is a rest (``save.py``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from segmenter.digest import NO_POLICY, REDACT_KEYS, DigestPolicy
@@ -93,13 +95,19 @@ class ReassemblyResult:
     """The outputs of one reassembly. ``combined`` holds both kinds; compute it once with a write,
     or :meth:`save` it (faster where the jar's one pass runs: see ``save.py``)."""
 
-    combined: Any
+    plan: Callable[[], Any]  # builds ``combined``: planned (the one pass's plan with it) on first use
     split: Split | None = None  # the two jobs of save(), where the jar's one pass runs
+
+    @cached_property
+    def combined(self) -> Any:
+        """Every output row (``kind`` says which), one lazy DataFrame: built on first use, so that
+        :meth:`save`, which does not need it where the one pass runs, never plans it."""
+        return self.plan()
 
     def save(self, directory: str | Any) -> Saved:
         """Write ``directory/messages`` and ``directory/quarantine`` (Parquet), the layout of
         ``reassemble run``: clean messages by a JVM-only job, the rest (if any) by a second job."""
-        return save(self.combined, self.split, directory)
+        return save(lambda: self.combined, self.split, directory)
 
     @property
     def messages(self) -> Any:
@@ -150,15 +158,25 @@ def reassemble(
     # The jar's one pass serves the policy that demands nothing (module doc); Connect: the SQL path.
     demands = opts.digest.sha256 or opts.digest.keyring is not None
     one_pass = jar.reassembler(df.sparkSession) if opts.jvm_fast_path and opts.use_jar and not demands else None
-    if one_pass is not None:
-        agg = jvm.fast_aggregate(routed, n, limits.max_message_size, one_pass)
-        clean = F.col("clean")
-    else:
-        agg = jvm.aggregate(routed, n)
-        if opts.digest.keyring is not None and opts.jvm_fast_path:
-            _redact_keys(df.sparkSession)
-        clean = F.expr(jvm.clean(opts.digest)) if opts.jvm_fast_path else F.lit(False)
-    judge = make_judge(limits, opts.unit_of_work, opts.payload_dir, threshold)
+
+    def combined() -> Any:
+        if one_pass is not None:
+            agg = jvm.fast_aggregate(routed, n, limits.max_message_size, one_pass)
+            clean = F.col("clean")
+        else:
+            agg = jvm.aggregate(routed, n)
+            if opts.digest.keyring is not None and opts.jvm_fast_path:
+                _redact_keys(df.sparkSession)
+            clean = F.expr(jvm.clean(opts.digest)) if opts.jvm_fast_path else F.lit(False)
+        judge = make_judge(limits, opts.unit_of_work, opts.payload_dir, threshold)
+        job = F.when(~clean, F.struct("routable", "pk", F.col("bk").isNotNull().alias("large"), "blob", "meta"))
+        rows = agg.select("*", judge(job).alias("r"))
+        # NULL element: the row's clean message, written from the JVM columns.
+        out = rows.select("*", F.explode(F.coalesce("r", F.array(F.lit(None)))).alias("q"))
+        sql = jvm.clean_row()
+        pick = [F.expr(f"CASE WHEN q IS NULL THEN {sql[c]} ELSE q.`{c}` END").alias(c) for c, _, _ in OUTPUT_FIELDS]
+        return out.select(*pick)
+
     split = None
     if one_pass is not None:
         spark, side_judge = df.sparkSession, make_side_judge(limits, opts.unit_of_work, opts.payload_dir, threshold)
@@ -172,13 +190,7 @@ def reassemble(
             return paths.mapInArrow(side_judge, OUTPUT_DDL)
 
         split = Split(clean_messages, judged)
-    job = F.when(~clean, F.struct("routable", "pk", F.col("bk").isNotNull().alias("large"), "blob", "meta"))
-    rows = agg.select("*", judge(job).alias("r"))
-    # NULL element: the row's clean message, written from the JVM columns.
-    out = rows.select("*", F.explode(F.coalesce("r", F.array(F.lit(None)))).alias("q"))
-    sql = jvm.clean_row()
-    pick = [F.expr(f"CASE WHEN q IS NULL THEN {sql[c]} ELSE q.`{c}` END").alias(c) for c, _, _ in OUTPUT_FIELDS]
-    return ReassemblyResult(out.select(*pick), split)
+    return ReassemblyResult(combined, split)
 
 
 def _redact_keys(spark: Any) -> None:

@@ -63,11 +63,13 @@ def _local(directory: str | Path) -> Path | None:
     return Path(text.removeprefix("file://"))
 
 
-def save(combined: Any, split: Split | None, directory: str | Path) -> Saved:
-    """``directory/messages`` and ``directory/quarantine`` (Parquet; neither may exist yet)."""
+def save(combined: Callable[[], Any], split: Split | None, directory: str | Path) -> Saved:
+    """``directory/messages`` and ``directory/quarantine`` (Parquet; neither may exist yet).
+
+    ``combined`` gives the one-plan DataFrame, asked for only where the split cannot run."""
     local = _local(directory)
     if split is None or local is None:
-        write_split(combined, Path(str(directory)), FOLDERS)
+        write_split(combined(), Path(str(directory)), FOLDERS)
         return Saved(False, 0)
     side = local.resolve() / SIDE
     messages = local / FOLDERS["message"]
