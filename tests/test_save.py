@@ -96,3 +96,20 @@ def test_a_side_file_cut_short_is_an_error_not_an_early_end(tmp_path: Path, cut:
     (tmp_path / "s.side").write_bytes(data[: len(data) - cut])
     with pytest.raises(OSError, match="cut short"):
         list(read_side(str(tmp_path / "s.side")))
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        struct.pack(">BBi", 1, 0, 1) + struct.pack(">q", 1 << 62) + b"x",  # a length far past the end
+        struct.pack(">BBi", 1, 0, 1) + struct.pack(">q", -5) + b"x",  # negative, not the NULL marker
+        struct.pack(">BBi", 1, 0, -1),  # a negative row count
+        struct.pack(">BBi", 1, 0, 1 << 30) + struct.pack(">q", -1),  # more rows than the file can hold
+    ],
+)
+def test_a_damaged_side_file_is_refused_before_anything_is_allocated(tmp_path: Path, damage: bytes) -> None:
+    (tmp_path / "s.side").write_bytes(side_bytes((False, False, [b"ok"])) + damage)
+    groups = read_side(str(tmp_path / "s.side"))
+    assert next(groups).raws == [b"ok"]  # what precedes the damage reads as written
+    with pytest.raises(OSError, match="cut short or damaged"):
+        next(groups)

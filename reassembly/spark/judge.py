@@ -35,10 +35,11 @@ the aggregated input row it came from, and leaves with it.
 
 from __future__ import annotations
 
+import os
 import struct
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, BinaryIO, NamedTuple
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
@@ -249,23 +250,28 @@ class SideGroup(NamedTuple):
     raws: list[bytes | None]
 
 
-def _exactly(f: BinaryIO, n: int, path: str, data: bytes | None = None) -> bytes:
-    """``n`` bytes of ``f`` (or ``data``, read already); a file cut short is an error, never an early end."""
-    data = f.read(n) if data is None else data
-    if len(data) != n:
-        raise OSError(f"side file {path} cut short: {len(data)} of {n} bytes")
-    return data
-
-
 def read_side(path: str) -> Iterator[SideGroup]:
-    """The groups of one side file (``jvm/src/segmenter/jvm/SideFile.java``), one at a time."""
+    """The groups of one side file (``jvm/src/segmenter/jvm/SideFile.java``), one at a time.
+
+    Every count and length is checked against what is left of the file before anything is read
+    or allocated for it: a file cut short or damaged is an error, never an early end or a guess.
+    """
     with open(path, "rb", buffering=1 << 20) as f:
-        while head := f.read(_GROUP.size):
-            routable, large, n = _GROUP.unpack(_exactly(f, _GROUP.size, path, head))
+        size = os.fstat(f.fileno()).st_size
+
+        def take(n: int) -> bytes:
+            if not 0 <= n <= size - f.tell():
+                raise OSError(f"side file {path} cut short or damaged: {n} bytes wanted at {f.tell()} of {size}")
+            return f.read(n)
+
+        while f.tell() < size:
+            routable, large, n = _GROUP.unpack(take(_GROUP.size))
+            if not 0 <= n <= (size - f.tell()) // _LENGTH.size:
+                raise OSError(f"side file {path} cut short or damaged: {n} rows declared at {f.tell()} of {size}")
             raws: list[bytes | None] = []
             for _ in range(n):
-                (length,) = _LENGTH.unpack(_exactly(f, _LENGTH.size, path))
-                raws.append(None if length < 0 else _exactly(f, length, path))
+                (length,) = _LENGTH.unpack(take(_LENGTH.size))
+                raws.append(None if length == -1 else take(length))
             yield SideGroup(bool(routable), bool(large), raws)
 
 
