@@ -86,8 +86,8 @@ def _send_segmented(url: str, queue: str, payload: bytes, messages: int, size: i
     return n
 
 
-def _receive_floor(url: str, queue: str, count: int) -> int:
-    c = open_consumer(url, queue, prefetch=64)
+def _receive_floor(url: str, queue: str, count: int, prefetch: int) -> int:
+    c = open_consumer(url, queue, prefetch=prefetch)
     got = 0
     try:
         while got < count:
@@ -99,8 +99,9 @@ def _receive_floor(url: str, queue: str, count: int) -> int:
     return got
 
 
-def _receive_segmented(url: str, queue: str, messages: int) -> int:
-    rx = Receiver(open_consumer(url, queue, prefetch=64), lambda ev: None, Assembler(Limits()))
+def _receive_segmented(url: str, queue: str, messages: int, prefetch: int) -> int:
+    consumer = open_consumer(url, queue, prefetch=prefetch)
+    rx = Receiver(consumer, lambda ev: None, Assembler(Limits(), join=False))
     try:
         while rx.stats.messages < messages:
             rx.poll(10.0)
@@ -112,7 +113,9 @@ def _receive_segmented(url: str, queue: str, messages: int) -> int:
 CASES = ("floor", "bare", "segmented")
 
 
-def run(urls: dict[str, str], mib: int, rounds: int, broker_pid: int | None = None) -> list[dict[str, Any]]:
+def run(
+    urls: dict[str, str], mib: int, rounds: int, broker_pid: int | None = None, prefetch: int = 64
+) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for label, size in SIZES.items():
         data = size - 84  # segment data per segment: an encoded segment is exactly `size` bytes
@@ -126,11 +129,11 @@ def run(urls: dict[str, str], mib: int, rounds: int, broker_pid: int | None = No
                 grouped: list[str | None] = [os.urandom(24).hex() for _ in range(messages) for _ in range(PER_MESSAGE)]
                 work: dict[str, tuple[Callable[[], int], Callable[[], int]]] = {
                     "floor": (partial(_send_floor, url, queue + ".f", body, grouped),
-                              partial(_receive_floor, url, queue + ".f", count)),
+                              partial(_receive_floor, url, queue + ".f", count, prefetch)),
                     "bare": (partial(_send_floor, url, queue + ".b", body, [None] * count),
-                             partial(_receive_floor, url, queue + ".b", count)),
+                             partial(_receive_floor, url, queue + ".b", count, prefetch)),
                     "segmented": (partial(_send_segmented, url, queue + ".s", payload, messages, size),
-                                  partial(_receive_segmented, url, queue + ".s", messages)),
+                                  partial(_receive_segmented, url, queue + ".s", messages, prefetch)),
                 }  # fmt: skip
                 for kind in CASES[r % 3 :] + CASES[: r % 3]:  # each case first, second, third in turn
                     send, receive = work[kind]
@@ -138,6 +141,7 @@ def run(urls: dict[str, str], mib: int, rounds: int, broker_pid: int | None = No
                     tr, cr, br, _ = _timed(receive, broker_pid)
                     mb = n * size / (1 << 20)
                     row = {"segment": label, "protocol": proto, "round": r, "case": kind, "messages": n,
+                           "prefetch": prefetch,
                            "send_s": ts, "recv_s": tr, "send_mib_s": mb / ts, "recv_mib_s": mb / tr,
                            "send_seg_s": n / ts, "recv_seg_s": n / tr,
                            "send_cpu_us": 1e6 * cs / n, "recv_cpu_us": 1e6 * cr / n,
@@ -242,6 +246,12 @@ def main(argv: list[str] | None = None) -> int:
         "--protocols", nargs="+", default=["amqp", "stomp"], choices=["amqp", "stomp"], help="throwaway broker: which"
     )
     p.add_argument("--broker-pid", type=int, default=None, help="with --amqp/--stomp: the broker pid (its CPU time)")
+    p.add_argument(
+        "--prefetch",
+        type=int,
+        default=64,
+        help="every consumer's prefetch (default 64, the tables' setting; open_consumer's own default is 1000)",
+    )
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "broker.json"))
     p.add_argument("--table", nargs="+", metavar="JSON", help="only print the table of earlier runs' results, pooled")
     args = p.parse_args(argv)
@@ -251,14 +261,15 @@ def main(argv: list[str] | None = None) -> int:
     start = os.getloadavg()
     if args.amqp or args.stomp:
         urls = {k: v for k, v in (("amqp", args.amqp), ("stomp", args.stomp)) if v}
-        rows = run(urls, args.mib, args.rounds, args.broker_pid)
+        rows = run(urls, args.mib, args.rounds, args.broker_pid, args.prefetch)
     else:
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
         from activemq_server import activemq
 
         with activemq(heap="1g", amqp_frame_size=1 << 20) as broker:
             urls = {"amqp": broker.amqp_url, "stomp": broker.stomp_url}
-            rows = run({k: v for k, v in urls.items() if k in args.protocols}, args.mib, args.rounds, broker.proc.pid)
+            chosen = {k: v for k, v in urls.items() if k in args.protocols}
+            rows = run(chosen, args.mib, args.rounds, broker.proc.pid, args.prefetch)
     print(table(rows))
     load = ", ".join(f"{a:.1f}/{b:.1f}" for a, b in zip(start, os.getloadavg(), strict=True))
     print(f"load average (1, 5, 15 min) at start/end: {load}")

@@ -14,6 +14,7 @@ from .events import (
     MessageComplete,
     MessageFailed,
     Rejected,
+    ScatteredPayload,
     Unfinished,
 )
 from .ordered import OrderedGroups
@@ -53,6 +54,7 @@ __all__ = [
     "MessageComplete",
     "MessageFailed",
     "Rejected",
+    "ScatteredPayload",
     "Unfinished",
     "read_events",
     # resequencer (issue 11)

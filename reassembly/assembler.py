@@ -47,13 +47,14 @@ from .events import (
     MessageComplete,
     MessageFailed,
     Rejected,
+    ScatteredPayload,
     Unfinished,
 )
 from .model import Closed, Facts, Fingerprint, Group, Limits, Message, Piece, fingerprint, missing_numbers
 from .positions import Checkpoint, Ledger, Origin, Track
 from .snapshot import restore, snapshot
 
-Verdict = Arbitration[Piece, Facts, memoryview | StoredBody]
+Verdict = Arbitration[Piece, Facts, memoryview | StoredBody | ScatteredPayload]
 
 
 class Assembler:
@@ -90,8 +91,12 @@ class Assembler:
         batch: bool = False,
         bodies: BodyStore | None = None,
         second_chance: bool = False,
+        join: bool = True,
     ) -> None:
         self.limits = limits or Limits()
+        # False: a message of several uncompressed segments is delivered as a ScatteredPayload of
+        # views of its segments (no join: a broker receiver's largest cost), True: one buffer.
+        self.join = join
         self.batch = batch
         self.bodies = bodies
         # Off by default: Late keeps "given up" final, so stragglers of an evicted group cannot
@@ -305,8 +310,8 @@ class Assembler:
     # ------------------------------------------------------------ judging
     def _decide(self, msg: Message) -> Verdict:
         bodies = self.bodies if msg.stored else None
-        limit, digest = self.limits.max_message_size, self.limits.digest
-        return rules.decide(msg, lambda chain, facts: build(msg.key, facts, chain, limit, bodies, digest))
+        limit, digest, join = self.limits.max_message_size, self.limits.digest, self.join
+        return rules.decide(msg, lambda chain, facts: build(msg.key, facts, chain, limit, bodies, digest, join))
 
     def _progress(self, group: Group, msg: Message, events: list[Event]) -> None:
         """Streaming: judge as soon as a complete candidate exists (Unit-of-Work: for every message)."""

@@ -22,6 +22,7 @@ from segmenter.flags import Codec
 from segmenter.wire import UNKNOWN_LENGTH, Buffer
 
 from .bodies import BodyStore, MessageKey, StoredBody
+from .events import ScatteredPayload
 from .model import Facts, Piece
 
 _WINDOW = 1 << 20  # bytes read or decompressed at a time for a body in a store
@@ -35,15 +36,16 @@ def build(
     max_message_size: int,
     bodies: BodyStore | None,
     digest: DigestPolicy = NO_POLICY,
-) -> memoryview | StoredBody:
+    join: bool = True,
+) -> memoryview | StoredBody | ScatteredPayload:
     """The verified payload of a candidate (pieces tiling the stored body, facts agreeing); raises
-    the first check that fails."""
+    the first check that fails. ``join=False``: several uncompressed pieces stay as they are."""
     if facts.message_checksum is None or facts.original_length == UNKNOWN_LENGTH:
         raise OriginalLengthError("message has no original length or checksum", msg_seq_number=key[1])
     check = _DigestCheck(digest, pieces[-1].header.extension)
     if bodies is not None:
         return _build_stored(key, facts, pieces, bodies, max_message_size, check)
-    return _build(key[1], facts, pieces, max_message_size, check)
+    return _build(key[1], facts, pieces, max_message_size, check, join)
 
 
 class _DigestCheck:
@@ -104,12 +106,16 @@ def _check_message(seq: int, facts: Facts, actual: int) -> None:
         )
 
 
-def _build(seq: int, facts: Facts, pieces: tuple[Piece, ...], max_message_size: int, check: _DigestCheck) -> memoryview:
+def _build(
+    seq: int, facts: Facts, pieces: tuple[Piece, ...], max_message_size: int, check: _DigestCheck, join: bool
+) -> memoryview | ScatteredPayload:
     """Join the pieces into one buffer, decode, verify the message checksum and digests."""
     if facts.codec == Codec.NONE:
         # Pieces were verified on arrival; combine their checksums before copying anything.
         _check_message(seq, facts, _combined_checksum(facts, pieces))
         check.over(p.data for p in pieces)
+        if not join and len(pieces) > 1:
+            return ScatteredPayload(tuple(p.data for p in pieces))
     if len(pieces) == 1:
         body = memoryview(pieces[0].data).toreadonly()
     else:

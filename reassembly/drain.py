@@ -68,7 +68,7 @@ class _OpenFile:
         self.writer = pq.ParquetWriter(str(self.tmp), self.schema, compression="none")
         self.opened = opened
         self.deliveries: list[Delivery] = []
-        self.bodies: list[bytes] = []
+        self.bodies: list[bytes | memoryview] = []
         self.flags: list[bool] = []
         self.times: list[datetime] = []
         self.buffered = 0
@@ -89,7 +89,8 @@ class _OpenFile:
 
         if self.bodies:
             cols = [self.bodies, self.flags, self.times]
-            self.writer.write_table(pa.Table.from_arrays([pa.array(c) for c in cols], schema=self.schema))
+            arrays = [pa.array(c, type=f.type) for c, f in zip(cols, self.schema, strict=True)]
+            self.writer.write_table(pa.Table.from_arrays(arrays, schema=self.schema))
             self.bodies, self.flags, self.times, self.buffered = [], [], [], 0
 
     def publish(self, landing: Path) -> Path:

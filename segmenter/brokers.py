@@ -95,9 +95,11 @@ def segment_size_for(broker_max_message_size: int) -> int:
 
 
 class Delivery(Protocol):
-    """One message received from the broker, not yet settled."""
+    """One message received from the broker, not yet settled. Its ``body`` is read-only: ``bytes``,
+    or over STOMP a view of a pooled buffer (:mod:`segmenter.recycle`) that stays valid, and
+    unchanged, for as long as anything refers to it; ``bytes(body)`` when an owned copy is wanted."""
 
-    body: bytes
+    body: bytes | memoryview
     redelivered: bool  # the broker delivered it before (to this or a dead consumer)
 
     def accept(self) -> None:
@@ -383,7 +385,7 @@ class _AmqpSender:
 class _AmqpDelivery:
     __slots__ = ("_d", "body", "redelivered")
 
-    def __init__(self, delivery: Any, body: bytes, redelivered: bool) -> None:
+    def __init__(self, delivery: Any, body: bytes | memoryview, redelivered: bool) -> None:
         self._d, self.body, self.redelivered = delivery, body, redelivered
 
     def accept(self) -> None:

@@ -6,8 +6,10 @@ contains a NUL byte (which almost every 16 KiB of binary data does), so a 64 KiB
 reader thread about 230 us of CPU, several copies of the body, plus a GIL hand-off to the thread
 that processes it (measured on loopback against ActiveMQ, bench/README.md "Broker"). Here the
 socket is read by whoever calls :meth:`StompConnection.read`, up to 1 MiB at a time straight into
-the parser's buffer (``recv_into``), and a body is copied exactly once, from that buffer into the
-``bytes`` a delivery holds (immutable, so an assembler may keep views into it).
+the parser's buffer (``recv_into``), and a body is copied exactly once, from that buffer into a
+read-only buffer of its own (so an assembler may keep views into it): one lent by a
+:class:`~segmenter.recycle.BufferPool`, reused once nothing refers to it, since a consumer that
+holds bodies would otherwise pay a page fault per 4 KiB of each.
 
 Only what the adapters in :mod:`segmenter.brokers` need: CONNECT, SEND (with receipts), SUBSCRIBE,
 ACK/NACK, DISCONNECT; MESSAGE, RECEIPT, ERROR and CONNECTED frames in. No heart-beats (``0,0`` is
@@ -27,6 +29,7 @@ from typing import NamedTuple
 from urllib.parse import urlsplit
 
 from .errors import Reason, SegmentationError
+from .recycle import BufferPool
 
 MAX_HEADER_BLOCK = 64 << 10  # the command and headers of one frame
 # The largest body accepted from the broker: ActiveMQ's own STOMP default (wireFormat.maxDataLength),
@@ -47,11 +50,12 @@ class StompError(SegmentationError):
 
 
 class StompFrame(NamedTuple):
-    """One frame received: its command, headers (the first of repeated ones, unescaped) and body."""
+    """One frame received: its command, headers (the first of repeated ones, unescaped) and body
+    (read-only: ``bytes``, or a view of a pooled buffer)."""
 
     command: str
     headers: dict[str, str]
-    body: bytes
+    body: bytes | memoryview
 
 
 def escape(value: str) -> bytes:
@@ -77,8 +81,9 @@ class StompParser:
     to read into (``recv_into``), :meth:`wrote` says how much it read, :meth:`frames` returns every
     frame complete so far. ``feed`` does both for bytes at hand (tests, other transports)."""
 
-    def __init__(self, max_body: int = MAX_BODY) -> None:
+    def __init__(self, max_body: int = MAX_BODY, pool: BufferPool | None = None) -> None:
         self.max_body = max_body
+        self.pool = pool if pool is not None else BufferPool()
         self._buf = bytearray(READ_SIZE)
         self._start = 0  # first byte not yet parsed
         self._end = 0  # end of the bytes read
@@ -151,7 +156,7 @@ class StompParser:
                         raise StompError("STOMP body without content-length too long", limit=self.max_body)
                     return out
             with memoryview(buf) as view:
-                body = bytes(view[body_start:body_end])  # the one copy of a body
+                body = self.pool.copy(view[body_start:body_end])  # the one copy of a body
             out.append(StompFrame(command, headers, body))
             self._start, self._need, self._head = body_end + 1, 0, None
 
@@ -256,5 +261,5 @@ class StompConnection:
 
 def explain(f: StompFrame) -> str:
     """What an ERROR (or unexpected) frame says."""
-    text = f.headers.get("message") or f.body[:200].decode(errors="replace")
+    text = f.headers.get("message") or bytes(f.body[:200]).decode(errors="replace")
     return f"{f.command}: {text}" if f.command != "ERROR" else text

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from reassembly import Assembler, Limits
 
 sys.path.insert(0, str(Path(__file__).parent.parent))  # bench/ is a directory of the repo, not installed
-from bench import jvmbench, largecase, sparkbench
+from bench import jvmbench, largecase, sparkbench, stompclient
 
 MiB = 1 << 20
 
@@ -81,3 +81,10 @@ def test_the_single_message_generator_streams_one_message_its_crc_checks(tmp_pat
     body = tmp_path / "body.bin"
     body.write_bytes(payload)
     assert largecase.file_crc32(body) == (size, info["crc32"])
+
+
+def test_the_stomp_client_bench_runs_both_consumers_over_the_same_frames() -> None:
+    """bench.stompclient: the floor and the segmented receiver over recorded frames (its own
+    Receiver asserts every segment was used, none held or rejected)."""
+    (line,) = stompclient.run(64 << 10, mib=1, read=16 << 10, rounds=1)
+    assert "floor" in line and "segmented" in line and "ratio" in line

@@ -63,7 +63,7 @@ def _drain(url: str, queue: str, wait: float = 1.0) -> list[bytes]:
     try:
         while batch := c.fetch(wait):
             for d in batch:
-                got.append(d.body)
+                got.append(bytes(d.body))
                 d.accept()
     finally:
         c.close()

@@ -69,9 +69,10 @@ def test_combined_run_equals_checksum_of_concatenation(
     algo=ALGORITHMS,
     seed=st.integers(0, 2**32),
     dup_rate=st.floats(0, 0.5),
+    join=st.booleans(),
 )
 def test_any_payload_size_order_and_duplicates_reassemble_exactly(
-    payload: bytes, extra: int, codec: Codec, algo: ChecksumAlgorithm, seed: int, dup_rate: float
+    payload: bytes, extra: int, codec: Codec, algo: ChecksumAlgorithm, seed: int, dup_rate: float, join: bool
 ) -> None:
     size = HEADER_LENGTH + extra
     segs = [s.encode() for s in Segmenter(size, codec=codec, algorithm=algo).segment(payload)]
@@ -79,22 +80,30 @@ def test_any_payload_size_order_and_duplicates_reassemble_exactly(
     rng = random.Random(seed)
     arrivals = segs + [s for s in segs if rng.random() < dup_rate]
     rng.shuffle(arrivals)
-    asm = Assembler()
+    asm = Assembler(join=join)  # join=False: the message as views of its segments (broker receivers)
     events = asm.receive_many(arrivals)
     done = [e for e in events if isinstance(e, MessageComplete)]
-    assert len(done) == 1 and done[0].payload == payload
+    assert len(done) == 1 and done[0].payload == payload and bytes(done[0].payload) == payload
     assert asm.close() == []
 
 
 @settings(max_examples=40)
-@given(payload=st.binary(min_size=1, max_size=4000), extra=st.integers(1, 500), codec=CODECS, data=st.data())
-def test_any_single_bit_flip_is_detected(payload: bytes, extra: int, codec: Codec, data: st.DataObject) -> None:
+@given(
+    payload=st.binary(min_size=1, max_size=4000),
+    extra=st.integers(1, 500),
+    codec=CODECS,
+    data=st.data(),
+    join=st.booleans(),
+)
+def test_any_single_bit_flip_is_detected(
+    payload: bytes, extra: int, codec: Codec, data: st.DataObject, join: bool
+) -> None:
     segs = [s.encode() for s in segment(payload, HEADER_LENGTH + extra, codec=codec)]
     i = data.draw(st.integers(0, len(segs) - 1))
     bit = data.draw(st.integers(0, len(segs[i]) * 8 - 1))
     flipped = bytearray(segs[i])
     flipped[bit // 8] ^= 1 << (bit % 8)
-    asm = Assembler()
+    asm = Assembler(join=join)
     events = asm.receive_many([bytes(flipped) if j == i else s for j, s in enumerate(segs)]) + asm.close()
     assert not any(isinstance(e, MessageComplete) and e.payload != payload for e in events)
     assert not any(isinstance(e, MessageComplete) for e in events)  # the only copy is damaged

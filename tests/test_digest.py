@@ -215,8 +215,14 @@ def test_reader_demands() -> None:
 
 @pytest.mark.parametrize(
     ("keys", "current"),
-    [({"k": b"short"}, None), ({"a b": bytes(16)}, None), ({"": bytes(16)}, None), ({"x" * 65: bytes(16)}, None),
-     ({"é": bytes(16)}, None), ({"k": bytes(16)}, "other")],
+    [
+        ({"k": b"short"}, None),
+        ({"a b": bytes(16)}, None),
+        ({"": bytes(16)}, None),
+        ({"x" * 65: bytes(16)}, None),
+        ({"é": bytes(16)}, None),
+        ({"k": bytes(16)}, "other"),
+    ],
 )
 def test_keyring_configuration_refused(keys: dict[str, bytes], current: str | None) -> None:
     with pytest.raises(KeyringError):

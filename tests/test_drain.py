@@ -212,7 +212,7 @@ def test_drain_over_stomp_rolls_by_time_and_lands_every_segment(broker: ActiveMQ
     left: list[bytes] = []
     try:
         while batch := c.fetch(1.0):
-            left += [d.body for d in batch]
+            left += [bytes(d.body) for d in batch]
             for d in batch:
                 d.accept()
     finally:

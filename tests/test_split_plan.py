@@ -38,9 +38,7 @@ def test_the_split_plan_gives_reassembles_rows_over_one_shuffle(spark: Any, tmp_
     assert any(r.kind == "message" and r.status == "complete" for r in rows)
 
 
-def test_the_one_pass_split_gives_reassembles_rows_over_one_shuffle(
-    spark: Any, tmp_path: Path
-) -> None:
+def test_the_one_pass_split_gives_reassembles_rows_over_one_shuffle(spark: Any, tmp_path: Path) -> None:
     """``bench.stages`` variant ``ours-split``: the jar's pass in a clean and a dirty branch.
 
     Measured fact kept here: AQE does not drop the Python stage over an empty dirty exchange

@@ -29,6 +29,7 @@ from ..events import (
     MessageComplete,
     MessageFailed,
     Rejected,
+    ScatteredPayload,
     Unfinished,
 )
 
@@ -76,7 +77,7 @@ class _Acc:
     reject_reasons: set[int] = field(default_factory=set)
 
 
-def _unviewed(payload: bytes | memoryview) -> bytes | bytearray:
+def _unviewed(payload: bytes | memoryview | ScatteredPayload) -> bytes | bytearray:
     """The payload as the object behind the view (no copy) when the view covers it whole, else a copy.
 
     pyarrow (26.0.1 measured) never frees a ``memoryview`` that ``pa.array`` converts: a
@@ -86,6 +87,8 @@ def _unviewed(payload: bytes | memoryview) -> bytes | bytearray:
     """
     if isinstance(payload, bytes):
         return payload
+    if isinstance(payload, ScatteredPayload):  # not from the judge's assemblers (they join): any caller's
+        return bytes(payload)
     whole = payload.obj
     if isinstance(whole, (bytes, bytearray)) and payload.contiguous and payload.nbytes == len(whole):
         return whole
