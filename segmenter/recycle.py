@@ -52,7 +52,7 @@ class BufferPool:
         n = len(data)
         if n < self.min_size:
             return bytes(data)
-        step = 1 << (n.bit_length() - 3)
+        step = 1 << max(0, n.bit_length() - 3)
         size = -(-n // step) * step
         ring = self._rings.get(size)
         if ring is None:

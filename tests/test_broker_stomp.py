@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from segmenter.brokers_stomp import MAX_HEADER_BLOCK, StompError, StompFrame, StompParser, escape, frame
+from segmenter.recycle import BufferPool
 
 _text = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=12)
 _frames = st.lists(
@@ -30,10 +31,12 @@ def _encode(command: str, headers: dict[str, str], body: bytes, length: bool) ->
 
 
 @settings(max_examples=150, deadline=None)
-@given(_frames, st.lists(st.integers(1, 5000), max_size=20))
+@given(_frames, st.lists(st.integers(1, 5000), max_size=20), st.booleans())
 def test_any_split_gives_the_same_frames(
-    frames: list[tuple[str, dict[str, str], bytes, bool, bytes]], cuts: list[int]
+    frames: list[tuple[str, dict[str, str], bytes, bool, bytes]], cuts: list[int], pool_all: bool
 ) -> None:
+    """``pool_all``: every body through the buffer pool (by default only bodies of 16 KiB or more),
+    the frames held to the end, so no buffer may be lent twice."""
     wire = b""
     want = []
     for command, headers, body, length, eols in frames:
@@ -42,7 +45,7 @@ def test_any_split_gives_the_same_frames(
         wire += _encode(command, headers, body, length) + eols
         expected = {"content-length": str(len(body)), **headers} if length else headers
         want.append(StompFrame(command, expected, body))
-    parser = StompParser()
+    parser = StompParser(pool=BufferPool(min_size=0)) if pool_all else StompParser()
     got: list[StompFrame] = []
     at = 0
     for cut in cuts:

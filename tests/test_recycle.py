@@ -45,6 +45,9 @@ def test_small_bodies_are_plain_bytes_and_cost_the_pool_nothing() -> None:
         got = pool.copy(_body(n, n))
         assert type(got) is bytes and got == _body(n, n)
     assert pool.kept == 0
+    every = BufferPool(min_size=0)  # the size classes hold from 0 bytes up
+    held = [every.copy(_body(n, n)) for n in range(0, 40)]
+    assert [bytes(h) for h in held] == [_body(n, n) for n in range(0, 40)]
 
 
 def test_a_buffer_is_reused_only_after_every_reference_is_gone() -> None:
