@@ -82,11 +82,14 @@ def file_crc32(path: Path) -> tuple[int, int]:
 
 
 def check(out: Path, payload_dir: Path, expected: dict[str, Any]) -> dict[str, Any]:
-    """What the job wrote: one complete message, no quarantine, its payload file's size and CRC as generated."""
-    rows = pq.read_table(out, columns=["kind", "status", "reason_name", "original_length", "payload_path"]).to_pylist()
-    messages = [r for r in rows if r["kind"] == "message"]
-    result: dict[str, Any] = {"messages": len(messages), "quarantined": len(rows) - len(messages)}
-    if len(messages) != 1 or messages[0]["payload_path"] is None:
+    """What the job wrote (``save()``: ``messages/`` and ``quarantine/``): one complete message, no
+    quarantine, its payload file's size and CRC as generated."""
+    columns = ["status", "reason_name", "original_length", "payload_path"]
+    files = sorted((out / "messages").glob("*.parquet"))
+    messages = [r for f in files for r in pq.read_table(f, columns=columns).to_pylist()]
+    quarantined = sum(pq.read_metadata(f).num_rows for f in (out / "quarantine").glob("*.parquet"))
+    result: dict[str, Any] = {"messages": len(messages), "quarantined": quarantined}
+    if len(messages) != 1 or quarantined or messages[0]["payload_path"] is None:
         return result | {"ok": False, "detail": f"expected one message in a file, got {messages[:3]}"}
     m = messages[0]
     size, crc = file_crc32(payload_dir / m["payload_path"])

@@ -131,11 +131,11 @@ def approaches(spark: Any, payload_dir: Path) -> dict[str, Callable[[Any], Any]]
 
         return run
 
-    def streamed(df: Any) -> Any:
+    def streamed(df: Any) -> Any:  # saved as the command saves it (the one pass, the side files, the judge)
         options = ReassemblyOptions(
             payload_dir=str(payload_dir), large_message_bytes=LARGE_MESSAGE_BYTES, max_message_size=1 << 40
         )
-        return reassemble(df, options=options).combined
+        return reassemble(df, options=options)
 
     table = dict(zip(APPROACHES, (ours, listagg, collect_concat, pandas_udf, floor), strict=True))
     return table | {DIGEST_APPROACHES[name]: verifying(policy) for name, policy in DIGESTS.items()} | {LARGE: streamed}
