@@ -25,6 +25,7 @@ from reassembly.brokers import Receiver
 from segmenter import Segmenter
 from segmenter.brokers import Delivery
 from segmenter.brokers_stomp import StompFrame, StompParser
+from segmenter.recycle import BufferPool
 
 PER_MESSAGE = 8
 
@@ -41,10 +42,14 @@ def _frame(i: int, body: bytes, group: str) -> bytes:
 class _Delivery:
     """A STOMP delivery whose settlement is encoded and queued as the real one is, never sent."""
 
-    __slots__ = ("_ack", "_out", "body", "redelivered")
+    __slots__ = ("_ack", "_out", "redelivered", "view")
 
     def __init__(self, f: StompFrame, out: list[bytes]) -> None:
-        self._ack, self._out, self.body, self.redelivered = f.headers["ack"].encode(), out, f.body, False
+        self._ack, self._out, self.view, self.redelivered = f.headers["ack"].encode(), out, f.body, False
+
+    @property
+    def body(self) -> bytes:
+        return bytes(self.view)
 
     def accept(self) -> None:
         self._out.append(b"ACK\nid:" + self._ack + b"\n\n\x00")
@@ -58,7 +63,7 @@ class _Replay:
 
     def __init__(self, wire: bytes, read: int) -> None:
         self.wire, self.read, self.at = memoryview(wire), read, 0
-        self.parser = StompParser()
+        self.parser = StompParser(pool=BufferPool())  # as the STOMP consumer's connection has
         self.settled: list[bytes] = []
 
     def fetch(self, timeout: float) -> list[Delivery]:

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from segmenter.brokers import Consumer, Delivery
+from segmenter.brokers import Consumer, Delivery, body_view
 from segmenter.errors import Reason
 from segmenter.wire import SegmentHeader
 
@@ -80,10 +80,12 @@ class Receiver:
 
     ``handler`` receives each :class:`MessageComplete` (or :class:`GroupComplete` in
     Unit-of-Work mode) and must return only once the message is safe (written, committed): its
-    segments are acknowledged right after. Without an ``assembler`` given, the receiver builds
-    ``Assembler(join=False)``: a message of several uncompressed segments arrives as a
+    segments are acknowledged right after. Give it an ``Assembler(join=False)`` (as the README's
+    example does) and a message of several uncompressed segments arrives as a
     :class:`~reassembly.events.ScatteredPayload` of views of the deliveries (write its parts as they
-    are, or ``bytes()`` it), not joined into a new buffer that every application then copies again.
+    are, or ``bytes()`` it), not joined into a new buffer that the application then copies again:
+    a broker receive's largest single cost. The segments are read with
+    :func:`~segmenter.brokers.body_view` (no copy of a STOMP body).
     If ``handler`` raises, nothing of the message is acknowledged and the exception propagates
     (stop, reconnect: the broker redelivers). ``on_quarantine`` sees every event whose segments
     are about to be dead-lettered.
@@ -99,7 +101,7 @@ class Receiver:
     ) -> None:
         self.consumer = consumer
         self.handler = handler
-        self.assembler = assembler if assembler is not None else Assembler(join=False)
+        self.assembler = assembler if assembler is not None else Assembler()
         self.on_quarantine = on_quarantine
         self.stats = ReceiverStats()
         self._held: dict[bytes, list[_Held]] = {}  # unsettled deliveries by GroupId
@@ -132,7 +134,7 @@ class Receiver:
         # delivery) once the segment decoded and verified, before judging it. The segment's data
         # stays a view of ``d.body``.
         self._unheld = d
-        events = self.assembler.receive(d.body, seen=self._hold)
+        events = self.assembler.receive(body_view(d), seen=self._hold)
         unheld, self._unheld = self._unheld, None
         if events:  # most segments of a message only wait: nothing to settle
             self._settle(events, unheld)
@@ -140,7 +142,7 @@ class Receiver:
     def _hold(self, h: SegmentHeader) -> None:
         d = self._unheld
         assert d is not None
-        self._held.setdefault(h.group_id, []).append(_Held(h.msg_seq_number, d.body, d))
+        self._held.setdefault(h.group_id, []).append(_Held(h.msg_seq_number, body_view(d), d))
         self._unheld = None
 
     def _settle(self, events: list[Event], unheld: Delivery | None = None) -> None:

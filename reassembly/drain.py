@@ -31,7 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from segmenter.brokers import Consumer, Delivery
+from segmenter.brokers import Consumer, Delivery, body_view
 
 _TMP_PREFIX = ".drain-"
 
@@ -76,11 +76,12 @@ class _OpenFile:
 
     def add(self, d: Delivery, rolling: Rolling) -> None:
         self.deliveries.append(d)
-        self.bodies.append(d.body)
+        body = body_view(d)
+        self.bodies.append(body)
         self.flags.append(d.redelivered)
         self.times.append(datetime.now(timezone.utc))
-        self.buffered += len(d.body)
-        self.bytes += len(d.body)
+        self.buffered += len(body)
+        self.bytes += len(body)
         if self.buffered >= rolling.row_group_bytes:
             self._write()
 

@@ -31,7 +31,7 @@ class ScatteredPayload:
     """A verified message as views of its segments' data, in order: handed over without a join.
 
     What an ``Assembler(join=False)`` delivers for a message of several uncompressed segments
-    (a broker :class:`~reassembly.brokers.Receiver` builds its assembler so). Joining copies every
+    (what a broker :class:`~reassembly.brokers.Receiver` is best given). Joining copies every
     byte once more into fresh memory (page-faulted in at 4 KiB a time): 1.5-2 ms per 8 MiB message
     here, the largest single cost of a broker receive. Write the parts as they are
     (``f.writelines(p)``, ``os.writev(fd, p.parts)``, ``sock.sendmsg(p.parts)``,

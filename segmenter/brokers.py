@@ -53,6 +53,7 @@ from urllib.parse import urlsplit
 from .brokers_stomp import StompConnection, StompError, StompFrame, escape, explain
 from .brokers_stomp import frame as stomp_frame
 from .errors import Reason, SegmentationError
+from .recycle import BufferPool
 from .wire import Buffer, Segment
 
 # Room left in the broker's message limit for what the protocol adds around the body: AMQP header,
@@ -95,11 +96,17 @@ def segment_size_for(broker_max_message_size: int) -> int:
 
 
 class Delivery(Protocol):
-    """One message received from the broker, not yet settled. Its ``body`` is read-only: ``bytes``,
-    or over STOMP a view of a pooled buffer (:mod:`segmenter.recycle`) that stays valid, and
-    unchanged, for as long as anything refers to it; ``bytes(body)`` when an owned copy is wanted."""
+    """One message received from the broker, not yet settled.
 
-    body: bytes | memoryview
+    ``body`` is the message as ``bytes``. A STOMP delivery also has ``view``: the same bytes
+    without a copy, a read-only view of a pooled buffer (:mod:`segmenter.recycle`) that stays
+    valid, and unchanged, for as long as anything refers to it; its ``body`` is copied from it when
+    asked for. :func:`body_view` gives whichever a delivery has without copying (the ``Receiver``
+    and the drain read that)."""
+
+    @property
+    def body(self) -> bytes: ...
+
     redelivered: bool  # the broker delivered it before (to this or a dead consumer)
 
     def accept(self) -> None:
@@ -109,6 +116,12 @@ class Delivery(Protocol):
     def reject(self, reason: int, description: str) -> None:
         """Refuse: ActiveMQ moves a durable message to its dead-letter queue (ActiveMQ.DLQ).
         Written like :meth:`accept`."""
+
+
+def body_view(d: Delivery) -> bytes | memoryview:
+    """A delivery's body without a copy: its ``view`` where it has one (STOMP), else ``body``."""
+    view: bytes | memoryview | None = getattr(d, "view", None)
+    return d.body if view is None else view
 
 
 class Consumer(Protocol):
@@ -385,7 +398,7 @@ class _AmqpSender:
 class _AmqpDelivery:
     __slots__ = ("_d", "body", "redelivered")
 
-    def __init__(self, delivery: Any, body: bytes | memoryview, redelivered: bool) -> None:
+    def __init__(self, delivery: Any, body: bytes, redelivered: bool) -> None:
         self._d, self.body, self.redelivered = delivery, body, redelivered
 
     def accept(self) -> None:
@@ -435,9 +448,9 @@ class _AmqpConsumer:
 
 
 # -------------------------------------------------------------------------------------- STOMP
-def _stomp_connect(url: str) -> StompConnection:
+def _stomp_connect(url: str, pool: BufferPool | None = None) -> StompConnection:
     try:
-        return StompConnection(url)
+        return StompConnection(url, pool=pool)
     except StompError as exc:
         raise BrokerError(str(exc), url=url) from exc
 
@@ -506,13 +519,19 @@ class _StompSender:
 
 
 class _StompDelivery:
-    __slots__ = ("_ack", "_owner", "body", "redelivered")
+    __slots__ = ("_ack", "_owner", "redelivered", "view")
 
     def __init__(self, owner: _StompConsumer, f: StompFrame) -> None:
         self._owner = owner
         self._ack = escape(f.headers["ack"])
-        self.body = f.body
+        self.view = f.body  # bytes, or a view of the consumer's pooled buffer
         self.redelivered = f.headers.get("redelivered") == "true"
+
+    @property
+    def body(self) -> bytes:
+        """A copy of :attr:`view` (``bytes`` as they are): what a caller that keeps bytes gets."""
+        view = self.view
+        return view if isinstance(view, bytes) else view.tobytes()
 
     def accept(self) -> None:
         self._owner.settle(b"ACK\nid:" + self._ack + b"\n\n\x00")
@@ -538,7 +557,9 @@ class _StompConsumer:
         self.url = url
         self.settlements: list[bytes] = []
         self.batch = max(1, prefetch // 4)
-        self.conn = _stomp_connect(url)
+        # Bodies into reused buffers: a receiver holds the segments of incomplete messages, and
+        # fresh memory for each would be page-faulted in 4 KiB at a time (segmenter/recycle.py).
+        self.conn = _stomp_connect(url, BufferPool())
         subscribe = {
             "id": "1",
             "destination": f"/queue/{queue}",

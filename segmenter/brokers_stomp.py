@@ -6,10 +6,11 @@ contains a NUL byte (which almost every 16 KiB of binary data does), so a 64 KiB
 reader thread about 230 us of CPU, several copies of the body, plus a GIL hand-off to the thread
 that processes it (measured on loopback against ActiveMQ, bench/README.md "Broker"). Here the
 socket is read by whoever calls :meth:`StompConnection.read`, up to 1 MiB at a time straight into
-the parser's buffer (``recv_into``), and a body is copied exactly once, from that buffer into a
-read-only buffer of its own (so an assembler may keep views into it): one lent by a
-:class:`~segmenter.recycle.BufferPool`, reused once nothing refers to it, since a consumer that
-holds bodies would otherwise pay a page fault per 4 KiB of each.
+the parser's buffer (``recv_into``), and a body is copied exactly once, from that buffer into
+the ``bytes`` a frame holds, or, when the parser was given a :class:`~segmenter.recycle.BufferPool`
+(the consumer's connection is), into a pooled buffer lent as a read-only view and reused once
+nothing refers to it: a consumer that holds bodies would otherwise pay a page fault per 4 KiB of
+each. Either way immutable, so an assembler may keep views into it.
 
 Only what the adapters in :mod:`segmenter.brokers` need: CONNECT, SEND (with receipts), SUBSCRIBE,
 ACK/NACK, DISCONNECT; MESSAGE, RECEIPT, ERROR and CONNECTED frames in. No heart-beats (``0,0`` is
@@ -51,7 +52,7 @@ class StompError(SegmentationError):
 
 class StompFrame(NamedTuple):
     """One frame received: its command, headers (the first of repeated ones, unescaped) and body
-    (read-only: ``bytes``, or a view of a pooled buffer)."""
+    (read-only: ``bytes``, or a view of a pooled buffer when the parser has a pool)."""
 
     command: str
     headers: dict[str, str]
@@ -83,7 +84,7 @@ class StompParser:
 
     def __init__(self, max_body: int = MAX_BODY, pool: BufferPool | None = None) -> None:
         self.max_body = max_body
-        self.pool = pool if pool is not None else BufferPool()
+        self.pool = pool
         self._buf = bytearray(READ_SIZE)
         self._start = 0  # first byte not yet parsed
         self._end = 0  # end of the bytes read
@@ -155,8 +156,9 @@ class StompParser:
                     if end - body_start > self.max_body:
                         raise StompError("STOMP body without content-length too long", limit=self.max_body)
                     return out
-            with memoryview(buf) as view:
-                body = self.pool.copy(view[body_start:body_end])  # the one copy of a body
+            with memoryview(buf) as view:  # the one copy of a body
+                part = view[body_start:body_end]
+                body = bytes(part) if self.pool is None else self.pool.copy(part)
             out.append(StompFrame(command, headers, body))
             self._start, self._need, self._head = body_end + 1, 0, None
 
@@ -185,10 +187,12 @@ def frame(command: str, headers: dict[str, str], body: bytes = b"") -> bytes:
 class StompConnection:
     """One connected STOMP 1.2 session over a blocking socket, used from one thread."""
 
-    def __init__(self, url: str, *, timeout: float = 30.0, max_body: int = MAX_BODY) -> None:
+    def __init__(
+        self, url: str, *, timeout: float = 30.0, max_body: int = MAX_BODY, pool: BufferPool | None = None
+    ) -> None:
         parts = urlsplit(url)
         self.url = url
-        self.parser = StompParser(max_body)
+        self.parser = StompParser(max_body, pool)
         host = parts.hostname or "127.0.0.1"
         try:
             self.sock = socket.create_connection((host, parts.port or 61613), timeout=timeout)

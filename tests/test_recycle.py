@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from reassembly import Assembler, Limits, MessageComplete, ScatteredPayload
 from reassembly.brokers import Receiver
 from segmenter import Codec, Segmenter
-from segmenter.brokers_stomp import StompParser
+from segmenter.brokers import _StompDelivery, body_view
+from segmenter.brokers_stomp import StompFrame, StompParser
 from segmenter.recycle import MIN_SIZE, BufferPool
 
 KiB = 1 << 10
@@ -125,14 +126,14 @@ def _frame(body: bytes, i: int) -> bytes:
 def test_parser_bodies_held_across_later_frames_keep_their_bytes() -> None:
     bodies = [_body(random.Random(i).randint(MIN_SIZE, 300 * KiB), i) for i in range(40)]
     wire = b"".join(_frame(b, i) for i, b in enumerate(bodies))
-    parser = StompParser()
+    parser = StompParser(pool=BufferPool())
     got = []
     for at in range(0, len(wire), 70_001):  # reads that split frames anywhere
         got += parser.feed(wire[at : at + 70_001])
         if len(got) > 8:
             got[: len(got) - 8] = [f._replace(body=bytes(f.body)) for f in got[: len(got) - 8]]
     assert [bytes(f.body) for f in got] == bodies
-    assert parser.pool.reused > 0  # the released ones were lent again
+    assert parser.pool is not None and parser.pool.reused > 0  # the released ones were lent again
 
 
 # ------------------------------------------------------------- ScatteredPayload
@@ -207,13 +208,27 @@ class _Consumer:
         pass
 
 
-def test_a_receiver_without_an_assembler_hands_over_views() -> None:
+def test_a_receiver_hands_over_views_when_its_assembler_does_not_join() -> None:
     payload = _body(50_000, 9)
-    deliveries = [_Delivery(s) for s in _segments(payload, 4096)]
-    got: list[object] = []
-    rx = Receiver(_Consumer(list(deliveries)), got.append)
-    rx.poll(0)
-    (ev,) = got
-    assert isinstance(ev, MessageComplete) and isinstance(ev.payload, ScatteredPayload)
-    assert bytes(ev.payload) == payload and all(d.settled == "accepted" for d in deliveries)
-    assert Receiver(_Consumer([]), got.append, Assembler(Limits())).assembler.join  # given: as given
+    for join in (False, True):
+        deliveries = [_Delivery(s) for s in _segments(payload, 4096)]
+        got: list[object] = []
+        rx = Receiver(_Consumer(list(deliveries)), got.append, Assembler(Limits(), join=join))
+        rx.poll(0)
+        (ev,) = got
+        assert isinstance(ev, MessageComplete) and isinstance(ev.payload, ScatteredPayload) is not join
+        assert bytes(ev.payload) == payload and all(d.settled == "accepted" for d in deliveries)
+    assert Receiver(_Consumer([]), got.append).assembler.join  # the default: one buffer, as before
+
+
+def test_a_stomp_delivery_keeps_bytes_in_body_and_the_pooled_view_beside_it() -> None:
+    pool = BufferPool()
+    data = _body(70_000, 10)
+    view = pool.copy(data)
+    d = _StompDelivery(None, StompFrame("MESSAGE", {"ack": "ID:1"}, view))  # type: ignore[arg-type]
+    assert type(d.body) is bytes and d.body == data  # what callers that keep bytes get, as before
+    assert body_view(d) is view  # what the Receiver and the drain read: no copy
+    small = _StompDelivery(None, StompFrame("MESSAGE", {"ack": "ID:2"}, b"xy"))  # type: ignore[arg-type]
+    assert small.body is body_view(small)  # plain bytes: nothing to copy
+    plain = _Delivery(b"abc")  # a delivery without a view (AMQP, a test double): its body
+    assert body_view(plain) is plain.body
