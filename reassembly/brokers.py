@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from segmenter.brokers import Consumer, Delivery, body_view
+from segmenter.buffers import same_bytes
 from segmenter.errors import Reason
 from segmenter.wire import SegmentHeader
 
@@ -180,7 +181,7 @@ class Receiver:
         held = self._held[gid]
         i = len(held) - 1
         if raw is not None:
-            i = next(i for i in range(len(held) - 1, -1, -1) if _same(held[i].body, raw))
+            i = next(i for i in range(len(held) - 1, -1, -1) if same_bytes(held[i].body, raw))
         item = held.pop(i)
         if not held:
             del self._held[gid]
@@ -190,7 +191,7 @@ class Receiver:
         if self.on_quarantine is not None:
             self.on_quarantine(ev)
         for raw in raws:
-            if any(_same(x.body, raw) for x in self._held.get(gid, ())):
+            if any(same_bytes(x.body, raw) for x in self._held.get(gid, ())):
                 self._reject(self._take(gid, None, raw).delivery, reason, text)
 
     def _reject(self, d: Delivery, reason: Reason, text: str) -> None:
@@ -211,8 +212,3 @@ class Receiver:
             self._held[gid] = keep
         else:
             self._held.pop(gid, None)
-
-
-def _same(body: bytes | memoryview, raw: bytes) -> bool:
-    """Byte-equal (a memoryview compares item by item, hundreds of times slower than ``bytes``)."""
-    return len(body) == len(raw) and (body if isinstance(body, bytes) else body.tobytes()) == raw

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from segmenter.buffers import same_bytes
 from segmenter.checksum import ChecksumAlgorithm
 from segmenter.coverage import RangeSet, gaps
 from segmenter.digest import NO_POLICY, DigestPolicy
@@ -52,6 +53,9 @@ class Limits:
     remember_closed: int = 100_000  # finished group ids kept to recognise late segments
     # SHA-256 / HMAC-SHA-256 demanded and keys to check them (default: check any SHA-256 declared)
     digest: DigestPolicy = NO_POLICY
+
+
+_BUFFERS = (bytes, bytearray, memoryview)  # a piece in memory (else: a handle on it in a store)
 
 
 class Facts(NamedTuple):
@@ -109,7 +113,7 @@ class Piece:
     def buffer(self) -> Buffer:
         """The data as a buffer (read from the store when it lives there)."""
         data = self.data
-        return data if isinstance(data, (bytes, bytearray, memoryview)) else bytes(data)
+        return data if isinstance(data, _BUFFERS) else bytes(data)
 
     @property
     def raw(self) -> bytes:
@@ -127,8 +131,13 @@ class Piece:
         return (self.header.offset, self.header.data_length, bytes(self.head))
 
     def same_as(self, other: Piece) -> bool:
-        """Byte-identical segments (header as received, and data)."""
-        return self.header == other.header and self.head == other.head and self.data == other.data
+        """Byte-identical segments (header as received, and data: a store's handle compares itself)."""
+        if self.header != other.header or not same_bytes(self.head, other.head):
+            return False
+        a, b = self.data, other.data
+        if isinstance(a, _BUFFERS) and isinstance(b, _BUFFERS):
+            return same_bytes(a, b)
+        return bool(a == b)
 
 
 @dataclass

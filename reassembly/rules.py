@@ -12,6 +12,7 @@ import bisect
 from collections.abc import Callable, Collection
 from typing import TypeVar
 
+from segmenter.buffers import same_bytes
 from segmenter.coverage import Arbitration, Outcome, Reference, arbitrate, tilings
 from segmenter.digest import Digests, parse_extension
 from segmenter.errors import (
@@ -125,7 +126,7 @@ def _same(a: tuple[Piece, ...], b: tuple[Piece, ...]) -> bool:
     while i < len(a) and j < len(b):
         va, vb = memoryview(a[i].buffer()), memoryview(b[j].buffer())
         n = min(len(va) - ia, len(vb) - ib)
-        if va[ia : ia + n] != vb[ib : ib + n]:
+        if not same_bytes(va[ia : ia + n], vb[ib : ib + n]):
             return False
         ia, ib = ia + n, ib + n
         if ia == len(va):

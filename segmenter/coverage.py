@@ -30,9 +30,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
+from .buffers import Buffer, same_bytes
 from .errors import ConflictError, Reason, SegmentationError
-
-Buffer = bytes | bytearray | memoryview
 
 MAX_CANDIDATES = 64  # complete candidates examined per message; more is a conflict
 
@@ -151,7 +150,7 @@ class Reference:
         """The first overlapping range where ``data`` differs from what was seen, else ``None``."""
         view = memoryview(data).cast("B") if not isinstance(data, memoryview) else data
         for span in self.present.covered(offset, offset + len(view)):
-            if self.read(span.start, span.end) != view[span.start - offset : span.end - offset]:
+            if not same_bytes(self.read(span.start, span.end), view[span.start - offset : span.end - offset]):
                 return span
         return None
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import sys
 from collections import deque
 
-Buffer = bytes | bytearray | memoryview
+from .buffers import Buffer
 
 MIN_SIZE = 16 << 10  # smaller bodies: plain bytes (small blocks come from reused heap bins)
 MAX_BYTES = 64 << 20  # buffers one pool keeps at most (in use and free); beyond: plain bytes
