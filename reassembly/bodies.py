@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
+from segmenter.buffers import same_bytes
 from segmenter.wire import Buffer, SegmentHeader
 
 MessageKey = tuple[bytes, int]  # GroupId, MsgSeqNumber
@@ -95,7 +96,7 @@ class _Piece:
             view = memoryview(other)  # type: ignore[arg-type]
         except TypeError:
             return NotImplemented
-        return view.nbytes == self.length and bytes(self) == view
+        return view.nbytes == self.length and same_bytes(bytes(self), view)
 
     __hash__ = None  # type: ignore[assignment]
 
