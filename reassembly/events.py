@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 
+from segmenter.buffers import same_bytes
 from segmenter.errors import Reason, SegmentationError
 from segmenter.wire import SegmentHeader
 
@@ -56,11 +57,9 @@ class ScatteredPayload:
     def __eq__(self, other: object) -> bool:
         if isinstance(other, ScatteredPayload):
             other = bytes(other)
-        elif isinstance(other, memoryview):
-            other = other.tobytes()  # memoryviews compare item by item: hundreds of times slower
-        elif not isinstance(other, bytes | bytearray):
+        elif not isinstance(other, bytes | bytearray | memoryview):
             return NotImplemented
-        return len(self) == len(other) and bytes(self) == other
+        return len(self) == memoryview(other).nbytes and same_bytes(bytes(self), other)
 
     __hash__ = None  # type: ignore[assignment]  # equal to bytes, which hash: no consistent hash
 
