@@ -54,8 +54,16 @@ def _check(args: argparse.Namespace) -> tuple[Path, Path]:
     why = overlap(output.resolve(), landing.resolve())
     if why:
         raise UsageError(f"output {args.output} {why} {args.input}: choose an output outside the input")
-    if not is_postgres(args.rules) and not Path(args.rules).resolve().parent.is_dir():
-        raise UsageError(f"--rules: directory does not exist: {Path(args.rules).parent}")
+    if not is_postgres(args.rules):
+        # The SQLite file (and its -wal/-journal siblings) is written to: never inside the input, and
+        # never over the output's batches.
+        rules = Path(args.rules).resolve()
+        for name, path in (("input", landing), ("output", output)):
+            why = overlap(rules, path.resolve())
+            if why:
+                raise UsageError(f"--rules {args.rules} {why.replace('input', name)} {path}: keep the database apart")
+        if not rules.parent.is_dir():
+            raise UsageError(f"--rules: directory does not exist: {Path(args.rules).parent}")
     if args.segment_size <= 200 or args.lease <= 0 or args.poll <= 0:
         raise UsageError("--segment-size must exceed 200 bytes; --lease and --poll must be positive")
     return landing, output

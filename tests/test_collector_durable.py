@@ -99,6 +99,20 @@ def test_command_errors_are_one_line(tmp_path: Path) -> None:
         collect_cmd(tmp_path / "in", tmp_path / "in" / "out", str(tmp_path / "c.db")), capture_output=True, text=True
     )
     assert inside.returncode == 2 and "inside the input" in inside.stderr
+    # The rules database is written to: never into the input (directly or through ..), nor the output.
+    (tmp_path / "out").mkdir()
+    for db, where in (
+        (tmp_path / "in" / "c.db", "inside the input"),
+        (tmp_path / "out" / ".." / "in" / "deeper" / ".." / "c.db", "inside the input"),
+        (tmp_path / "in", "is the input"),
+        (tmp_path / "out" / "c.db", "inside the output"),
+    ):
+        refused_db = subprocess.run(
+            collect_cmd(tmp_path / "in", tmp_path / "out", str(db), "--once"), capture_output=True, text=True
+        )
+        assert refused_db.returncode == 2 and where in refused_db.stderr, (db, refused_db.stderr)
+        assert refused_db.stderr.count("\n") == 1
+    assert list((tmp_path / "in").iterdir()) == [] and list((tmp_path / "out").iterdir()) == []
     bad_url = "postgresql://nobody:secret@127.0.0.1:1/none"
     refused = subprocess.run(
         collect_cmd(tmp_path / "in", tmp_path / "out", bad_url, "--once"), capture_output=True, text=True
