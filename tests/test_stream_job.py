@@ -120,7 +120,7 @@ def test_the_refusal_is_exit_code_2_and_touches_nothing(landing: Path) -> None:
     assert _tree(landing.parent) == before
 
 
-def test_payload_dir_inside_the_input_is_refused(tmp_path: Path) -> None:
+def test_payload_dir_inside_the_input_or_the_checkpoint_is_refused(tmp_path: Path) -> None:
     (tmp_path / "landing").mkdir()
     args = stream_args(
         str(tmp_path / "landing"),
@@ -134,6 +134,17 @@ def test_payload_dir_inside_the_input_is_refused(tmp_path: Path) -> None:
     )
     with pytest.raises(UsageError, match="payload dir"):
         check_args(args)
+    for bodies, ck in (("ck/bodies", "ck"), ("ck", "ck"), ("bodies", "bodies/ck")):
+        beside = stream_args(
+            str(tmp_path / "landing"),
+            str(tmp_path / "out"),
+            "--checkpoint",
+            str(tmp_path / ck),
+            "--payload-dir",
+            str(tmp_path / bodies),
+        )
+        with pytest.raises(UsageError, match="payload dir .* and checkpoint .* overlap"):
+            check_args(beside)
     ok = stream_args(
         str(tmp_path / "landing"),
         str(tmp_path / "out"),

@@ -95,7 +95,9 @@ def check_args(args: argparse.Namespace) -> Path:
     OUTPUT and --checkpoint must lie outside INPUT (and INPUT outside them), compared after
     resolving symlinks, ``..`` and relative paths: a stream would read its own output as new
     segments forever, or its checkpoint files as input. OUTPUT and --checkpoint must not overlap
-    either (each is deleted to start over; neither writer expects the other's files).
+    either (each is deleted to start over; neither writer expects the other's files), nor
+    --payload-dir and --checkpoint (deleting a checkpoint to start over must not delete the bodies
+    that delivered rows name).
     """
     try:
         master_endpoints(args.master)
@@ -111,6 +113,8 @@ def check_args(args: argparse.Namespace) -> Path:
             raise UsageError(f"{name} {path} {why} {args.input}: choose a {name} outside the input")
     if overlap(out.resolve(), checkpoint):
         raise UsageError(f"output {args.output} and checkpoint {args.checkpoint} overlap: keep them apart")
+    if args.payload_dir and overlap(Path(args.payload_dir).resolve(), checkpoint):
+        raise UsageError(f"payload dir {args.payload_dir} and checkpoint {args.checkpoint} overlap: keep them apart")
     if out.exists() and any(out.iterdir()) and not (out / "_commits").is_dir():
         raise JobError(f"output exists and is not a stream output: {args.output}")
     if not out.parent.exists():
