@@ -143,7 +143,7 @@ def test_payload_dir_inside_the_input_or_the_checkpoint_is_refused(tmp_path: Pat
             "--payload-dir",
             str(tmp_path / bodies),
         )
-        with pytest.raises(UsageError, match="payload dir .* and checkpoint .* overlap"):
+        with pytest.raises(UsageError, match=r"payload dir .* and checkpoint .* overlap"):
             check_args(beside)
     ok = stream_args(
         str(tmp_path / "landing"),
