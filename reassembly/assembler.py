@@ -352,6 +352,9 @@ class Assembler:
                 last = m.seq
         if grouped is None:  # no winner to ask: grouped if any segment says so
             grouped = any(in_group(p.header.msg_flags) for m in group.messages.values() for p in m.pieces())
+        for m, v in verdicts:  # messages without a winner answer to the winners' group rules too
+            if v.outcome != Outcome.COMPLETE and m.seq in group.messages:
+                self._refuse_unwon(group, m, grouped, last, admitted, events)
         group.grouped = grouped
         group.last_seq = last
         judged = [(m, v) for m, v in verdicts if m.seq in group.messages and v.outcome != Outcome.INCOMPLETE]
@@ -359,6 +362,23 @@ class Assembler:
         whole = last == len(judged) and all(m.seq == n for n, (m, _) in enumerate(judged, 1))
         if not group.grouped or not self.unit_of_work or whole:
             self._conclude(group, judged, events)
+
+    def _refuse_unwon(
+        self, group: Group, m: Message, grouped: bool, last: int | None, admitted: list[int], events: list[Event]
+    ) -> None:
+        """Batch: a message without a winner (incomplete, failed, in conflict) whose every segment
+        the group refuses by its own flags and number (one past the last message, a group flag
+        the group does not have) is rejected segment by segment; kept, it would leave unreported
+        with the group once the group's admitted messages conclude it. A message the group admits
+        in part stays whole: its outcome reports all of its segments."""
+        refusals = [(p, rules.group_refusal(grouped, last, admitted, m.seq, p.header.msg_flags)) for p in m.pieces()]
+        if not refusals or any(err is None for _, err in refusals):
+            return
+        for p, err in sorted(refusals, key=lambda pe: Piece.key(pe[0])):
+            assert err is not None
+            self._reject(events, p, err)
+        self._release(group, [m], delivered=False)
+        del group.messages[m.seq]
 
     def _conclude(self, group: Group, judged: list[tuple[Message, Verdict]], events: list[Event]) -> None:
         """Events for judged messages: deliver, fail, or fail the whole Unit-of-Work group."""

@@ -181,7 +181,7 @@ def landings(draw: st.DrawFn) -> list[bytes]:
     for _ in range(draw(st.integers(0, 4))):
         seg = draw(pick)
         kind = draw(st.sampled_from(["dup", "same_crc", "recomputed", "shift", "length", "last", "flags", "ext",
-                                     "drop", "flip"]))  # fmt: skip
+                                     "drop", "flip", "seq", "group"]))  # fmt: skip
         h = seg.header
         if kind == "dup":
             out.append(seg.encode())
@@ -201,6 +201,12 @@ def landings(draw: st.DrawFn) -> list[bytes]:
             out.append(resealed(seg, msg_flags=flags, stored_length=h.end, message_checksum=mcrc).encode())
         elif kind == "flags":  # group flags flipped
             out.append(resealed(seg, msg_flags=h.msg_flags ^ MsgFlags.LAST_MSG_IN_GROUP).encode())
+        elif kind in ("seq", "group"):  # renumbered (past the last message too), or other group flags
+            seq = draw(st.integers(1, 6)) if kind == "seq" else h.msg_seq_number
+            group = draw(st.sampled_from([0, 0x08, 0x18]))  # none, MSG_IN_GROUP, LAST_MSG_IN_GROUP too
+            flags = (h.msg_flags & ~0x18) | group if kind == "group" else h.msg_flags
+            copy, raw = resealed(seg, msg_seq_number=seq, msg_flags=flags).encode(), seg.encode()
+            out = [copy if o == raw else o for o in out] if draw(st.booleans()) else [*out, copy]
         elif kind == "ext":
             out.append(with_extension(seg.encode(), draw(st.binary(min_size=1, max_size=12))))
         elif kind == "drop" and len(out) > 1:
@@ -223,7 +229,7 @@ def same_events_in_any_order(segments: list[bytes], rnd: Any, unit_of_work: bool
     accounted(shuffled, asm.receive_many(shuffled) + asm.close())
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(landings(), st.randoms(use_true_random=False), st.booleans())
 def test_any_permutation_gives_the_same_events(segments: list[bytes], rnd: Any, unit_of_work: bool) -> None:
     same_events_in_any_order(segments, rnd, unit_of_work)
@@ -420,3 +426,46 @@ def test_quarantined_copies_are_the_bytes_that_arrived_also_from_a_body_store(tm
         (complete,) = [e for e in events if isinstance(e, MessageComplete)]
         location = complete.payload.location  # type: ignore[union-attr]
         assert (tmp_path / "bodies" / location).read_bytes() == payload
+
+
+# ------------------------------------------- messages the group refuses, without a winner
+def _renumbered(seg: Segment, seq: int, flags: int | None = None) -> bytes:
+    return resealed(seg, msg_seq_number=seq, msg_flags=seg.header.msg_flags if flags is None else flags).encode()
+
+
+def test_a_message_the_group_refuses_is_rejected_even_without_a_winner() -> None:
+    """Batch: a message no candidate completes (one segment of it, or one failing its message
+    checksum) that the group's winners refuse (numbered past the last message; group flags on a
+    message not in a group) is rejected segment by segment with the group's reason: concluding the
+    group without it once dropped it unreported. In every order, both group modes."""
+    group = segment_group([b"a" * 400, b"b" * 100, b"c" * 500], HEADER_LENGTH + 300, group_id=GID)
+    lone = segment(b"hello world" * 30, HEADER_LENGTH + 100, group_id=GID)
+    in_group, last = int(MsgFlags.MSG_IN_GROUP), int(MsgFlags.MSG_IN_GROUP | MsgFlags.LAST_MSG_IN_GROUP)
+    lying = resealed(lone[0], msg_seq_number=2, msg_flags=in_group | MsgFlags.SEGMENT, message_checksum=12345)
+    whole = [s.encode() for s in group]
+    cases = {
+        "past the last message": ([*whole, _renumbered(group[0], 4)], Reason.MSG_SEQ_NUMBER_ERROR),
+        "far past it": ([*whole, _renumbered(group[0], 999_999_999)], Reason.MSG_SEQ_NUMBER_ERROR),
+        "group flags beside a lone message": (
+            [s.encode() for s in lone] + [_renumbered(lone[0], 2, in_group | MsgFlags.SEGMENT)],
+            Reason.MSG_FLAGS_ERROR,
+        ),
+        "last-in-group beside a lone message": (
+            [s.encode() for s in lone] + [_renumbered(lone[-1], 2, last | MsgFlags.LAST_SEGMENT)],
+            Reason.MSG_FLAGS_ERROR,
+        ),
+        "a failing grouped copy beside a lone message": ([s.encode() for s in lone] + [lying.encode()], None),
+    }
+    for name, (landing, reason) in cases.items():
+        for unit_of_work in (True, False):
+            outcomes = set()
+            for order in all_orders(landing):
+                asm = Assembler(batch=True, unit_of_work=unit_of_work)
+                events = asm.receive_many(order) + asm.close()
+                accounted(order, events)
+                rejected = [e for e in events if isinstance(e, Rejected)]
+                assert len(rejected) == 1 and rejected[0].raw == landing[-1], name
+                assert reason is None or rejected[0].reason == reason, (name, rejected[0].reason)
+                assert not [e for e in events if isinstance(e, (Unfinished, MessageFailed, GroupFailed))], name
+                outcomes.add(tuple(sorted(map(repr, map(summary, events)))))
+            assert len(outcomes) == 1, name
