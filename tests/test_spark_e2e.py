@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 import pytest
 
 from reassembly.spark import ColumnNames, ReassemblyOptions, decode_segments, reassemble
 from reassembly.spark.testdata import Dataset, generate, write_parquet
-from segmenter import Reason, segment
+from segmenter import MsgFlags, Reason, segment
 from segmenter.wire import decode_segment
 
 pytestmark = pytest.mark.spark
@@ -117,3 +118,41 @@ def test_column_input(spark: Any) -> None:
     out = reassemble(df, encoded=False, columns=names, options=ReassemblyOptions(partitions=2)).messages.collect()
     assert len(out) == 1 and out[0].status == "complete" and bytes(out[0].payload) == payload
     assert out[0].duplicates == 1
+
+
+def test_column_values_a_segment_cannot_carry_are_quarantined_never_padded_or_cut(spark: Any) -> None:
+    """A GroupId of another length than 24 bytes (packed, it would be cut or zero-padded: two groups
+    differing after byte 24 merged into one message) or NULL data is garbage: every such row is
+    quarantined; the well-formed message beside them completes alone."""
+    halves = [b"first half|", b"second half"]
+    whole = b"".join(halves)
+
+    def row(gid: bytes, offset: int, flags: int, body: bytes | None) -> tuple[Any, ...]:
+        crc = zlib.crc32(body if body is not None else b"")
+        return (gid, 1, offset, int(flags), len(whole), crc, zlib.crc32(whole), body)
+
+    good = b"G" * 24
+    rows = [
+        row(b"X" * 24 + b"A" * 8, 0, MsgFlags.SEGMENT, halves[0]),
+        row(b"X" * 24 + b"B" * 8, len(halves[0]), MsgFlags.SEGMENT | MsgFlags.LAST_SEGMENT, halves[1]),
+        row(b"short", 0, MsgFlags.NONE, whole),
+        row(good, 0, MsgFlags.SEGMENT, halves[0]),
+        row(good, len(halves[0]), MsgFlags.SEGMENT | MsgFlags.LAST_SEGMENT, None),
+        row(good, len(halves[0]), MsgFlags.SEGMENT | MsgFlags.LAST_SEGMENT, halves[1]),
+    ]
+    schema = "gid binary, seq int, off bigint, flags int, olen bigint, crc bigint, mcrc bigint, body binary"
+    names = ColumnNames(
+        group_id="gid",
+        msg_seq_number="seq",
+        offset="off",
+        msg_flags="flags",
+        original_length="olen",
+        data_checksum="crc",
+        message_checksum="mcrc",
+        data="body",
+    )
+    result = reassemble(spark.createDataFrame(rows, schema), encoded=False, columns=names)
+    messages = [(bytes(m.group_id), m.status, bytes(m.payload)) for m in result.messages.collect()]
+    assert messages == [(good, "complete", whole)]
+    quarantined = result.quarantine.collect()
+    assert len(quarantined) == 4 and {bytes(q.raw)[:8] for q in quarantined} == {b"COLUMNS:"}

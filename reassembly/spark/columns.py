@@ -3,7 +3,9 @@
 The encoding reuses :meth:`segmenter.wire.SegmentHeader.pack`, so a quarantine
 row's ``raw`` is exactly the segment a producer would have sent for those
 column values. Column input skips the header checksum (there is none to
-check); every other rule applies unchanged.
+check); every other rule applies unchanged. A row whose values the wire format cannot carry
+(a NULL or out-of-range number, a GroupId other than 24 bytes, NULL data) is kept as garbage
+(``COLUMNS:`` and its values): quarantined, never padded, cut or guessed into a segment.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import pyarrow as pa
 
 from segmenter.checksum import DEFAULT_ALGORITHM
 from segmenter.flags import Codec
-from segmenter.wire import UNKNOWN_LENGTH, SegmentHeader
+from segmenter.wire import GROUP_ID_LENGTH, UNKNOWN_LENGTH, SegmentHeader
 
 from .schema import ColumnNames
 
@@ -28,7 +30,8 @@ def _encode(keep: tuple[str, ...] = ()) -> Any:
             n = batch.num_rows
             out = []
             for i in range(n):
-                data = cols["data"][i] or b""
+                given = cols["data"][i]
+                data = b"" if given is None else given
                 original = cols["original_length"][i]
                 stored = cols["stored_length"][i] if "stored_length" in cols else original
                 mcrc = cols["message_checksum"][i]
@@ -47,6 +50,8 @@ def _encode(keep: tuple[str, ...] = ()) -> Any:
                     length_deferred=original is None,
                 )
                 try:
+                    if given is None or len(header.group_id) != GROUP_ID_LENGTH:  # pack would pad or cut it:
+                        raise ValueError("NULL data or a GroupId that is not 24 bytes")  # two groups merged
                     out.append(header.pack() + data)
                 except (struct.error, TypeError, ValueError):  # a value that does not fit: keep it, as garbage
                     out.append(b"COLUMNS:" + repr(header).encode()[:200] + b"|" + data)
