@@ -149,6 +149,24 @@ def overlap(out: Path, path: Path) -> str | None:
     return None
 
 
+def _link_targets(path: str) -> Iterator[tuple[str, Path]]:
+    """Every symlink under a directory input, with its resolved target: Spark reads a linked file
+    as part of the directory, so an output over the target would delete input it read."""
+    if os.path.isdir(path):
+        for root, dirs, files in os.walk(path):
+            for name in (*dirs, *files):
+                link = os.path.join(root, name)
+                if os.path.islink(link):
+                    yield link, Path(link).resolve()
+
+
+def hadoop_literal(path: str) -> str:
+    """``path`` with Hadoop's glob characters escaped: Spark expands ``{a,b}``, ``[ab]``, ``*`` and
+    ``?`` in the paths it reads, so a literal path naming such characters would read (and the
+    output checks would miss) other paths than the one checked."""
+    return re.sub(r"([\\{}\[\]*?])", r"\\\1", path)
+
+
 def _matches(pattern: str, out: Path) -> bool:
     """Would ``pattern`` (its fixed leading directories resolved like the output) match ``out`` or a parent?"""
     parts = Path(os.path.abspath(pattern)).parts
@@ -171,12 +189,16 @@ def claim_output(output: str, overwrite: bool, pattern: str, paths: Sequence[str
     (it would replace, re-read or delete the input). For a glob, OUTPUT must not match the
     glob either, or the next run with the same pattern would read it as input.
     """
-    out = Path(output)
+    out = Path(os.path.abspath(output))  # "." and ".." by name: the rename into place needs one
     real = out.resolve()
     for p in paths:
         why = overlap(real, Path(p).resolve())
         if why:
             raise UsageError(f"output {output} {why} {p}: choose an output outside the input")
+        for link, target in _link_targets(p):
+            why = overlap(real, target)
+            if why:
+                raise UsageError(f"output {output} {why} {target} (linked from {link}): choose an output outside it")
     if glob.has_magic(pattern) and _matches(pattern, out):
         raise UsageError(f"output {output} matches the input pattern {pattern}: choose an output outside it")
     if out.exists() and not overwrite:
@@ -296,7 +318,7 @@ def open_job(pattern: str, output: str, *, overwrite: bool, column: str | None, 
     out = claim_output(output, overwrite, pattern, paths)
     spark = open_session(settings)
     try:
-        df = spark.read.parquet(*paths)
+        df = spark.read.parquet(*map(hadoop_literal, paths))
     except Exception as exc:
         raise JobError(f"cannot read {pattern}: {first_line(exc)}") from None
     if column is not None:

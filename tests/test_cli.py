@@ -242,6 +242,8 @@ OVERLAPS = [
     ("landing/*.parquet", "landing/x.parquet"),  # not an input yet, but the same glob would read it
     ("landing/part-*", "landing/part-9999"),
     ("link/*.parquet", "landing/new.parquet"),
+    ("linked", "real"),  # a directory input holding a symlink to a file of `real`: Spark reads it
+    ("linked/", "{abs}/real/../real"),
 ]
 
 
@@ -252,6 +254,11 @@ def test_an_output_overlapping_the_input_is_refused_and_nothing_is_touched(landi
     for f in landing.iterdir():
         (work / "landing" / f.name).write_bytes(f.read_bytes())
     (work / "link").symlink_to("landing")
+    (work / "real").mkdir()
+    (work / "linked").mkdir()
+    first = sorted(landing.iterdir())[0]
+    (work / "real" / first.name).write_bytes(first.read_bytes())
+    (work / "linked" / first.name).symlink_to(work / "real" / first.name)
     before = _tree(tmp_path)
     for i, (source, target) in enumerate(OVERLAPS):
         command, overwrite = ("run", "refmsg")[i % 2], ((), ("--overwrite",))[i // 2 % 2]
@@ -276,6 +283,34 @@ def test_an_output_beside_the_input_is_accepted_even_through_a_shared_prefix(lan
     assert claim_output(str(work / "landing2"), False, pattern, inputs(pattern)) == work / "landing2"
     assert claim_output(str(work / "landing.parquet"), False, pattern, inputs(pattern)) == work / "landing.parquet"
     assert claim_output(str(work / "link" / "out"), False, pattern, inputs(pattern)) == work / "link" / "out"
+
+
+def test_a_literal_input_path_is_read_as_named_and_the_output_may_be_dot(landing: Path, tmp_path: Path) -> None:
+    """Spark globs the paths it reads: `in{a,b}` would read `ina` and `inb`, which the output checks
+    never saw (and `ina` could be the output). The path is escaped: exactly the named input is read.
+    An output named `.` (the current directory, replaced with --overwrite) works like any other."""
+    files = sorted(landing.iterdir())
+    for name, picked in (("in{a,b}", files[:1]), ("ina", files[1:2]), ("inb", files[2:3])):
+        (tmp_path / name).mkdir()
+        for f in picked:
+            (tmp_path / name / f.name).write_bytes(f.read_bytes())
+    from reassembly.jobs import hadoop_literal
+
+    assert hadoop_literal("/a/in{a,b}/[x]*?\\y") == "/a/in\\{a,b\\}/\\[x\\]\\*\\?\\\\y"
+    rows = pq.read_table(files[0]).num_rows
+    here = tmp_path / "here"
+    here.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "reassembly", "run", str(tmp_path / "in{a,b}"), ".", "--overwrite", "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=here,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"segments: {rows} in = " in done.stdout
+    assert (here / "messages").is_dir() and (here / "quarantine").is_dir()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left behind
 
 
 def test_ctrl_c_cleans_up_the_hidden_output_and_exits_130(tmp_path: Path) -> None:

@@ -22,7 +22,16 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..jobs import JobError, SparkSettings, UsageError, first_line, master_endpoints, open_session, overlap
+from ..jobs import (
+    JobError,
+    SparkSettings,
+    UsageError,
+    first_line,
+    hadoop_literal,
+    master_endpoints,
+    open_session,
+    overlap,
+)
 
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _WORDS = {"millisecond": "ms", "second": "s", "minute": "m", "hour": "h", "day": "d"}
@@ -223,7 +232,7 @@ def run_stream(args: argparse.Namespace) -> int:
     try:
         df = file_source(
             spark,
-            args.input,
+            hadoop_literal(args.input),  # the directory checked, not what Spark's glob would make of its name
             raw_column=args.raw_column,
             event_time=args.event_time,
             max_files=args.max_files_per_trigger,
