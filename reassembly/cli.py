@@ -162,7 +162,10 @@ def _run(args: argparse.Namespace, pattern: str, output: str, overwrite: bool) -
     job = open_job(pattern, output, overwrite=overwrite, column=column, settings=_settings(args))
     from .spark import ReassemblyOptions, reassemble
 
-    rows_in = job.df.count()
+    try:
+        rows_in = job.df.count()  # the first read of every file: a damaged one fails here
+    except Exception as exc:
+        raise JobError(f"cannot read {pattern}: {first_line(exc)}") from None
     start = time.monotonic()
     with job.writing() as tmp:
         options = ReassemblyOptions(
