@@ -173,11 +173,20 @@ class Ledger:
         return [t.state() for t in self._tracks.values()]
 
     def load(self, saved: list[list[Any]]) -> None:
+        """Positions as :meth:`state` wrote them. Raises TypeError or ValueError for any that could
+        not have been written (a settled or pinned position missing, positions of one partition
+        that do not compare): a later receive would fail on them, far from the cause."""
         for partition, floor, high, settled, pins in saved:
+            if not isinstance(settled, list) or not isinstance(pins, list):
+                raise TypeError("settled and pinned positions must be lists")
             t = self.track(_hashable(partition))
             t.floor, t.high = _hashable(floor), _hashable(high)
-            t.settled = [_hashable(p) for p in settled]
+            t.settled = sorted(_hashable(p) for p in settled)  # a heap, as state() sorted it
             t._pins = [_hashable(p) for p in pins]
+            known = [p for p in (t.floor, t.high) if p is not None] + t.settled + t._pins
+            if None in t.settled or None in t._pins:
+                raise ValueError("a settled or pinned position is missing")
+            sorted(known)  # TypeError when they do not compare
 
 
 def _hashable(value: Any) -> Any:

@@ -123,6 +123,7 @@ def _group(
     """Feed one group's segments back, then its record; where its segments end."""
     gid = bytes.fromhex(g["id"])
     count = integer(g["segments"], "segment count")
+    check(count <= (len(view) - pos) // _LEN.size, "segment count")  # each needs its length: before any list
     check(gid not in groups, "group id repeated")
     origins = g.get("origins") or [None] * count
     check(isinstance(origins, list) and len(origins) == count, "origins")

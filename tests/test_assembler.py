@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import struct
+from typing import Any
 
 import pytest
 import zstandard
@@ -420,6 +423,45 @@ def test_snapshot_restore_continues_where_it_stopped() -> None:
 def test_corrupt_snapshot_is_a_library_error() -> None:
     with pytest.raises(SegmentationError):
         Assembler.restore(b"SGAS\x01" + bytes(20))
+
+
+def _forged_snapshot(blob: bytes, change: Any) -> bytes:
+    """The snapshot with its JSON document changed by ``change`` (the held segments kept)."""
+    (n,) = struct.unpack_from(">Q", blob, 5)
+    meta = json.loads(blob[13 : 13 + n])
+    change(meta)
+    doc = json.dumps(meta).encode()
+    return blob[:5] + struct.pack(">Q", len(doc)) + doc + blob[13 + n :]
+
+
+def test_a_forged_snapshot_document_is_refused_at_restore_never_later() -> None:
+    """A segment count no blob could hold is refused before anything is sized by it (it made a list
+    of 2^40 entries: MemoryError; 2^63: OverflowError); positions that could not have been written
+    (a missing settled position, positions of one partition that do not compare) are refused at
+    restore, not by a later receive."""
+    segs = encoded(os.urandom(3000))
+    asm = Assembler()
+    asm.receive(segs[0], position=1, partition="p")
+    blob = asm.snapshot()
+    assert Assembler.restore(blob).open_groups == 1
+
+    def count(n: int) -> Any:
+        def change(meta: dict[str, Any]) -> None:
+            meta["groups"][0]["segments"], meta["groups"][0]["origins"] = n, []
+
+        return change
+
+    def partition(floor: Any, settled: list[Any]) -> Any:
+        def change(meta: dict[str, Any]) -> None:
+            meta["partitions"][0][1], meta["partitions"][0][3] = floor, settled
+
+        return change
+
+    for change in (count(2**63), count(2**40), count(2), partition("zz", []), partition(None, [None]),
+                   partition(None, "12"), partition(0, [1, "x"])):  # fmt: skip
+        with pytest.raises(SegmentationError) as refused:
+            Assembler.restore(_forged_snapshot(blob, change))
+        assert refused.value.reason == Reason.STATE_ERROR
 
 
 # --------------------------------------------------------------- one-shot
