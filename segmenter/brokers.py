@@ -523,7 +523,10 @@ class _StompDelivery:
 
     def __init__(self, owner: _StompConsumer, f: StompFrame) -> None:
         self._owner = owner
-        self._ack = escape(f.headers["ack"])
+        ack = f.headers.get("ack")
+        if ack is None:  # we subscribe with client-individual acks: every MESSAGE must carry one
+            raise BrokerError("a STOMP MESSAGE without an ack header: it could never be settled", url=owner.url)
+        self._ack = escape(ack)
         self.view = f.body  # bytes, or a view of the consumer's pooled buffer
         self.redelivered = f.headers.get("redelivered") == "true"
 

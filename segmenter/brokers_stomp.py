@@ -37,10 +37,11 @@ MAX_HEADER_BLOCK = 64 << 10  # the command and headers of one frame
 # so nothing the broker would take in is refused here, and a forged content-length cannot make the
 # parser allocate more.
 MAX_BODY = 100 << 20
+_DIGITS = 20  # a content-length longer than this is refused before int() reads it
 READ_SIZE = 1 << 20  # bytes asked of one recv_into
 
 _HEADER_END = re.compile(rb"\r?\n\r?\n")
-_UNESCAPE = re.compile(r"\\(.)")
+_UNESCAPE = re.compile(r"\\(.?)")  # a trailing backslash escapes nothing: refused
 _ESCAPES = {"\\": "\\", "n": "\n", "r": "\r", "c": ":"}
 
 
@@ -142,7 +143,11 @@ class StompParser:
             body_start = start + body_offset
             declared = headers.get("content-length")
             if declared is not None:
-                if not declared.isdigit() or int(declared) > self.max_body:
+                # ASCII digits only, at most _DIGITS of them (str.isdigit takes superscripts and other
+                # scripts' digits; int() refuses 4300 digits): a StompError, never a ValueError
+                if not (declared.isascii() and declared.isdigit() and len(declared) <= _DIGITS) or int(
+                    declared
+                ) > self.max_body:
                     raise StompError("STOMP content-length refused", declared=declared[:30], limit=self.max_body)
                 body_end = body_start + int(declared)
                 if end <= body_end:

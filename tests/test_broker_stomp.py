@@ -75,6 +75,10 @@ def test_headers_are_unescaped_and_the_first_of_repeated_ones_wins() -> None:
     [
         (b"MESSAGE\ncontent-length:99999999999\n\n", "content-length refused"),
         (b"MESSAGE\ncontent-length:-1\n\n", "content-length refused"),
+        ("MESSAGE\ncontent-length:\u00b2\n\nx\x00".encode(), "content-length refused"),  # str.isdigit: True
+        ("MESSAGE\ncontent-length:\u0661\n\nx\x00".encode(), "content-length refused"),  # Arabic-Indic one
+        (b"MESSAGE\ncontent-length:" + b"0" * 5000 + b"\n\nx\x00", "content-length refused"),  # int() refuses
+        (b"MESSAGE\nk:abc\\\n\n\x00", "undefined escape"),  # a trailing backslash
         (b"MESSAGE\ncontent-length:2\n\nabc\x00", "not terminated by NUL"),
         (b"MESSAGE\nk:\\t\n\n\x00", "undefined escape"),
         (b"MESSAGE\nno colon\n\n\x00", "without a colon"),
@@ -101,3 +105,43 @@ def test_no_broker_is_a_connection_broken_error() -> None:
         with pytest.raises(BrokerError) as err:
             opener(f"stomp://127.0.0.1:{port}", "q")
         assert err.value.reason == Reason.CONNECTION_BROKEN
+
+
+def test_a_message_without_an_ack_header_is_a_broker_error_not_a_key_error() -> None:
+    """Our subscription asks for client-individual acks: a MESSAGE frame without an ``ack`` header
+    (a broker bug or something else on the port) could never be settled; ``fetch`` says so."""
+    import socket
+    import threading
+
+    from segmenter.brokers import BrokerError, open_consumer
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+
+    def broker() -> None:
+        conn, _ = server.accept()
+        with conn:
+            parser = StompParser()
+            commands: list[str] = []
+            while "SUBSCRIBE" not in commands:
+                data = conn.recv(65536)
+                if not data:
+                    return
+                new = [f.command for f in parser.feed(data)]
+                if {"CONNECT", "STOMP"} & set(new):
+                    conn.sendall(b"CONNECTED\nversion:1.2\nheart-beat:0,0\n\n\x00")
+                commands += new
+            conn.sendall(b"MESSAGE\ndestination:/queue/q\nmessage-id:1\nsubscription:1\ncontent-length:1\n\nx\x00")
+            conn.recv(65536)  # until the client goes away
+
+    thread = threading.Thread(target=broker, daemon=True)
+    thread.start()
+    consumer = open_consumer(f"stomp://127.0.0.1:{server.getsockname()[1]}", "q")
+    try:
+        with pytest.raises(BrokerError, match="without an ack header"):
+            for _ in range(50):
+                consumer.fetch(0.1)
+    finally:
+        consumer.close()
+        server.close()
