@@ -145,9 +145,10 @@ class StompParser:
             if declared is not None:
                 # ASCII digits only, at most _DIGITS of them (str.isdigit takes superscripts and other
                 # scripts' digits; int() refuses 4300 digits): a StompError, never a ValueError
-                if not (declared.isascii() and declared.isdigit() and len(declared) <= _DIGITS) or int(
-                    declared
-                ) > self.max_body:
+                if (
+                    not (declared.isascii() and declared.isdigit() and len(declared) <= _DIGITS)
+                    or int(declared) > self.max_body
+                ):
                     raise StompError("STOMP content-length refused", declared=declared[:30], limit=self.max_body)
                 body_end = body_start + int(declared)
                 if end <= body_end:
