@@ -646,7 +646,15 @@ class Assembler:
         piece = self._decode(raw, [], origin, track)
         if piece is None:
             raise SegmentationError("a snapshot segment no longer decodes", reason=Reason.STATE_ERROR)
-        self._accept(piece, [])
+        events: list[Event] = []
+        self._accept(piece, events)
+        if events:  # what was held is held again under the same limits: nothing happens, or nothing is lost
+            raise SegmentationError(
+                f"restoring the snapshot produced {type(events[0]).__name__} (limits lower than when it was"
+                " taken?): restore it under its own limits",
+                reason=Reason.STATE_ERROR,
+                events=len(events),
+            )
 
 
 def _own(data: Buffer) -> Buffer:

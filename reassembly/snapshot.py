@@ -26,6 +26,8 @@ from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
 from segmenter.errors import Reason, SegmentationError
+from segmenter.flags import is_last_in_group
+from segmenter.wire import decode_header
 
 from ._checks import Corrupt, check, integer, opt_integer, time
 from ._state import GroupState
@@ -127,11 +129,19 @@ def _group(
     check(gid not in groups, "group id repeated")
     origins = g.get("origins") or [None] * count
     check(isinstance(origins, list) and len(origins) == count, "origins")
+    saved = []
     for o in origins:
         (size,) = _LEN.unpack_from(view, pos)
         check(size <= len(view) - pos - _LEN.size, "segment length")
-        feed(bytes(view[pos + _LEN.size : pos + _LEN.size + size]), origin_from_json(o), o is None or len(o) == 2)
+        saved.append(
+            (bytes(view[pos + _LEN.size : pos + _LEN.size + size]), origin_from_json(o), o is None or len(o) == 2)
+        )
         pos += _LEN.size + size
+    # Segments flagged LAST_MSG_IN_GROUP go back last: streaming admitted every held segment in its
+    # arrival order, which is not saved, and a segment of the last message without the flag is
+    # refused once the flag fixed the last number. Fed after the others, every one is admitted again.
+    for raw, origin, live in sorted(saved, key=lambda s: _last_in_group(s[0])):
+        feed(raw, origin, live)
     group = groups.get(gid)
     if group is None:  # delivering message by message, nothing held between two messages
         check(count == 0, "segments of another group")
@@ -145,6 +155,13 @@ def _group(
     for s, d in g["duplicates"].items():
         group.messages[int(s)].duplicates = integer(d, "duplicate count")
     return pos
+
+
+def _last_in_group(raw: bytes) -> bool:
+    try:
+        return is_last_in_group(decode_header(raw).msg_flags)
+    except SegmentationError:
+        return False  # fed in place: the assembler refuses it as corrupt
 
 
 def _closed(c: list[Any]) -> Closed:

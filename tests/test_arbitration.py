@@ -469,3 +469,47 @@ def test_a_message_the_group_refuses_is_rejected_even_without_a_winner() -> None
                 assert not [e for e in events if isinstance(e, (Unfinished, MessageFailed, GroupFailed))], name
                 outcomes.add(tuple(sorted(map(repr, map(summary, events)))))
             assert len(outcomes) == 1, name
+
+
+# ------------------------------------------------------------ snapshots of streaming state
+def _streamed(asm: Assembler, order: list[bytes]) -> list[Any]:
+    return [summary(e) for e in asm.receive_many(order)]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(landings(), st.randoms(use_true_random=False), st.booleans(), st.data())
+def test_a_snapshot_of_any_streaming_state_restores_and_continues_alike(
+    segments: list[bytes], rnd: Any, unit_of_work: bool, data: st.DataObject
+) -> None:
+    """Whatever hostile segments a streaming assembler holds, its snapshot restores (the held
+    segments are admitted again whatever order they arrived in) and the restored assembler then
+    gives the same events as the original for the rest of the input."""
+    order = rnd.sample(segments, len(segments))
+    cut = data.draw(st.integers(0, len(order)))
+    original = Assembler(unit_of_work=unit_of_work)
+    original.receive_many(order[:cut])
+    restored = Assembler.restore(original.snapshot(), unit_of_work=unit_of_work)
+    assert [summary(e) for e in restored.pending()] == [summary(e) for e in original.pending()]
+    assert _streamed(restored, order[cut:]) == _streamed(original, order[cut:])
+    assert [summary(e) for e in restored.close()] == [summary(e) for e in original.close()]
+
+
+def test_held_segments_of_the_last_message_restore_whatever_order_they_arrived_in() -> None:
+    """Streaming admits a segment of message 3 without LAST_MSG_IN_GROUP before one with it (and
+    would refuse it after): restore feeds the flagged segments last, so what was held is held again."""
+    from segmenter.wire import make_header
+
+    def seg(offset: int, data: bytes, flags: int, mcrc: int | None) -> bytes:
+        h = make_header(group_id=GID, msg_seq_number=3, offset=offset, data=data, original_length=6,
+                        stored_length=6, msg_flags=flags, codec=Codec.NONE, algorithm=ChecksumAlgorithm.CRC32,
+                        message_checksum=mcrc)  # fmt: skip
+        return h.pack() + data
+
+    tail = seg(3, b"def", MsgFlags.MSG_IN_GROUP | MsgFlags.SEGMENT | MsgFlags.LAST_SEGMENT, zlib.crc32(b"abcdef"))
+    head = seg(0, b"abc", MsgFlags.LAST_MSG_IN_GROUP | MsgFlags.MSG_IN_GROUP | MsgFlags.SEGMENT, None)
+    for unit_of_work in (True, False):
+        asm = Assembler(unit_of_work=unit_of_work)
+        assert asm.receive_many([encoded_other := segment(b"xyz" * 9, HEADER_LENGTH + 9)[0].encode(), tail, head]) == []
+        restored = Assembler.restore(asm.snapshot(), unit_of_work=unit_of_work)
+        assert [summary(e) for e in restored.close()] == [summary(e) for e in asm.close()]
+        assert encoded_other

@@ -568,3 +568,17 @@ def test_deferred_flag_disagreeing_within_a_message_is_a_header_mismatch() -> No
     odd = rebuild(segs[1], length_deferred=True)
     (rejected,) = misfits(segs, odd)
     assert type(rejected) is Rejected and rejected.reason == Reason.HEADER_MISMATCH
+
+
+def test_a_snapshot_restored_under_lower_limits_is_refused_not_thinned() -> None:
+    """Restore holds every saved segment again; limits that would evict some of them make restore
+    fail loudly (the evicted groups' segments went nowhere before)."""
+    asm = Assembler()
+    for _ in range(3):
+        asm.receive(encoded(os.urandom(3000))[0])
+    blob = asm.snapshot()
+    for limits in (Limits(max_open_groups=1), Limits(max_buffered_bytes=300)):
+        with pytest.raises(SegmentationError, match="under its own limits") as refused:
+            Assembler.restore(blob, limits)
+        assert refused.value.reason == Reason.STATE_ERROR
+    assert Assembler.restore(blob, Limits(max_open_groups=3)).open_groups == 3
