@@ -15,11 +15,12 @@ def read_events(source: BinaryIO, assembler: Assembler | None = None, *, chunk_s
     """Events for every segment in ``source``; at end of file, open groups come back as ``Unfinished``.
 
     A stream that cannot be framed (bad magic, truncated segment) raises the
-    decoder's error: past that point no boundary can be trusted.
+    decoder's error: past that point no boundary can be trusted. A segment whose data fails its
+    checksum is framed like any other and reported by the assembler (``ChecksumMismatch``).
     """
     asm = assembler or Assembler()
     decoder = SegmentStreamDecoder(
-        max_segment_size=asm.limits.max_segment_size, max_message_size=asm.limits.max_message_size
+        max_segment_size=asm.limits.max_segment_size, max_message_size=asm.limits.max_message_size, verify=False
     )
     while chunk := source.read(chunk_size):
         for seg in decoder.feed(chunk):

@@ -226,10 +226,15 @@ class SegmentStreamDecoder:
     trustworthy frame boundary to resume from.
     """
 
-    def __init__(self, *, max_segment_size: int = DEFAULT_MAX_SEGMENT_SIZE, max_message_size: int = MAX_LENGTH) -> None:
+    def __init__(
+        self, *, max_segment_size: int = DEFAULT_MAX_SEGMENT_SIZE, max_message_size: int = MAX_LENGTH, verify: bool = True
+    ) -> None:
         self._buf = bytearray()
         self._max_segment_size = max_segment_size
         self._max_message_size = max_message_size
+        # False: data checksums are left to the consumer (an assembler reports a bad one as an event;
+        # a damaged data part does not move any boundary, so the stream stays framed)
+        self._verify = verify
         self._failed: Exception | None = None
 
     def feed(self, data: Buffer) -> list[Segment]:
@@ -270,7 +275,9 @@ class SegmentStreamDecoder:
             return None
         raw = bytes(buf[:total])
         del buf[:total]
-        return decode_segment(raw, max_segment_size=self._max_segment_size, max_message_size=self._max_message_size)
+        return decode_segment(
+            raw, max_segment_size=self._max_segment_size, max_message_size=self._max_message_size, verify=self._verify
+        )
 
     @property
     def pending(self) -> int:

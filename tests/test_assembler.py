@@ -520,6 +520,22 @@ def test_truncated_file_raises_library_error(tmp_path: object) -> None:
         list(read_events(f))
 
 
+def test_a_file_with_a_damaged_data_part_is_read_on_past_it() -> None:
+    """A data checksum failure moves no boundary: the file reader frames the segment, the assembler
+    reports it (ChecksumMismatch with its original bytes), and what follows is still read."""
+    import io
+
+    from reassembly import read_events
+
+    a = [s.encode() for s in segment(b"A" * 300, 184)]
+    b = bytearray(segment(b"B" * 300, 184)[0].encode())
+    b[-1] ^= 1
+    for chunk in (1, 7, 1 << 20):
+        events = list(read_events(io.BytesIO(a[0] + bytes(b) + b"".join(a[1:])), chunk_size=chunk))
+        assert kinds(events) == ["ChecksumMismatch", "MessageComplete"]
+        assert events[0].raw == bytes(b) and events[1].payload == b"A" * 300
+
+
 def test_conflict_arriving_first_loses_to_the_copy_the_message_checksum_accepts() -> None:
     payload = os.urandom(1000)
     segs = segment(payload, 200)
