@@ -227,7 +227,11 @@ class SegmentStreamDecoder:
     """
 
     def __init__(
-        self, *, max_segment_size: int = DEFAULT_MAX_SEGMENT_SIZE, max_message_size: int = MAX_LENGTH, verify: bool = True
+        self,
+        *,
+        max_segment_size: int = DEFAULT_MAX_SEGMENT_SIZE,
+        max_message_size: int = MAX_LENGTH,
+        verify: bool = True,
     ) -> None:
         self._buf = bytearray()
         self._max_segment_size = max_segment_size
