@@ -26,6 +26,9 @@ from .events import ScatteredPayload
 from .model import Facts, Piece
 
 _WINDOW = 1 << 20  # bytes read or decompressed at a time for a body in a store
+# A decompressed message is preallocated whole only up to this and when its zstd frame declares the
+# length too (a forged header costs at most this); above it, or otherwise, chunks follow the output.
+_PREALLOCATE = 64 << 20
 _NOTHING_DECLARED = parse_extension(b"")  # what a last segment without extension declares (the usual case)
 
 
@@ -127,9 +130,14 @@ def _build(
     if facts.codec == Codec.NONE:
         return body
     assert facts.algorithm is not None
-    out = bytearray(facts.original_length)
-    _inflate(body, facts.original_length, max_message_size, _BufferSink(out))
-    payload = memoryview(out).toreadonly()
+    if facts.original_length <= _PREALLOCATE and _frame_declares(body, facts.original_length):
+        out = bytearray(facts.original_length)
+        _inflate(body, facts.original_length, max_message_size, _BufferSink(out))
+        payload = memoryview(out).toreadonly()
+    else:  # a size only a header says: memory follows what the frames really produce
+        chunks = _ChunkSink()
+        _inflate(body, facts.original_length, max_message_size, chunks)
+        payload = chunks.payload()
     _check_message(seq, facts, checksum(facts.algorithm, payload))
     check.over((payload,))
     return payload
@@ -185,6 +193,41 @@ class _BufferSink:
         self._filled += len(chunk)
 
 
+def _frame_declares(body: Buffer, length: int) -> bool:
+    """The (first) zstd frame's header declares exactly ``length`` decompressed bytes."""
+    try:
+        return bool(zstandard.get_frame_parameters(body).content_size == length)
+    except zstandard.ZstdError:
+        return False
+
+
+class _ChunkSink:
+    """Decompressed bytes into chunks allocated as output arrives (1 MiB, doubling to 64 MiB), joined
+    at the end: a forged header declaring 1 GiB over a few bytes of garbage costs a megabyte, not a
+    gigabyte, before the frame fails."""
+
+    def __init__(self) -> None:
+        self._full: list[memoryview] = []
+        self._chunk = memoryview(bytearray(0))
+        self._used = 0
+        self._next = _WINDOW
+
+    def space(self, n: int) -> memoryview:
+        if self._used == len(self._chunk):
+            if self._used:
+                self._full.append(self._chunk)
+            self._chunk, self._used = memoryview(bytearray(min(n, self._next))), 0
+            self._next = min(2 * self._next, _PREALLOCATE)
+        return self._chunk[self._used : self._used + n]
+
+    def commit(self, chunk: memoryview) -> None:
+        self._used += len(chunk)
+
+    def payload(self) -> memoryview:
+        parts = [*self._full, self._chunk[: self._used]]
+        return parts[0].toreadonly() if len(parts) == 1 else memoryview(b"".join(parts))
+
+
 class _FileSink:
     """Decompressed bytes go to a file through a 1 MiB window, checksummed (and hashed) on the way."""
 
@@ -205,7 +248,9 @@ class _FileSink:
             self._hasher.update(chunk)
 
 
-def _inflate(body: Any, original_length: int, max_message_size: int, sink: _BufferSink | _FileSink) -> None:
+def _inflate(
+    body: Any, original_length: int, max_message_size: int, sink: _BufferSink | _ChunkSink | _FileSink
+) -> None:
     """zstd, bounded: never more output than the declared original length, wherever it goes."""
     if original_length > max_message_size:
         raise MessageTooBigError(

@@ -223,3 +223,38 @@ def test_in_process_store_keeps_at_most_inline_bytes_in_memory(tmp_path: Path) -
     assert peak < 2 * t + 8 * MiB, f"{peak / MiB:.1f} MiB traced"  # one in memory, one being built, windows
     store.release()
     assert not store.wants(SegmentHeader(b"x" * 24, 1, 0, 1, t, 1, 0, Codec.ZSTD, ChecksumAlgorithm.CRC32, 0, None))
+
+
+def test_a_forged_zstd_header_costs_what_the_frame_produces_not_what_it_declares() -> None:
+    """A segment of a few bytes declaring 1 GiB (its frame header too, or not) fails with 9011
+    having allocated about a megabyte: the output buffer grows with what decompression produces.
+    A true 3 MiB message still decodes, into one preallocated buffer when its frame declares it."""
+    import tracemalloc
+
+    from reassembly import Assembler, Limits, MessageComplete, MessageFailed
+    from segmenter import Reason
+
+    gib = 1 << 30
+    # magic, a descriptor (single segment, 4-byte content size), 1 GiB, then one raw block of 100 bytes
+    declares_gib = (
+        b"\x28\xb5\x2f\xfd\xa0" + gib.to_bytes(4, "little") + (1 | 100 << 3).to_bytes(3, "little") + b"x" * 100
+    )
+    assert zstandard.get_frame_parameters(declares_gib).content_size == gib
+    forged = [
+        b"\x28\xb5\x2f\xfd" + b"garbage!",  # a magic number, then nothing zstd can read
+        zeros_frame(3 * MiB)[:200],  # a real frame, cut short
+        declares_gib,
+    ]
+    for i, body in enumerate(forged):
+        asm = Assembler(Limits(max_message_size=2 * gib))
+        tracemalloc.start()
+        events = asm.receive(zstd_segment(bytes([i]) * 24, body, gib, 0))
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert [type(e) for e in events] == [MessageFailed] and events[0].reason == Reason.DECOMPRESSION_ERROR, i
+        assert peak < 8 * MiB, f"case {i}: {peak / MiB:.1f} MiB traced"
+    real = zeros_frame(3 * MiB)
+    (done,) = Assembler().receive(zstd_segment(b"r" * 24, real, 3 * MiB, crc_of_zeros(3 * MiB)))
+    assert (
+        isinstance(done, MessageComplete) and len(done.payload) == 3 * MiB and bytes(done.payload).count(0) == 3 * MiB
+    )
