@@ -273,6 +273,15 @@ RULES: tuple[Rule, ...] = (
     ),
     _too_big("original_length"),
     _too_big("stored_length"),
+    Rule(  # a segment whose length was deferred declares no size: its end is what it claims
+        "end_limit",
+        "fields",
+        le(n("end"), n("max_message_size")),
+        "MSG_TOO_BIG",
+        "MessageTooBigError",
+        "segment [{offset}, {end}) ends past the largest message allowed, {max_message_size}",
+        (("offset", "offset"), ("end", "end"), ("limit", "max_message_size")),
+    ),
     Rule(
         "offset_range",
         "fields",

@@ -598,3 +598,23 @@ def test_a_snapshot_restored_under_lower_limits_is_refused_not_thinned() -> None
             Assembler.restore(blob, limits)
         assert refused.value.reason == Reason.STATE_ERROR
     assert Assembler.restore(blob, Limits(max_open_groups=3)).open_groups == 3
+
+
+def test_a_deferred_length_segment_ending_past_the_size_limit_is_refused_before_any_store(tmp_path: Any) -> None:
+    """A segment whose message length was deferred declares no size, so its offset is the only
+    claim: past ``max_message_size`` it is a 2030 rejection, never a write at 2**62 into a body
+    file (that was an OSError out of ``receive`` and a file left behind)."""
+    from reassembly.bodies import FileBodyStore
+    from segmenter.wire import UNKNOWN_LENGTH
+
+    def deferred(offset: int) -> bytes:
+        h = make_header(group_id=b"F" * 24, msg_seq_number=1, offset=offset, data=b"xx",
+                        original_length=UNKNOWN_LENGTH, stored_length=UNKNOWN_LENGTH, msg_flags=MsgFlags.SEGMENT,
+                        codec=Codec.NONE, algorithm=ChecksumAlgorithm.CRC32, message_checksum=None)  # fmt: skip
+        return h._replace(length_deferred=True).pack() + b"xx"
+
+    store = FileBodyStore(tmp_path, token="t", threshold=0)
+    for offset in (1 << 62, 1 << 44, (1 << 20) - 1):
+        (ev,) = Assembler(Limits(max_message_size=1 << 20), bodies=store).receive(deferred(offset))
+        assert isinstance(ev, Rejected) and ev.reason == Reason.MSG_TOO_BIG and ev.raw == deferred(offset)
+    assert Assembler(Limits(max_message_size=1 << 20), bodies=store).receive(deferred((1 << 20) - 2)) == []
