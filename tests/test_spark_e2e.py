@@ -87,6 +87,20 @@ def test_decode_segments_in_the_jvm(spark: Any) -> None:
     assert [r.header_ok for r in rows if not r.header_ok] == [False]
 
 
+# The header fields as columns of their own, under other names than the defaults.
+COLUMNS_SCHEMA = "gid binary, seq int, off bigint, flags int, olen bigint, crc bigint, mcrc bigint, body binary"
+COLUMNS = ColumnNames(
+    group_id="gid",
+    msg_seq_number="seq",
+    offset="off",
+    msg_flags="flags",
+    original_length="olen",
+    data_checksum="crc",
+    message_checksum="mcrc",
+    data="body",
+)
+
+
 def test_column_input(spark: Any) -> None:
     payload = bytes(range(256)) * 50
     segs = segment(payload, 1000)
@@ -103,19 +117,8 @@ def test_column_input(spark: Any) -> None:
         )
         for s in segs
     ]
-    schema = "gid binary, seq int, off bigint, flags int, olen bigint, crc bigint, mcrc bigint, body binary"
-    df = spark.createDataFrame(rows[::-1] + rows[:1], schema)
-    names = ColumnNames(
-        group_id="gid",
-        msg_seq_number="seq",
-        offset="off",
-        msg_flags="flags",
-        original_length="olen",
-        data_checksum="crc",
-        message_checksum="mcrc",
-        data="body",
-    )
-    out = reassemble(df, encoded=False, columns=names, options=ReassemblyOptions(partitions=2)).messages.collect()
+    df = spark.createDataFrame(rows[::-1] + rows[:1], COLUMNS_SCHEMA)
+    out = reassemble(df, encoded=False, columns=COLUMNS, options=ReassemblyOptions(partitions=2)).messages.collect()
     assert len(out) == 1 and out[0].status == "complete" and bytes(out[0].payload) == payload
     assert out[0].duplicates == 1
 
@@ -140,18 +143,7 @@ def test_column_values_a_segment_cannot_carry_are_quarantined_never_padded_or_cu
         row(good, len(halves[0]), MsgFlags.SEGMENT | MsgFlags.LAST_SEGMENT, None),
         row(good, len(halves[0]), MsgFlags.SEGMENT | MsgFlags.LAST_SEGMENT, halves[1]),
     ]
-    schema = "gid binary, seq int, off bigint, flags int, olen bigint, crc bigint, mcrc bigint, body binary"
-    names = ColumnNames(
-        group_id="gid",
-        msg_seq_number="seq",
-        offset="off",
-        msg_flags="flags",
-        original_length="olen",
-        data_checksum="crc",
-        message_checksum="mcrc",
-        data="body",
-    )
-    result = reassemble(spark.createDataFrame(rows, schema), encoded=False, columns=names)
+    result = reassemble(spark.createDataFrame(rows, COLUMNS_SCHEMA), encoded=False, columns=COLUMNS)
     messages = [(bytes(m.group_id), m.status, bytes(m.payload)) for m in result.messages.collect()]
     assert messages == [(good, "complete", whole)]
     quarantined = result.quarantine.collect()
