@@ -24,6 +24,7 @@ place) and never in two batches (a row is moved once, and the file name is the b
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 import uuid
@@ -37,10 +38,17 @@ from segmenter.producer import Segmenter
 from .collector import BatchReady, Cause, Collector, Rule, batch_segments
 from .storage import RuleCache, Storage
 
+_MAX_NAME = 200  # bytes of a percent-encoded name kept whole
+
 
 def safe_name(text: str) -> str:
-    """A file-name component for a target or destination: percent-encoded, never empty, ``.`` or ``..``."""
+    """A file-name component for a target or destination: percent-encoded, never empty, ``.`` or ``..``,
+    and at most 200 bytes (file systems refuse names over 255: one such target blocked every batch).
+    A longer one keeps its first 150 bytes and ends with ``%%`` and 40 hex digits of its SHA-256:
+    ``%%`` never occurs in percent-encoding, so it cannot equal another target's name."""
     name = quote(text, safe="-_.")
+    if len(name) > _MAX_NAME:
+        return f"{name[:150]}%%{hashlib.sha256(text.encode('utf-8', 'surrogatepass')).hexdigest()[:40]}"
     return name if name.strip(".") else f"%2E{name}"
 
 
@@ -252,10 +260,14 @@ def _text(value: object) -> str:
 
 
 def _body(value: object) -> bytes:
-    """A binary payload as is; a string column as UTF-8 (a producer's choice, not an error)."""
+    """A binary payload as is; anything else as the UTF-8 of its text (a string column is a producer's
+    choice, not an error; a number is its digits: ``bytes(3)`` would be three zero bytes, and a
+    hostile 8-byte value would size an allocation)."""
     if value is None:
         return b""
-    return value.encode() if isinstance(value, str) else bytes(value)  # type: ignore[call-overload]
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    return (value if isinstance(value, str) else str(value)).encode("utf-8", "surrogatepass")
 
 
 def collect_directory(

@@ -17,6 +17,7 @@ group and a Unit-of-Work assembler delivers it whole or not at all.
 from __future__ import annotations
 
 import hashlib
+import math
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -56,14 +57,26 @@ class Rule:
             "max_wait": self.max_wait,
             "stranded_after": self.stranded_after,
         }
-        if not all(v > 0 for v in limits.values()) or self.max_messages > MAX_SEQ_NUMBER:
+        counts = (self.max_messages, self.max_bytes)
+        times = (self.max_wait, self.stranded_after)
+        if (
+            not all(type(v) is int and 0 < v <= _MAX_COUNT for v in counts)  # no bool, no float, fits a BIGINT
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < math.inf for v in times)
+            or self.max_messages > MAX_SEQ_NUMBER
+            or type(self.enabled) is not bool
+            or not isinstance(self.destination, str)
+            or not isinstance(self.target, str)
+        ):
             raise SegmentationError(
-                f"rule for {self.destination!r}: limits must be positive and max_messages at most {MAX_SEQ_NUMBER}",
+                f"rule for {self.destination!r}: limits must be positive (counts whole numbers up to 2**63-1, times"
+                f" finite), max_messages at most {MAX_SEQ_NUMBER}, enabled true or false, names text",
                 reason=Reason.RULE_ERROR,
                 destination=self.destination,
                 **limits,
             )
 
+
+_MAX_COUNT = (1 << 63) - 1  # a database BIGINT
 
 # The rule for a destination with no enabled row and no "*" row: one batch a minute or 100 messages.
 DEFAULT_DESTINATION = "*"

@@ -156,9 +156,13 @@ class Storage:
         rules, self.invalid_rules = {}, []
         for r in rows:
             try:
-                rules[r[0]] = Rule(r[0], r[1], int(r[2]), int(r[3]), float(r[4]), float(r[5]), bool(r[6]))
+                rules[r[0]] = Rule(r[0], r[1], r[2], r[3], float(r[4]), float(r[5]), _enabled(r[6]))
             except SegmentationError as exc:
                 self.invalid_rules.append(exc)
+            except (TypeError, ValueError, OverflowError) as exc:  # text where a number belongs: the row, not the run
+                self.invalid_rules.append(
+                    SegmentationError(f"rule for {r[0]!r}: {exc}", reason=Reason.RULE_ERROR, destination=str(r[0]))
+                )
         return rules
 
     def put_rule(self, rule: Rule) -> None:
@@ -383,6 +387,13 @@ def _unpack(blob: bytes) -> list[Held]:
         out.append(Held(msg_id, blob[at : at + n], received_at))
         at += n
     return out
+
+
+def _enabled(value: object) -> bool:
+    """A stored ``enabled``: a boolean, or SQLite's 0 / 1; anything else (the text 'false') is a bad row."""
+    if value in (0, 1) and not isinstance(value, (str, float)):
+        return bool(value)
+    raise ValueError(f"enabled must be true or false, not {value!r}")
 
 
 class SQLiteStorage(Storage):

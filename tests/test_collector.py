@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
+from typing import Any
 
 import pytest
 from collect_helpers import Clock
@@ -90,9 +91,59 @@ def test_lowered_rule_applies_to_an_open_batch() -> None:
 
 
 def test_rule_validation() -> None:
-    with pytest.raises(SegmentationError) as err:
-        Rule("a", "t", max_messages=0)
-    assert err.value.reason is Reason.RULE_ERROR
+    for bad in (
+        {"max_messages": 0},
+        {"max_bytes": float("inf")},  # accepted once, then the stored row could not be read back
+        {"max_bytes": 10**30},  # beyond a BIGINT
+        {"max_bytes": 1.5},
+        {"max_messages": True},
+        {"max_wait": float("nan")},
+        {"stranded_after": float("inf")},
+        {"enabled": "false"},
+    ):
+        with pytest.raises(SegmentationError) as err:
+            Rule("a", "t", **bad)  # type: ignore[arg-type]
+        assert err.value.reason is Reason.RULE_ERROR, bad
+
+
+def test_a_bad_rules_row_is_reported_and_skipped_never_fatal(tmp_path: Any) -> None:
+    """Typos in the rules table (text in a number column, 'false' as text, infinity) leave that row
+    out, listed in ``invalid_rules``; the other rows apply (a running collector must not stop)."""
+    import sqlite3
+
+    from reassembly.storage import SQLiteStorage
+
+    storage = SQLiteStorage(str(tmp_path / "r.db"))
+    storage.put_rule(Rule("good", "tg", max_messages=3))
+    for name in ("count", "wait", "enabled", "inf"):
+        storage.put_rule(Rule(name, "t-" + name))
+    db = sqlite3.connect(str(tmp_path / "r.db"))
+    db.execute("UPDATE destination_rules SET max_messages = 'ten' WHERE destination = 'count'")
+    db.execute("UPDATE destination_rules SET max_wait = 'soon' WHERE destination = 'wait'")
+    db.execute("UPDATE destination_rules SET enabled = 'false' WHERE destination = 'enabled'")
+    db.execute("UPDATE destination_rules SET max_bytes = 1e999 WHERE destination = 'inf'")
+    db.commit()
+    db.close()
+    rules = storage.read_rules()
+    assert set(rules) == {"good"} and rules["good"].max_messages == 3
+    assert len(storage.invalid_rules) == 4
+    assert all(e.reason is Reason.RULE_ERROR for e in storage.invalid_rules)
+
+
+def test_target_names_stay_short_distinct_and_inside_the_output(tmp_path: Any) -> None:
+    """A target over 200 bytes once encoded (255 is the usual file-name limit: one such rule blocked
+    every batch) gets a shortened name ending in a hash; names stay distinct and one path component."""
+    from reassembly.collect_job import batch_path, safe_name
+
+    names = ["x" * 256, "x" * 257, "é" * 43, "漢" * 29, "x" * 150 + "%%" + "0" * 40, "..", "", "a/b"]
+    safe = [safe_name(n) for n in names]
+    assert len(set(safe)) == len(names) and all(0 < len(n.encode()) <= 200 and "/" not in n for n in safe)
+    assert all(n not in (".", "..") for n in safe)
+    for n in names:
+        path = batch_path(tmp_path, n, "b1")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+        assert path.parent.parent == tmp_path
 
 
 def test_round_trip_as_a_logical_group_through_the_assembler() -> None:
@@ -192,3 +243,10 @@ def test_every_message_in_exactly_one_batch(ops: list[tuple[str, object, int]]) 
 @given(st.lists(_op, max_size=300))
 def test_every_message_in_exactly_one_batch_many(ops: list[tuple[str, object, int]]) -> None:
     test_every_message_in_exactly_one_batch.hypothesis.inner_test(ops)  # type: ignore[attr-defined]
+
+
+def test_a_payload_that_is_not_binary_is_its_text_never_zero_bytes_sized_by_it() -> None:
+    from reassembly.collect_job import _body
+
+    assert _body(3) == b"3" and _body(2**33) == b"8589934592"  # bytes(3) was three zero bytes
+    assert _body("é") == "é".encode() and _body(b"\x00\x01") == b"\x00\x01" and _body(None) == b""
