@@ -19,7 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shutil
+import stat
 import sys
 import tempfile
 import time
@@ -27,7 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, NoReturn
 
-from segmenter.errors import SegmentationError
+from segmenter.errors import Reason, SegmentationError
 
 from .jobs import (
     INTERRUPTED,
@@ -40,6 +42,7 @@ from .jobs import (
     first_line,
     master_endpoints,
     open_job,
+    overlap,
     summarize,
     tidy_payloads,
 )
@@ -227,14 +230,41 @@ def _demo(args: argparse.Namespace) -> int:
             shutil.rmtree(base, ignore_errors=True)
 
 
+MAX_FRAME = 100 << 20  # MQ's largest MAXMSGL: a reference message is one MQ message
+
+
 def _frame(stream: BinaryIO) -> bytes | None:
-    """One frame (4-byte big-endian length, then the message); None at the end of input."""
+    """One frame (4-byte big-endian length, then the message); None at the end of input. Input that
+    ends inside a frame, or a length over :data:`MAX_FRAME`, is an error: no later boundary can be
+    trusted. The body is read a megabyte at a time, so a forged length sizes nothing."""
     prefix = stream.read(4)
-    if len(prefix) < 4:
+    if not prefix:
         return None
-    length = int.from_bytes(prefix, "big")
-    body = stream.read(length)
-    return body if len(body) == length else None
+    length = int.from_bytes(prefix, "big") if len(prefix) == 4 else -1
+    if length > MAX_FRAME:
+        raise JobError(f"frame of {length} bytes declared, the limit is {MAX_FRAME}")
+    parts, got = [], 0
+    while 0 <= got < length:
+        part = stream.read(min(1 << 20, length - got))
+        if not part:
+            break
+        parts.append(part)
+        got += len(part)
+    if got != length:
+        what = f"{got} of {length} bytes" if length >= 0 else f"{len(prefix)} bytes of a length prefix"
+        raise JobError(f"input ends inside a frame ({what})")
+    return b"".join(parts)
+
+
+def _stdin_inside(root: str) -> str | None:
+    """The file stdin reads, when it lies under ``root`` (the receiver could replace it by an object)."""
+    try:
+        if not stat.S_ISREG(os.fstat(sys.stdin.fileno()).st_mode):
+            return None
+        path = Path(os.readlink("/proc/self/fd/0")).resolve()
+    except (OSError, ValueError):
+        return None
+    return str(path) if overlap(path, Path(root).resolve()) else None
 
 
 def _receive(args: argparse.Namespace) -> int:
@@ -245,6 +275,9 @@ def _receive(args: argparse.Namespace) -> int:
     """
     from refmsg import Receiver
 
+    inside = _stdin_inside(args.root)
+    if inside is not None:
+        raise UsageError(f"input {inside} is inside --root {args.root}: an object could replace it")
     with Receiver(args.root, require_integrity=not args.allow_plain) as receiver:
         while (frame := _frame(sys.stdin.buffer)) is not None:
             line: dict[str, Any]
@@ -259,6 +292,10 @@ def _receive(args: argparse.Namespace) -> int:
                 }
             except SegmentationError as exc:
                 line = {"error": int(exc.reason), "reason": exc.reason.name, "message": str(exc)}
+            # this frame's files failed (no descriptor left, a link planted in the root): report, go on
+            except OSError as exc:
+                reason = Reason.STORE_ERROR
+                line = {"error": int(reason), "reason": reason.name, "message": f"{type(exc).__name__}: {exc}"}
             sys.stdout.write(json.dumps(line) + "\n")
             sys.stdout.flush()
     return 0

@@ -4,7 +4,7 @@ A name is a relative, ``/``-separated path. Refused with
 :class:`~refmsg.errors.PathError` (reason PATH_ERROR): empty names, NUL
 bytes, absolute paths (``/x``, ``\\x``, ``C:x``), backslashes, empty, ``.``
 and ``..`` components, components over 255 bytes, and the receiver's own
-``.refmsg`` directory. Directories are then opened one component at a time
+``.refmsg`` directory, and names over 4096 bytes. Directories are then opened one component at a time
 relative to the root's file descriptor with ``O_NOFOLLOW``, so a symlink
 anywhere on the way (planted before or during the transfer) is refused rather
 than followed; a symlink or directory at the final name is refused too.
@@ -21,6 +21,7 @@ from .errors import PathError
 
 RESERVED = ".refmsg"
 NAME_MAX = 255
+PATH_MAX = 4096  # a whole name, as Linux bounds a path (the journal records names too)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -34,6 +35,8 @@ def split_name(name: str) -> tuple[str, ...]:
         raise PathError(f"destination name {name!r} is absolute", name=name)
     if "\\" in name:
         raise PathError(f"destination name {name!r} contains a backslash", name=name)
+    if len(name.encode("utf-8", "surrogatepass")) > PATH_MAX:
+        raise PathError(f"destination name {name[:40]!r}... is over {PATH_MAX} bytes", name=name[:200])
     parts = tuple(name.split("/"))
     for part in parts:
         if part in ("", ".", ".."):

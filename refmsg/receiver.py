@@ -85,7 +85,8 @@ class DirectorySource:
             finally:
                 os.close(dir_fd)
             try:
-                data = os.pread(fd, length, offset)
+                size = os.fstat(fd).st_size  # before reading: a forged length must not size a buffer
+                data = os.pread(fd, max(0, min(length, size - offset)), offset)
             finally:
                 os.close(fd)
         finally:

@@ -453,3 +453,61 @@ def test_sigkill_mid_object_then_restart_gives_identical_object(tmp_path: Path) 
         assert by_offset[i * 1024] in ("duplicate", "completed"), (i, by_offset[i * 1024])
     assert sum(x["outcome"] == "completed" for x in lines) == 1
     assert (tmp_path / "dir" / "big.bin").read_bytes() == payload
+
+
+def _run_receive(root: Path, stdin: bytes | Path) -> subprocess.CompletedProcess[bytes]:
+    cmd = [sys.executable, "-m", "reassembly", "receive", "--root", str(root)]
+    if isinstance(stdin, Path):
+        with stdin.open("rb") as f:
+            return subprocess.run(cmd, stdin=f, capture_output=True, cwd=REPO, timeout=120)
+    return subprocess.run(cmd, input=stdin, capture_output=True, cwd=REPO, timeout=120)
+
+
+def test_the_receive_command_reports_every_frame_and_refuses_what_it_cannot_frame(tmp_path: Path) -> None:
+    """A name too long to journal is one error line and the next frame is still received; input
+    that ends inside a frame, or declares a frame over 100 MiB, is an error (exit 1) after the frames
+    before it were answered, never a silent end or an allocation of the declared size."""
+    long_name = "/".join(["a" * 200] * 330)  # every part under 255 bytes, 66,329 in all
+    (ok,) = chunks_of(b"fine", 1024, name="ok.txt", iid=bytes(24))
+    done = _run_receive(tmp_path / "r1", _frame(chunks_of(b"x", 1024, name=long_name)[0]) + _frame(ok))
+    lines = [json.loads(x) for x in done.stdout.decode().splitlines()]
+    assert done.returncode == 0 and [x.get("reason") for x in lines] == ["PATH_ERROR", None]
+    assert lines[1]["outcome"] == "completed" and (tmp_path / "r1" / "ok.txt").read_bytes() == b"fine"
+    for tail, says in (
+        (b"\x00\x00\x00\x64hello", "input ends inside a frame (5 of 100 bytes)"),
+        (b"\x00\x00", "input ends inside a frame (2 bytes of a length prefix)"),
+        (b"\xff\xff\xff\xf0abc", "frame of 4294967280 bytes declared"),
+    ):
+        done = _run_receive(tmp_path / "r2", _frame(ok) + tail)
+        assert done.returncode == 1 and says in done.stderr.decode(), done.stderr
+        assert len(done.stdout.decode().splitlines()) == 1  # the whole frame before it was answered
+
+
+def test_the_receive_command_refuses_input_read_from_inside_its_root(tmp_path: Path) -> None:
+    (frame,) = chunks_of(b"12345", 1024, name="frames.bin")
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "frames.bin").write_bytes(_frame(frame))
+    done = _run_receive(root, root / "frames.bin")
+    assert done.returncode == 2 and b"is inside --root" in done.stderr
+    assert (root / "frames.bin").read_bytes() == _frame(frame)  # untouched
+    outside = tmp_path / "frames.bin"
+    outside.write_bytes(_frame(frame))
+    assert _run_receive(root, outside).returncode == 0 and (root / "frames.bin").read_bytes() == b"12345"
+
+
+def test_a_directory_source_reads_no_more_than_the_file_holds(tmp_path: Path) -> None:
+    """A header-only message may declare 2**31-1 bytes of a 10-byte file: refused as truncated
+    without a buffer of the declared size."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "small.dat").write_bytes(b"0123456789")
+    import tracemalloc
+
+    tracemalloc.start()
+    with pytest.raises(SegmentationError) as refused:
+        DirectorySource(shared).read_range("", "small.dat", 0, 2**31 - 1)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert refused.value.reason == Reason.TRUNCATED and peak < 1 << 20
+    assert DirectorySource(shared).read_range("", "small.dat", 2, 3) == b"234"
