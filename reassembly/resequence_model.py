@@ -85,6 +85,11 @@ class ResequenceLimits:
     max_gaps: int = 10_000  # skipped ranges remembered per group; older ones are forgotten (9056)
     max_closed: int = 1_000_000  # closed groups remembered (for their instance number)
 
+    def __post_init__(self) -> None:
+        for name, value in vars(self).items():
+            if type(value) is not int or value < (0 if name == "max_closed" else 1):
+                raise SegmentationError(f"{name} must be a whole number >= 1", reason=Reason.STATE_ERROR, value=value)
+
 
 @dataclass(frozen=True)
 class ResequenceOptions:

@@ -70,6 +70,8 @@ from .resequence_model import (
 )
 from .resequence_snapshot import dump, load
 
+_MAX_SEQ = (1 << 63) - 1  # sequence numbers are 64-bit (a snapshot writes them as JSON numbers)
+
 Clock = Callable[[], float]
 Message = tuple[Hashable, Any, Any] | tuple[Hashable, Any, Any, int]
 """``(group, seq, item)`` or ``(group, seq, item, size)``: what :meth:`Resequencer.offer_many` takes."""
@@ -258,8 +260,12 @@ class Resequencer:
 
     def _offer(self, key: Any, seq: Any, item: Any, size: int, now: float, events: list[Event]) -> None:
         g = self._groups.get(key)
-        if type(seq) is not int:
-            events.append(self._fail(g, key, seq, item, Reason.RESEQ_BAD_NUMBER, "sequence number is not an integer"))
+        if type(seq) is not int or not -_MAX_SEQ <= seq <= _MAX_SEQ:  # beyond 64 bits no snapshot could hold it
+            what = "sequence number is not an integer" if type(seq) is not int else "sequence number beyond 64 bits"
+            events.append(self._fail(g, key, seq, item, Reason.RESEQ_BAD_NUMBER, what))
+            return
+        if type(size) is not int or size < 0:  # a negative size would lift the byte limits
+            events.append(self._fail(g, key, seq, item, Reason.RESEQ_BAD_SIZE, "size is not a whole number >= 0"))
             return
         if g is None:  # refusals that need no group come first: a refused message opens nothing
             if self._start_at is not None and seq < self._start_at:

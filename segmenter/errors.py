@@ -69,6 +69,7 @@ class Reason(IntEnum):
     RESEQ_START_NOT_LOWEST = 9054  # a predicate start above a number already held
     RESEQ_END_BELOW_RECEIVED = 9055  # a predicate end below a number already received
     RESEQ_FORGOTTEN = 9056  # below the oldest skipped range still remembered (max_gaps)
+    RESEQ_BAD_SIZE = 9057  # the size given with a message is not a whole number of bytes (>= 0)
 
 
 class SegmentationError(Exception):

@@ -500,3 +500,24 @@ def test_spark_refuses_in_all_limits_it_cannot_enforce_across_keys() -> None:
         core_options(ResequenceOptions(limits=ResequenceLimits(max_messages=1000)))
     with pytest.raises(ValueError, match="in all"):
         core_options(ResequenceOptions(limits=ResequenceLimits(max_bytes=1 << 20)))
+
+
+def test_sizes_and_numbers_no_snapshot_could_hold_are_failures_and_limits_are_checked() -> None:
+    """A size that is not a whole number >= 0 (a negative one lifted the byte limits; NaN, True or
+    text made a snapshot its own restore refused) and a number beyond 64 bits (json.dumps then
+    refused the snapshot with a ValueError) are Failed events; impossible limits are refused when
+    made (max_groups=0 raised StopIteration at the first offer)."""
+    clock = Clock()
+    limits = ResequenceLimits(max_bytes=1000, max_group_bytes=1000)
+    r = Resequencer(ResequenceOptions(start=StartAt(1), missing_timeout=1.0, limits=limits), clock=clock)
+    bad: list[tuple[Any, Any]] = [(5, -(10**9)), (6, float("nan")), (7, True), (8, "1"), (9, 1.5), (10**5000, 0)]
+    for seq, size in bad:
+        (ev,) = r.offer("g", seq, b"x", size)
+        assert isinstance(ev, Failed), (seq, size)
+        assert ev.reason in (Reason.RESEQ_BAD_SIZE, Reason.RESEQ_BAD_NUMBER)
+    assert r.offer("g", 3, b"x", 600) == [] and r.held_bytes == 600
+    assert Resequencer.restore(r.snapshot(), r.options, clock=clock).held_bytes == 600
+    for field in ("max_groups", "max_messages", "max_gaps", "max_bytes"):
+        for value in (0, -1, 1.5, True):
+            with pytest.raises(SegmentationError):
+                ResequenceLimits(**{field: value})
