@@ -303,6 +303,7 @@ class Resequencer:
             pieces = [(x, y) for x, y in ((a, seq), (seq + 1, b)) if x < y]
             lo[i : i + 1] = [p[0] for p in pieces]
             hi[i : i + 1] = [p[1] for p in pieces]
+            self._bound_gaps(g)  # a split adds a range: the same bound as a skip
             g.n_missing += 1
             return Missing(g.key, g.instance, seq, item)
         return self._fail(g, g.key, seq, item, Reason.RESEQ_DUPLICATE, "sequence number already passed on")
@@ -390,6 +391,12 @@ class Resequencer:
         else:
             g.stop = ALWAYS if g.end is None else g.end
 
+    def _bound_gaps(self, g: Group) -> None:
+        """At most ``max_gaps`` skipped ranges: the oldest are forgotten (below their end is 9056)."""
+        while len(g.gap_lo) > self.limits.max_gaps:
+            g.floor = g.gap_hi[0]
+            del g.gap_lo[0], g.gap_hi[0]
+
     def _force(self, g: Group, at: float, cause: SkipCause, events: list[Event]) -> None:
         """Move on without the next number: skip to the lowest held one; everything after goes to Expire."""
         lowest = min(g.held)
@@ -397,9 +404,7 @@ class Resequencer:
             first: int | None = g.next
             g.gap_lo.append(g.next)
             g.gap_hi.append(lowest)
-            if len(g.gap_lo) > self.limits.max_gaps:  # the oldest is forgotten: below its end is 9056
-                g.floor = g.gap_hi[0]
-                del g.gap_lo[0], g.gap_hi[0]
+            self._bound_gaps(g)
             g.next = lowest
             g.expiring = True
         else:  # the start never came (or gathering was cut short): the prefix is unknown

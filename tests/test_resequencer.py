@@ -521,3 +521,21 @@ def test_sizes_and_numbers_no_snapshot_could_hold_are_failures_and_limits_are_ch
         for value in (0, -1, 1.5, True):
             with pytest.raises(SegmentationError):
                 ResequenceLimits(**{field: value})
+
+
+def test_missing_numbers_splitting_a_skipped_range_keep_the_gap_bound() -> None:
+    """Each Missing inside a skipped range splits it in two: ``max_gaps`` applies there too (200,000
+    Missing made 200,000 ranges, and a snapshot its own restore refused)."""
+    clock = Clock()
+    limits = ResequenceLimits(max_gaps=2)
+    options = ResequenceOptions(start=StartAt(0), end=None, missing_timeout=1, limits=limits)
+    r = Resequencer(options, clock=clock)
+    r.offer("g", 100, b"x")
+    clock.now = 2
+    r.tick()  # skipped [0, 100)
+    events = [e for s in (10, 20, 30, 40) for e in r.offer("g", s, b"m")]
+    assert [type(e) for e in events] == [Missing] * 4
+    (late,) = r.offer("g", 5, b"m")  # below the ranges still remembered
+    assert isinstance(late, Failed) and late.reason == Reason.RESEQ_FORGOTTEN
+    restored = Resequencer.restore(r.snapshot(), options, clock=clock)
+    assert restored.offer("g", 45, b"m")[0].__class__ is Missing
