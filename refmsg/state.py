@@ -210,6 +210,7 @@ class ChunkRow(NamedTuple):
     chunk_checksum: int | None = None
     object_checksum: int | None = None
     digests: bytes | None = None  # the integrity block's digest records (on the LAST chunk)
+    object_length: int | None = None  # the object length the integrity block declares (checked as the receiver does)
 
 
 def _as_row(row: Any) -> ChunkRow:
@@ -260,7 +261,13 @@ def assemble_chunks(
         if require_checksums and row.chunk_checksum is None:
             raise ChecksumError(f"chunk at {row.offset} has no checksum", offset=row.offset)
         verify_chunk(algorithm, data, row.chunk_checksum, row.offset)
-        plan = state.plan(row.offset, row.length, last=bool(row.last), object_checksum=row.object_checksum)
+        plan = state.plan(
+            row.offset,
+            row.length,
+            last=bool(row.last),
+            object_length=row.object_length,
+            object_checksum=row.object_checksum,
+        )
         if row.digests:
             state.note_digests(parse_extension(row.digests))
         span = seen.disagreement(row.offset, data)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -10,6 +11,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_arbitration import forge_same_crc  # tests/ is on sys.path (pytest's rootdir import mode)
@@ -511,3 +513,76 @@ def test_a_directory_source_reads_no_more_than_the_file_holds(tmp_path: Path) ->
     tracemalloc.stop()
     assert refused.value.reason == Reason.TRUNCATED and peak < 1 << 20
     assert DirectorySource(shared).read_range("", "small.dat", 2, 3) == b"234"
+
+
+def _spark_objects(raws: list[bytes]) -> dict[str, tuple[str, bytes | None]]:
+    """What the ``refmsg`` Spark job decides for these messages (its two Arrow functions, run here)."""
+    import pyarrow as pa
+
+    from reassembly.spark.refmsg import _KEYED, _key_fn, _object_fn
+
+    keyed = next(
+        _key_fn(
+            iter([pa.RecordBatch.from_pylist([{"raw": r} for r in raws], schema=pa.schema([("raw", pa.binary())]))])
+        )
+    )
+    groups: dict[tuple[str, bytes], list[dict[str, Any]]] = {}
+    for row in keyed.to_pylist():
+        groups.setdefault((row["dest_name"], row["object_instance_id"]), []).append(row)
+    out = {}
+    for rows in groups.values():
+        (obj,) = [
+            r
+            for r in next(_object_fn(iter([pa.RecordBatch.from_pylist(rows, schema=_KEYED)]))).to_pylist()
+            if r["kind"] == "object"
+        ]
+        out[obj["dest_name"]] = (obj["status"], obj["data"])
+    return out
+
+
+def _received(root: Path, raws: list[bytes]) -> dict[str, bytes]:
+    with Receiver(root) as rx:
+        for raw in raws:
+            with contextlib.suppress(SegmentationError):
+                rx.receive(raw)
+    return {p.name: p.read_bytes() for p in root.iterdir() if p.is_file()}
+
+
+def test_the_spark_job_delivers_exactly_what_the_receiver_delivers(tmp_path: Path) -> None:
+    """The Spark job checks what the receiver checks: the integrity block's object length and its
+    SHA-256, a header-only message (which carries no bytes to deliver), and names an object by its
+    destination or else its source. It delivered all four objects below; the receiver refused three."""
+    import hashlib
+
+    from segmenter.digest import Digests
+
+    obj = b"0123456789ABCDEFGHIJ"
+
+    def chunk(data: bytes, offset: int, *, last: bool = False, length: int | None = None, dest: str = "f.bin",
+              src: str = "", whole: tuple[int, int] | None = None, digests: Digests | None = None,
+              iid: bytes = IID) -> bytes:  # fmt: skip
+        size = len(data) if length is None else length
+        header = RMH(flags=RmhFlags.LAST if last else 0, object_instance_id=iid, dest_name=dest, src_name=src,
+                     data_logical_offset=offset, data_logical_length=size)  # fmt: skip
+        if whole is None:
+            return ReferenceMessage(header, data, Integrity(CRC, checksum(CRC, data))).encode()
+        integrity = Integrity(CRC, checksum(CRC, data), whole[0], whole[1], digests or Digests())
+        return ReferenceMessage(header, data, integrity).encode()
+
+    full = (len(obj), checksum(CRC, obj))
+    cases = {
+        "wrong sha-256": [chunk(obj[:10], 0), chunk(obj[10:], 10, last=True, whole=full,
+                                                   digests=Digests(sha256=hashlib.sha256(b"other").digest()))],
+        "object length 30, ends at 20": [chunk(obj[:10], 0), chunk(obj[10:], 10, last=True, whole=(30, full[1]))],
+        "header-only last": [chunk(obj[:10], 0), chunk(b"", 10, last=True, length=10, whole=full)],
+    }  # fmt: skip
+    for name, raws in cases.items():
+        assert _received(tmp_path / name.replace(" ", "_"), raws) == {}, name
+        assert _spark_objects(raws)["f.bin"][0] != "complete", name
+
+    def named(data: bytes, src: str) -> bytes:  # no destination, no ObjectInstanceId: told apart by source name
+        return chunk(data, 0, last=True, dest="", src=src, whole=(len(data), checksum(CRC, data)), iid=bytes(24))
+
+    by_source = [named(b"A" * 5, "srcA"), named(b"B" * 7, "srcB")]
+    assert _received(tmp_path / "by_source", by_source) == {"srcA": b"A" * 5, "srcB": b"B" * 7}
+    assert _spark_objects(by_source) == {"srcA": ("complete", b"A" * 5), "srcB": ("complete", b"B" * 7)}

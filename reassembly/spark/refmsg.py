@@ -2,8 +2,8 @@
 
 Each row holds one encoded reference message. Messages are decoded and
 verified by ``refmsg.decode_message`` (header, integrity block, chunk
-checksum); the chunks of one object (same destination name and
-ObjectInstanceId) meet in one group, where ``refmsg.assemble_chunks`` (the
+checksum); the chunks of one object (same name, the destination's or else the source's, as the
+receiver names it, and ObjectInstanceId) meet in one group, where ``refmsg.assemble_chunks`` (the
 receiver's own rules) checks coverage, overlaps and the object checksum.
 Objects are written as Parquet rows (``objects/``); every message that could
 not be used is in ``quarantine/`` with its original bytes and reason.
@@ -65,7 +65,10 @@ def _key_fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for raw in batch.column(0).to_pylist():
             try:
                 h = decode_message(raw or b"").message.header
-                out.append({"dest_name": h.dest_name, "object_instance_id": h.object_instance_id, "raw": raw})
+                # the object's name as the receiver names it: the destination, else the source
+                out.append(
+                    {"dest_name": h.dest_name or h.src_name, "object_instance_id": h.object_instance_id, "raw": raw}
+                )
             except SegmentationError as exc:
                 out.append({"raw": raw, "reason": int(exc.reason), "reason_name": exc.reason.name, "detail": str(exc)})
         yield pa.RecordBatch.from_pylist(out, schema=_KEYED)
@@ -88,14 +91,17 @@ def _object_fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         integ = m.integrity
         if integ is not None:
             algorithm = algorithm or integ.algorithm
+        declared = integ is not None and integ.has_object
         rows.append(
             ChunkRow(
                 offset=m.offset,
-                length=len(m.data),
-                data=bytes(m.data),
+                length=m.length,  # the declared DataLogicalLength: a header-only message carries none of it
+                data=None if m.header_only else bytes(m.data),
                 last=m.is_last,
                 chunk_checksum=integ.chunk_checksum if integ else None,
-                object_checksum=integ.object_checksum if integ else None,
+                object_checksum=integ.object_checksum if declared and integ else None,
+                digests=(integ.digests.extension() or None) if integ else None,
+                object_length=integ.object_length if declared and integ else None,
             )
         )
     try:
