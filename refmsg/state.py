@@ -22,7 +22,6 @@ from segmenter.digest import NO_DIGESTS, NO_POLICY, DigestPolicy, Digests, parse
 from segmenter.errors import (
     ChecksumError,
     ConflictError,
-    FlagsError,
     IncompleteError,
     MessageTooBigError,
     OffsetError,
@@ -113,21 +112,35 @@ class ObjectState:
             )
         if last:
             object_length = end
+        # From here on the chunk is consistent in itself; what contradicts an earlier verified chunk
+        # (its length, its end) is a conflict: whichever came first would otherwise win.
         known = self.object_length
         if object_length is not None and known is not None and object_length != known:
-            raise (FlagsError if last and self.last_arrived else OriginalLengthError)(
-                f"object {self.name!r}: length {object_length} contradicts {known}",
+            raise ConflictError(
+                f"object {self.name!r}: length {object_length} contradicts {known} declared by another chunk;"
+                " nothing is delivered",
                 object_length=object_length,
                 known=known,
             )
-        limit = known if known is not None else object_length
-        if limit is not None and end > limit:
+        if object_length is not None and end > object_length:
             raise OffsetError(
-                f"chunk [{offset}, {end}) runs past the object length {limit}", offset=offset, end=end, limit=limit
+                f"chunk [{offset}, {end}) runs past its own object length {object_length}",
+                offset=offset,
+                end=end,
+                object_length=object_length,
+            )
+        if known is not None and end > known:
+            raise ConflictError(
+                f"chunk [{offset}, {end}) runs past the object length {known} declared by another chunk;"
+                " nothing is delivered",
+                offset=offset,
+                end=end,
+                known=known,
             )
         if last and self.applied.max_end > end:
-            raise OffsetError(
-                f"LAST chunk ends at {end}, bytes up to {self.applied.max_end} already applied",
+            raise ConflictError(
+                f"LAST chunk ends at {end}, another chunk applied bytes up to {self.applied.max_end};"
+                " nothing is delivered",
                 end=end,
                 applied_end=self.applied.max_end,
             )

@@ -11,7 +11,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from refmsg import Chunker, ChunkRow, Outcome, Receiver, ReferenceMessage, assemble_chunks, decode_message
+from refmsg import (
+    RMH,
+    Chunker,
+    ChunkRow,
+    Integrity,
+    Outcome,
+    Receiver,
+    ReferenceMessage,
+    RmhFlags,
+    assemble_chunks,
+    decode_message,
+)
 from refmsg.header import ENCODING_BIG_ENDIAN, ENCODING_NATIVE
 from refmsg.state import RangeSet
 from segmenter.checksum import ChecksumAlgorithm, checksum
@@ -112,6 +123,42 @@ def test_a_verified_conflicting_copy_is_a_conflict_in_any_order(payload: bytes, 
             assert outcomes.index(Outcome.COMPLETED) < outcomes.index(None)
             with open(f"{root}/o", "rb") as f:
                 assert f.read() == payload  # and what was delivered is the genuine object
+        else:
+            assert not os.path.exists(f"{root}/o")
+
+
+@settings(max_examples=40)
+@given(st.binary(min_size=2, max_size=1500), st.integers(1, 400), st.binary(min_size=1, max_size=300), st.data())
+def test_a_last_chunk_declaring_another_end_is_a_conflict_in_any_order(
+    payload: bytes, size: int, extension: bytes, data: st.DataObject
+) -> None:
+    """A verified LAST chunk that ends the object elsewhere (shorter or longer; its own checksums
+    right): no order lets one of the two ends win after both were seen."""
+    msgs = messages(payload, size)
+    end = data.draw(st.sampled_from([e for e in (data.draw(st.integers(1, len(payload) - 1)), len(payload) + len(
+        extension)) if e != len(payload)]))  # fmt: skip
+    other = (payload + extension)[:end]
+    start = data.draw(st.integers(0, end - 1))
+    piece, crc = other[start:], ChecksumAlgorithm.CRC32
+    header = RMH(flags=RmhFlags.LAST, object_instance_id=IID, dest_name="o", data_logical_offset=start,
+                 data_logical_length=len(piece))  # fmt: skip
+    forged = ReferenceMessage(header, piece, Integrity(crc, checksum(crc, piece), end, checksum(crc, other)))
+    order = data.draw(st.permutations([*msgs, forged]))
+    with pytest.raises(ConflictError):
+        assemble_chunks(rows(order))
+    with tempfile.TemporaryDirectory() as root:
+        with Receiver(root, fsync=False) as rx:
+            outcomes: list[Outcome | None] = []
+            for m in order:
+                try:
+                    outcomes.append(rx.receive(m.encode()).outcome)
+                except ConflictError:
+                    outcomes.append(None)
+        assert None in outcomes
+        if Outcome.COMPLETED in outcomes:  # one end was whole before the other was seen: it stays
+            assert outcomes.index(Outcome.COMPLETED) < outcomes.index(None)
+            with open(f"{root}/o", "rb") as f:
+                assert f.read() in (payload, other)
         else:
             assert not os.path.exists(f"{root}/o")
 

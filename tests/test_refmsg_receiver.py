@@ -33,8 +33,6 @@ from segmenter.checksum import ChecksumAlgorithm, checksum
 from segmenter.errors import (
     ChecksumError,
     ConflictError,
-    FlagsError,
-    OffsetError,
     Reason,
     SegmentationError,
 )
@@ -168,15 +166,42 @@ def test_a_copy_forged_to_the_same_crc_is_a_conflict_in_either_order(tmp_path: P
         assert not (root / "obj.bin").exists()
 
 
-def test_contradicting_last_and_ranges(tmp_path: Path) -> None:
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize(
+    "other",
+    [
+        pytest.param(lambda p: make(100, p[100:250], last=True, whole=p[:250]), id="a-shorter-last"),
+        pytest.param(lambda p: make(250, p[250:] + b"extra", last=True, whole=p + b"extra"), id="a-longer-last"),
+        pytest.param(lambda p: make(250, p[250:] + b"extra"), id="a-chunk-past-the-end"),
+        pytest.param(lambda p: make(0, p[:100], whole=p + b"x"), id="another-declared-length"),
+    ],
+)
+def test_chunks_contradicting_the_object_length_are_a_conflict_in_either_order(
+    tmp_path: Path, other: Any, reverse: bool
+) -> None:
+    """Each chunk is consistent in itself; which one tells the object's true end is no guess, so
+    neither order delivers (the first used to win, the second was refused)."""
+    payload = os.urandom(300)
+    pair = [make(200, payload[200:], last=True, whole=payload), other(payload)]
+    with Receiver(tmp_path) as rx:
+        rx.receive(pair[reverse])
+        with pytest.raises(ConflictError):
+            rx.receive(pair[not reverse])
+        with pytest.raises(ConflictError):
+            rx.receive(make(0, payload[:200]))
+        assert [s.conflict for s in rx.incomplete()] == [True]
+    assert not (tmp_path / "obj.bin").exists()
+    status, data = _spark_objects([*pair, make(0, payload[:200])])["obj.bin"]  # the Spark job agrees
+    assert (status, data) == ("invalid", None)
+
+
+def test_a_contradiction_after_delivery_is_refused_and_the_object_stays(tmp_path: Path) -> None:
     payload = os.urandom(300)
     with Receiver(tmp_path) as rx:
         rx.receive(make(200, payload[200:], last=True, whole=payload))
-        with pytest.raises(FlagsError):
-            rx.receive(make(100, payload[100:250], last=True, whole=payload[:250]))
-        with pytest.raises(OffsetError):
+        assert rx.receive(make(0, payload[:200])).outcome == Outcome.COMPLETED
+        with pytest.raises(ConflictError):
             rx.receive(make(250, payload[250:] + b"extra"))
-        rx.receive(make(0, payload[:200]))
     assert (tmp_path / "obj.bin").read_bytes() == payload
 
 
