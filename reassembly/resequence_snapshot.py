@@ -1,11 +1,15 @@
 """Snapshot and restore of a :class:`~reassembly.resequencer.Resequencer`: versioned, checked field by field.
 
-Layout: ``b"RSEQ"``, a version byte (1), u64 length of a JSON document, the
+Layout: ``b"RSEQ"``, a version byte (2), u64 length of a JSON document, the
 JSON, then every held item's bytes back to back (lengths in the JSON). The
 JSON has the open groups in age order (each with its phase, start, end,
 next, position, counters, skipped ranges, deadline and held ``[seq, size,
-length]``), the order in which groups began waiting, and the closed groups
-kept for their instance numbers.
+length]``), the order in which groups began waiting, the closed groups
+kept for their instance numbers, and the live timers in firing order
+(``["o"|"c", index, armed]``): deadlines that are equal fire in the order
+they were armed, so without them a restored resequencer could report two
+groups' timeouts in the other order (version 1 had none; it still restores,
+its timers armed in age order).
 
 Restore trusts nothing: every field is type-checked, every number range- and
 consistency-checked (held numbers above ``next`` and within start/end,
@@ -30,7 +34,8 @@ from .resequence_model import Group, Phase, ResequenceLimits
 Groups = dict[Any, Group]
 
 MAGIC = b"RSEQ"
-VERSION = 1
+VERSION = 2
+VERSIONS = (1, 2)
 _LEN = struct.Struct(">Q")
 
 
@@ -70,8 +75,15 @@ def _bytes_of(item: Any) -> bytes:
     raise SegmentationError("items are not bytes: give snapshot() an encode function", reason=Reason.STATE_ERROR)
 
 
-def dump(open_groups: Groups, waiting: dict[Any, None], closed: Groups, encode: Callable[[Any], bytes] | None) -> bytes:
-    """The open groups (age order), the order they began waiting in, the closed groups."""
+def dump(
+    open_groups: Groups,
+    waiting: dict[Any, None],
+    closed: Groups,
+    timers: list[Group],
+    encode: Callable[[Any], bytes] | None,
+) -> bytes:
+    """The open groups (age order), the order they began waiting in, the closed groups, the groups
+    whose timer is live in the order it fires (each group's ``armed`` is its time)."""
     enc = encode or _bytes_of
     blobs: list[bytes] = []
     groups = []
@@ -99,19 +111,24 @@ def dump(open_groups: Groups, waiting: dict[Any, None], closed: Groups, encode: 
             }
         )
     where = {k: i for i, k in enumerate(open_groups)}
+    shut = {k: i for i, k in enumerate(closed)}
     meta = {
         "groups": groups,
         "waiting": [where[k] for k in waiting],
         "closed": [[_key_out(g.key), g.instance, g.deadline] for g in closed.values()],
-    }
+        "timers": [["o", where[g.key], g.armed] if open_groups.get(g.key) is g else ["c", shut[g.key], g.armed]
+                   for g in timers],
+    }  # fmt: skip
     doc = json.dumps(meta, separators=(",", ":")).encode()
     return b"".join([MAGIC, bytes([VERSION]), _LEN.pack(len(doc)), doc, *blobs])
 
 
-def load(
-    blob: bytes, limits: ResequenceLimits, decode: Callable[[bytes], Any] | None
-) -> tuple[Groups, dict[Any, None], Groups]:
-    """Open groups, waiting order, closed groups; deadlines are in ``Group.deadline``, not armed."""
+Loaded = tuple[Groups, dict[Any, None], Groups, list[Group]]
+
+
+def load(blob: bytes, limits: ResequenceLimits, decode: Callable[[bytes], Any] | None) -> Loaded:
+    """Open groups, waiting order, closed groups, the timers in firing order (each group's
+    ``armed`` set; push them in this order); deadlines are in ``Group.deadline``."""
     try:
         return _load(memoryview(blob), limits, decode)
     except SegmentationError:
@@ -120,15 +137,14 @@ def load(
         raise SegmentationError(f"corrupt resequencer snapshot: {exc}", reason=Reason.STATE_ERROR) from None
 
 
-def _load(
-    view: memoryview, lim: ResequenceLimits, decode: Callable[[bytes], Any] | None
-) -> tuple[Groups, dict[Any, None], Groups]:
+def _load(view: memoryview, lim: ResequenceLimits, decode: Callable[[bytes], Any] | None) -> Loaded:
     groups: Groups = {}
     waiting: dict[Any, None] = {}
     closed_groups: Groups = {}
     head = len(MAGIC) + 1
     check(bytes(view[: len(MAGIC)]) == MAGIC, "magic: not a resequencer snapshot")
-    if view[len(MAGIC)] != VERSION:
+    version = view[len(MAGIC)]
+    if version not in VERSIONS:
         raise SegmentationError(
             "unsupported resequencer snapshot version", reason=Reason.STATE_ERROR, version=view[len(MAGIC)]
         )
@@ -137,7 +153,8 @@ def _load(
     check(n <= len(view) - pos, "document length")
     meta = json.loads(bytes(view[pos : pos + n]))
     pos += n
-    check(isinstance(meta, dict) and set(meta) == {"groups", "waiting", "closed"}, "document")
+    names = {"groups", "waiting", "closed"} | ({"timers"} if version > 1 else set())
+    check(isinstance(meta, dict) and set(meta) == names, "document")
     check(isinstance(meta["groups"], list) and len(meta["groups"]) <= lim.max_groups, "groups")
     for doc in meta["groups"]:
         g, pos = _group(lim, doc, view, pos, decode)
@@ -162,7 +179,22 @@ def _load(
         check(g.instance >= 1, "instance")
         g.deadline = opt_time(entry[2], "deadline")
         closed_groups[key] = g
-    return groups, waiting, closed_groups
+    return groups, waiting, closed_groups, _timers(meta.get("timers", []), list(groups.values()), closed_groups)
+
+
+def _timers(doc: Any, opened: list[Group], closed: Groups) -> list[Group]:
+    shut = list(closed.values())
+    check(isinstance(doc, list) and len(doc) <= len(opened) + len(shut), "timers")
+    timers: list[Group] = []
+    for entry in doc:
+        check(isinstance(entry, list) and len(entry) == 3 and entry[0] in ("o", "c"), "timer")
+        among = opened if entry[0] == "o" else shut
+        i = integer(entry[1], "timer")
+        check(0 <= i < len(among) and among[i].armed is None, "timer")
+        among[i].armed = opt_time(entry[2], "timer")
+        check(among[i].armed is not None, "timer")
+        timers.append(among[i])
+    return timers
 
 
 def _group(

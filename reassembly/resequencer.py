@@ -215,7 +215,7 @@ class Resequencer:
         heap = self._heap
         while heap and heap[0][0] <= now:
             at, _, g = heapq.heappop(heap)
-            if g.armed != at or (self._groups.get(g.key) is not g and self._closed.get(g.key) is not g):
+            if not self._live(at, g):
                 continue  # stale entry
             g.armed = None
             if g.deadline is None:
@@ -242,7 +242,7 @@ class Resequencer:
         """The earliest time :meth:`tick` has something to do (or None): when to call it next."""
         while self._heap:
             at, _, g = self._heap[0]
-            if g.armed == at and (self._groups.get(g.key) is g or self._closed.get(g.key) is g):
+            if self._live(at, g):
                 return at
             heapq.heappop(self._heap)
         return None
@@ -475,6 +475,10 @@ class Resequencer:
         if deadline is not None and (g.armed is None or deadline < g.armed):
             self._arm(g)
 
+    def _live(self, at: float, g: Group) -> bool:
+        """A heap entry still stands for its group's timer (not superseded, the group still kept)."""
+        return g.armed == at and (self._groups.get(g.key) is g or self._closed.get(g.key) is g)
+
     def _arm(self, g: Group) -> None:
         assert g.deadline is not None
         self._serial += 1
@@ -486,7 +490,8 @@ class Resequencer:
         """The whole state as bytes (see :mod:`.resequence_snapshot`); ``encode`` turns an item into bytes
         (default: items must be bytes-like). Deadlines are stored as clock values: use a wall clock if a
         snapshot must outlive the process."""
-        return dump(self._groups, self._waiting, self._closed, encode)
+        live = sorted(e for e in self._heap if self._live(e[0], e[2]))
+        return dump(self._groups, self._waiting, self._closed, [g for _, _, g in live], encode)
 
     @classmethod
     def restore(
@@ -499,13 +504,17 @@ class Resequencer:
     ) -> Resequencer:
         """A resequencer in the snapshot's state; a malformed or hostile snapshot is a STATE_ERROR."""
         r = cls(options, clock=clock)
-        r._groups, r._waiting, r._closed = load(blob, r.limits, decode)
+        r._groups, r._waiting, r._closed, timers = load(blob, r.limits, decode)
+        for g in timers:  # in the order they fire: equal deadlines keep their order
+            assert g.armed is not None  # load() checked it
+            r._serial += 1
+            heapq.heappush(r._heap, (g.armed, r._serial, g))
         for g in (*r._groups.values(), *r._closed.values()):
             r.held_messages += len(g.held)
             r.held_bytes += g.nbytes
             r._restop(g)
-            deadline, g.deadline = g.deadline, None
-            r._set(g, deadline)
+            if g.deadline is not None and g.armed is None:  # a version-1 snapshot: no timers kept
+                r._arm(g)
         return r
 
 
