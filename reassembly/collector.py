@@ -176,18 +176,30 @@ class Collector:
         out = []
         batch = self._open.get(destination)
         if batch is not None and batch.members and batch.bytes + len(held.payload) > rule.max_bytes:
-            out.append(self._close(destination, Cause.FULL, rule))  # this message would pass max_bytes
+            out += self._close(destination, Cause.FULL, rule)  # this message would pass max_bytes
             batch = None
         if batch is None:
             batch = self._open[destination] = _Open()
         batch.add(held)
         if len(batch.members) >= rule.max_messages or batch.bytes >= rule.max_bytes:
-            out.append(self._close(destination, Cause.FULL, rule))
+            out += self._close(destination, Cause.FULL, rule)
         return out
 
-    def _close(self, destination: str, cause: Cause, rule: Rule) -> BatchReady:
-        batch = self._open.pop(destination)
-        return BatchReady(destination, self._new_id(), tuple(batch.members), cause, rule)
+    def _close(self, destination: str, cause: Cause, rule: Rule) -> list[BatchReady]:
+        """The open batch, as as many batches as ``rule``'s limits need: a rule lowered under an open
+        batch must not let a timeout, a recycle or a shutdown emit one above them (oldest first; a
+        message alone above ``max_bytes`` is a batch of one, as when it arrives)."""
+        out: list[BatchReady] = []
+        part: list[Held] = []
+        size = 0
+        for m in self._open.pop(destination).members:
+            if part and (len(part) >= rule.max_messages or size + len(m.payload) > rule.max_bytes):
+                out.append(BatchReady(destination, self._new_id(), tuple(part), cause, rule))
+                part, size = [], 0
+            part.append(m)
+            size += len(m.payload)
+        out.append(BatchReady(destination, self._new_id(), tuple(part), cause, rule))
+        return out
 
     def tick(self) -> list[BatchReady]:
         """Close what the clock (or a changed rule) says is due: recycled, timed out, or now full."""
@@ -197,9 +209,9 @@ class Collector:
             batch = self._open[destination]
             rule = self._rules(destination)
             if now - batch.stranded_since >= rule.stranded_after:
-                out.append(self._close(destination, Cause.RECYCLED, rule))
+                out += self._close(destination, Cause.RECYCLED, rule)
             elif now - batch.oldest >= rule.max_wait:
-                out.append(self._close(destination, Cause.TIMEOUT, rule))
+                out += self._close(destination, Cause.TIMEOUT, rule)
             elif len(batch.members) >= rule.max_messages or batch.bytes >= rule.max_bytes:
                 out += self._split(destination, rule)  # the rule was lowered under an open batch
         return out
@@ -226,7 +238,7 @@ class Collector:
 
     def close(self) -> list[BatchReady]:
         """End of input: every open batch, closed as ``shutdown``."""
-        return [self._close(d, Cause.SHUTDOWN, self._rules(d)) for d in list(self._open)]
+        return [b for d in list(self._open) for b in self._close(d, Cause.SHUTDOWN, self._rules(d))]
 
 
 def group_id_for(batch_id: str) -> bytes:

@@ -90,6 +90,28 @@ def test_lowered_rule_applies_to_an_open_batch() -> None:
     assert [len(b.messages) for b in out] == [3, 3] and c.held_ids("a") == {6}
 
 
+@pytest.mark.parametrize("cause", [Cause.TIMEOUT, Cause.RECYCLED, Cause.SHUTDOWN])
+def test_a_batch_closed_under_a_lowered_rule_is_cut_to_its_limits(cause: Cause) -> None:
+    """The rule is lowered while a batch is open and the batch is closed for another cause before a
+    tick splits it (the timeout checks come first; a shutdown never split): one batch of 7 used to
+    leave, over the new max_messages."""
+    clock = Clock(1000.0)
+    rules = {"a": Rule("a", "ta", max_messages=100, max_wait=50.0, stranded_after=80.0)}
+    c = make(rules, clock)
+    held = [Held(i, b"x" * (i + 1), clock.now) for i in range(7)]
+    if cause is Cause.RECYCLED:
+        c.restore("a", held)
+    else:
+        for m in held:
+            c.add("a", m.id, m.payload)
+    rules["a"] = Rule("a", "ta", max_messages=3, max_bytes=9, max_wait=50.0, stranded_after=80.0)
+    clock.now += 90
+    out = c.close() if cause is Cause.SHUTDOWN else c.tick()
+    assert [[m.id for m in b.messages] for b in out] == [[0, 1, 2], [3, 4], [5], [6]]
+    assert {b.cause for b in out} == {cause} and len({b.batch_id for b in out}) == 4
+    assert len(c) == 0
+
+
 def test_rule_validation() -> None:
     for bad in (
         {"max_messages": 0},
@@ -196,11 +218,12 @@ _op = st.one_of(
     st.tuples(st.just("restore"), st.sampled_from(["a", "b", "c"]), st.integers(0, 20)),
     st.tuples(st.just("wait"), st.floats(0, 10), st.just(0)),
     st.tuples(st.just("tick"), st.just(""), st.just(0)),
+    st.tuples(st.just("rule"), st.sampled_from(["a", "b"]), st.integers(1, 60)),  # changed in the database
 )
 
 
 def _check_limits(batch: BatchReady) -> None:
-    rule = _RULES.get(batch.destination, DEFAULT_RULE)
+    rule = batch.rule  # the rule in force when it closed
     assert 1 <= len(batch.messages) <= rule.max_messages
     assert len(batch.messages) == 1 or batch.size <= rule.max_bytes
 
@@ -208,7 +231,8 @@ def _check_limits(batch: BatchReady) -> None:
 @given(st.lists(_op, max_size=80))
 def test_every_message_in_exactly_one_batch(ops: list[tuple[str, object, int]]) -> None:
     clock = Clock(1000.0)
-    c = make(_RULES, clock)
+    rules = dict(_RULES)
+    c = make(rules, clock)
     sent: dict[int, str] = {}
     out: list[BatchReady] = []
     ids = _ids()
@@ -223,12 +247,15 @@ def test_every_message_in_exactly_one_batch(ops: list[tuple[str, object, int]]) 
             out += c.restore(str(arg), [Held(i, b"r" * n, clock.now - n)])
         elif kind == "wait":
             clock.now += float(arg)  # type: ignore[arg-type]
+        elif kind == "rule":  # lowered or raised under an open batch: every batch keeps the new limits
+            rules[str(arg)] = Rule(str(arg), "t", max_messages=1 + n % 4, max_bytes=n, max_wait=3.0)
         else:
-            for b in c.tick():
-                rule = _RULES.get(b.destination, DEFAULT_RULE)
-                oldest = min(m.received_at for m in b.messages)
-                assert b.cause is not Cause.TIMEOUT or clock.now - oldest >= rule.max_wait
-                out.append(b)
+            ticked = c.tick()
+            for d in {b.destination for b in ticked if b.cause is Cause.TIMEOUT}:  # flushed together, cut to limits
+                timed_out = [b for b in ticked if b.destination == d]
+                oldest = min(m.received_at for b in timed_out for m in b.messages)
+                assert clock.now - oldest >= timed_out[0].rule.max_wait
+            out += ticked
     out += c.close()
     seen = Counter(m.id for b in out for m in b.messages)
     assert set(seen) == set(sent) and set(seen.values()) <= {1}
