@@ -88,6 +88,13 @@ def run_collect(args: argparse.Namespace) -> int:
     def warn(path: Path, exc: Exception) -> None:
         print(f"reassemble: warning: cannot read {path} yet: {first_line(exc)} (retried)", file=sys.stderr)
 
+    def changed(path: Path) -> None:
+        print(
+            f"reassemble: warning: {path} changed after it was collected under this name; not collected again"
+            " (land new content under a new name)",
+            file=sys.stderr,
+        )
+
     collector = DurableCollector(
         storage,
         output,
@@ -98,7 +105,7 @@ def run_collect(args: argparse.Namespace) -> int:
         on_batch=line,
     )
     try:
-        unreadable = collect_directory(
+        left = collect_directory(
             collector,
             landing,
             destination_column=args.destination_column,
@@ -106,6 +113,7 @@ def run_collect(args: argparse.Namespace) -> int:
             poll=args.poll,
             once=args.once,
             on_unreadable=warn,
+            on_replaced=changed,
         )
     finally:
         try:
@@ -113,6 +121,13 @@ def run_collect(args: argparse.Namespace) -> int:
         finally:
             storage.close()
     print(f"collect: {collector.emitted} batches written under {output}")
-    if unreadable:
-        raise JobError(f"{len(unreadable)} input files could not be read, e.g. {unreadable[0]} (left in place)")
+    if left.unreadable:
+        raise JobError(
+            f"{len(left.unreadable)} input files could not be read, e.g. {left.unreadable[0]} (left in place)"
+        )
+    if left.replaced:
+        raise JobError(
+            f"{len(left.replaced)} input files changed after they were collected under their name, e.g."
+            f" {left.replaced[0]} (not collected again: land new content under a new name)"
+        )
     return 0

@@ -24,6 +24,7 @@ place) and never in two batches (a row is moved once, and the file name is the b
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import time
@@ -31,6 +32,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import quote
 
 from segmenter.producer import Segmenter
@@ -232,14 +234,28 @@ def input_name(path: Path) -> str:
     return str(path.parent.resolve() / path.name)
 
 
-def landing_files(directory: Path, done: set[str]) -> list[Path]:
-    """Parquet files in the landing directory not stored yet, by name (hidden and ``_`` files are in flight)."""
+class Listing(NamedTuple):
+    """One look at the landing directory."""
+
+    new: list[Path]  # Parquet files not stored yet, by name (hidden and ``_`` files are in flight)
+    stored: dict[Path, tuple[int, int, int]]  # files stored before: (inode, size, mtime_ns) now
+
+
+def landing_files(directory: Path, done: set[str]) -> Listing:
+    """Files to store, and what the ones stored before look like now (to notice a replaced one)."""
     base = directory.resolve()  # once per listing, not per file
-    return sorted(
-        p
-        for p in directory.glob("*.parquet")
-        if not p.name.startswith((".", "_")) and str(base / p.name) not in done and p.is_file()
-    )
+    new, stored = [], {}
+    for p in sorted(directory.glob("*.parquet")):
+        if p.name.startswith((".", "_")):
+            continue
+        if str(base / p.name) not in done:
+            if p.is_file():
+                new.append(p)
+            continue
+        with contextlib.suppress(OSError):  # gone since the listing: nothing to compare
+            st = p.stat()
+            stored[p] = (st.st_ino, st.st_size, st.st_mtime_ns)
+    return Listing(new, stored)
 
 
 def read_messages(path: Path, destination_column: str, payload_column: str) -> list[tuple[str, bytes]]:
@@ -270,6 +286,13 @@ def _body(value: object) -> bytes:
     return (value if isinstance(value, str) else str(value)).encode("utf-8", "surrogatepass")
 
 
+class Leftovers(NamedTuple):
+    """What ``collect_directory(once=True)`` could not collect (both stay in place)."""
+
+    unreadable: list[Path]
+    replaced: list[Path]  # changed after they were stored under their name: never collected again
+
+
 def collect_directory(
     collector: DurableCollector,
     landing: Path,
@@ -279,23 +302,36 @@ def collect_directory(
     poll: float = 0.5,
     once: bool = False,
     on_unreadable: Callable[[Path, Exception], None] | None = None,
-) -> list[Path]:
+    on_replaced: Callable[[Path], None] | None = None,
+) -> Leftovers:
     """Collect from a landing directory as it fills, until interrupted (or, with ``once``, until done).
 
     ``once``: store every readable file present, close every open batch (``shutdown``), keep
     taking over expired leases until the database holds no message and no unemitted batch, and
     return the files that could not be read. A file that cannot be read (still being written,
     not Parquet, columns missing) is reported once and tried again at every poll: never skipped
-    silently.
+    silently. An input is stored once by name; a file that changes under a stored name (another
+    inode, size or modification time than when this process first saw it stored) is reported
+    once with ``on_replaced`` and not collected: its content may be the same messages again, so
+    only a new name says it is new input.
     """
     done = collector.storage.stored_inputs()
     reported: set[Path] = set()
+    known: dict[Path, tuple[int, int, int]] = {}  # stored inputs as first seen (the baseline)
+    replaced: dict[Path, None] = {}
     collector.sync()
     while True:
         stored = 0
         unreadable = []
-        for path in landing_files(landing, done):
+        listing = landing_files(landing, done)
+        for path, ident in listing.stored.items():
+            if known.setdefault(path, ident) != ident and path not in replaced:
+                replaced[path] = None
+                if on_replaced is not None:
+                    on_replaced(path)
+        for path in listing.new:
             try:
+                before = path.stat()
                 messages = read_messages(path, destination_column, payload_column)
             except Exception as exc:  # pyarrow raises several types for a half-written or foreign file
                 if path not in reported and on_unreadable is not None:
@@ -305,11 +341,12 @@ def collect_directory(
                 continue
             collector.ingest(input_name(path), messages)
             done.add(input_name(path))
+            known[path] = (before.st_ino, before.st_size, before.st_mtime_ns)
             stored += 1
         collector.tick()
         if once and not stored:
             collector.flush()
             counts = collector.storage.counts()
             if counts["held"] == 0 and counts["closed"] == counts["emitted"]:
-                return unreadable
+                return Leftovers(unreadable, list(replaced))
         time.sleep(poll)

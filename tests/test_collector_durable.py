@@ -150,6 +150,35 @@ def test_ctrl_c_is_a_clean_stop(tmp_path: Path) -> None:
     assert storage.acquire("next", 0.0, 10) == {"acme"}  # and its lease was given back
 
 
+def test_a_file_replaced_under_a_collected_name_is_reported_once(tmp_path: Path) -> None:
+    """The input key is the file's name: a new file renamed over a stored one used to be ignored
+    without a word (its messages never collected). It is now reported once, and still not collected
+    (the same messages landed again would be collected twice)."""
+    import time
+
+    landing, out, db = tmp_path / "landing", tmp_path / "out", str(tmp_path / "c.db")
+    landing.mkdir()
+    land(landing, "a.parquet", messages_for("x", ["acme"], 3))
+    errors = tmp_path / "stderr.txt"
+    with errors.open("w") as err_file:
+        proc = subprocess.Popen(collect_cmd(landing, out, db, "--poll", "0.05s"), stdout=subprocess.PIPE,
+                                stderr=err_file, text=True)  # fmt: skip
+        storage = SQLiteStorage(db)
+        deadline = time.monotonic() + 60
+        while storage.counts()["held"] < 3:
+            assert proc.poll() is None and time.monotonic() < deadline
+        land(landing, "a.parquet", messages_for("y", ["acme"], 2))  # other content, same name
+        while "changed after it was collected" not in errors.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(0.3)  # several more polls: still one line
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    text = errors.read_text()
+    assert proc.returncode == 130 and text.count("a.parquet changed after it was collected") == 1, text
+    assert storage.counts()["held"] == 3  # the replacement was not stored
+
+
 @pytest.mark.spark
 def test_batches_reassemble_in_the_spark_job(spark: Any, tmp_path: Path) -> None:
     """What `reassemble run` does with a target directory: every batch one complete group, members in order."""
