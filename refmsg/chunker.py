@@ -22,6 +22,7 @@ from typing import BinaryIO
 from segmenter.checksum import DEFAULT_ALGORITHM, ChecksumAlgorithm, checksum
 from segmenter.digest import NO_POLICY, DigestPolicy
 from segmenter.errors import SegmentationError
+from segmenter.sources import argument_error, read_full
 
 from .header import (
     CCSID_UTF8,
@@ -67,8 +68,8 @@ class Chunker:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "algorithm", ChecksumAlgorithm.parse(self.algorithm))
-        if self.max_length <= 0:
-            raise SegmentationError("max_length must be positive", max_length=self.max_length)
+        if not isinstance(self.max_length, int) or isinstance(self.max_length, bool) or self.max_length <= 0:
+            raise argument_error("max_length must be a positive whole number", max_length=repr(self.max_length)[:40])
         if self.digest.extension_size() and not self.integrity:
             raise SegmentationError("digests travel in the integrity block: integrity=False cannot carry them")
 
@@ -131,9 +132,9 @@ class Chunker:
         offset = 0
         object_crc = 0
         hasher = self.digest.signer()
-        pending = source.read(size)
+        pending = read_full(source, size)  # a short read is not the end: only b"" is
         while True:
-            following = source.read(size) if len(pending) == size else b""
+            following = read_full(source, size) if len(pending) == size else b""
             last = not following
             chunk_crc = checksum(self.algorithm, pending)
             object_crc = checksum(self.algorithm, pending, object_crc)

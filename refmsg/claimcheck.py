@@ -37,6 +37,7 @@ from typing import BinaryIO, NamedTuple, Protocol, runtime_checkable
 from segmenter.checksum import DEFAULT_ALGORITHM, ChecksumAlgorithm, checksum, checksum_function
 from segmenter.digest import NO_DIGESTS, NO_POLICY, DigestPolicy, Digests
 from segmenter.errors import ChecksumError, MessageTooBigError, Reason, SegmentationError
+from segmenter.sources import argument_error, byte_view
 
 from .chunker import new_instance_id
 from .errors import RmhError, StoreError
@@ -244,6 +245,9 @@ def offload(
     asks for. A payload that :func:`is_claim_check` would take for a reference is stored
     whatever its size, so that :func:`resolve` gives every offloaded payload back.
     """
+    if inline_format == FORMAT_REF_MSG_HEADER:  # resolve() would take any inline payload for a reference
+        raise argument_error(f"inline_format {inline_format!r} is the claim check's own Format")
+    payload = byte_view(payload)  # sizes in bytes: an array('Q') view counts 8 per item
     if len(payload) <= threshold and not is_claim_check(payload):
         return Message(inline_format, bytes(payload))
     algorithm = ChecksumAlgorithm.parse(algorithm)

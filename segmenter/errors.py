@@ -51,6 +51,7 @@ class Reason(IntEnum):
     PATH_ERROR = 9017
     STORE_ERROR = 9018
     OBJECT_SIZE_ERROR = 9019
+    ARGUMENT_ERROR = 9020  # a producer option or input the wire format cannot carry (segment size, codec, payload type)
     # Digests (9030 up, leaving room for other additions): see segmenter/digest.py.
     EXTENSION_ERROR = 9030  # a header extension (or its digest records) is malformed
     UNKNOWN_EXTENSION = 9031  # a critical extension record type this reader does not know

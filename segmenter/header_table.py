@@ -492,6 +492,8 @@ def python_source(env: Mapping[str, Any]) -> str:
 
     src += "\n\ndef check_prefix(buf, max_header_length=MAX_HEADER_LENGTH):\n"
     src += f'{i}"""Check magic, version and header length (the first {PREFIX_LENGTH} bytes); return it."""\n'
+    src += f"{i}if memoryview(buf).nbytes < {PREFIX_LENGTH}:\n"
+    src += f"{i}{i}raise HeaderError('the prefix needs {PREFIX_LENGTH} bytes', reason=Reason.TRUNCATED)\n"
     src += f"{i}{_names(PREFIX_FIELDS)} = _PREFIX.unpack_from(buf)\n"
     src += "".join(_raise(r, env, i) for r in rules("prefix"))
     src += f"{i}return header_length\n"

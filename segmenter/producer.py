@@ -32,14 +32,26 @@ import zstandard
 
 from .checksum import DEFAULT_ALGORITHM, ChecksumAlgorithm, checksum_function, combine, combine_run
 from .digest import NO_POLICY, DigestPolicy
-from .errors import OriginalLengthError, SegmentationError, SequenceError
+from .errors import FlagsError, OriginalLengthError, Reason, SegmentationError, SequenceError
 from .flags import Codec, MsgFlags
-from .wire import HEADER_LENGTH, MAX_SEQ_NUMBER, UNKNOWN_LENGTH, Buffer, Segment, SegmentHeader
+from .sources import argument_error, byte_view, read_some
+from .wire import (
+    GROUP_ID_LENGTH,
+    HEADER_LENGTH,
+    MAX_LENGTH,
+    MAX_SEQ_NUMBER,
+    UNKNOWN_LENGTH,
+    Buffer,
+    Segment,
+    SegmentHeader,
+)
 
 DEFAULT_SEGMENT_SIZE = 4 * 1024 * 1024  # IBM MQ's default MAXMSGL
 # Plain ints: IntFlag arithmetic per segment costs microseconds.
 _SEGMENT = MsgFlags.SEGMENT.value
 _LAST_SEGMENT = MsgFlags.LAST_SEGMENT.value
+_ANY_GROUP = MsgFlags.MSG_IN_GROUP.value | MsgFlags.LAST_MSG_IN_GROUP.value
+_MIN_LEVEL, _MAX_LEVEL = -(1 << 17), zstandard.MAX_COMPRESSION_LEVEL  # zstd's negative (fast) levels to 22
 Payload = Buffer | BinaryIO
 
 
@@ -53,6 +65,43 @@ def _group_flags(in_group: bool, last_in_group: bool) -> int:
     if not in_group:
         return 0
     return MsgFlags.LAST_MSG_IN_GROUP if last_in_group else MsgFlags.MSG_IN_GROUP
+
+
+_MAX_DATA = (1 << 32) - 1  # DataLength is a 4-byte field
+
+
+def _checked_group_id(group_id: object) -> bytes:
+    """A GroupId of exactly 24 bytes (the wire's field): a shorter one would be padded with NULs
+    and a longer one cut, so two different ids could become one group on the wire."""
+    if group_id is None:
+        return new_group_id()
+    if isinstance(group_id, (bytes, bytearray, memoryview)):
+        gid = bytes(group_id)
+        if len(gid) == GROUP_ID_LENGTH:
+            return gid
+    raise SegmentationError(
+        f"GroupId must be {GROUP_ID_LENGTH} bytes", reason=Reason.GROUP_ID_ERROR, group_id=repr(group_id)[:80]
+    )
+
+
+def _checked_seq(msg_seq_number: object) -> int:
+    if (
+        isinstance(msg_seq_number, int)
+        and not isinstance(msg_seq_number, bool)
+        and 1 <= msg_seq_number <= MAX_SEQ_NUMBER
+    ):
+        return int(msg_seq_number)
+    raise SequenceError(f"MsgSeqNumber {msg_seq_number!r} is not a whole number in 1..{MAX_SEQ_NUMBER}")
+
+
+def _checked_group_flags(group_flags: object) -> int:
+    """Only the group bits: the segment bits are the segmenter's to set, unknown bits no reader takes."""
+    if isinstance(group_flags, int) and not isinstance(group_flags, bool) and not group_flags & ~_ANY_GROUP:
+        return int(group_flags)
+    raise FlagsError(
+        f"group_flags may hold only MSG_IN_GROUP and LAST_MSG_IN_GROUP, not {group_flags!r}",
+        group_flags=repr(group_flags)[:80],
+    )
 
 
 def _file_size(f: BinaryIO) -> int:
@@ -85,14 +134,28 @@ class Segmenter:
     digest: DigestPolicy = NO_POLICY
 
     def __post_init__(self) -> None:
+        if not isinstance(self.digest, DigestPolicy):
+            raise argument_error(f"digest must be a DigestPolicy, not {type(self.digest).__name__}")
         header = HEADER_LENGTH + self.digest.extension_size()
-        if self.max_segment_size <= header:
-            raise SegmentationError(
-                f"max_segment_size must exceed the {header}-byte header",
-                max_segment_size=self.max_segment_size,
+        size = self.max_segment_size
+        if not isinstance(size, int) or isinstance(size, bool) or not header < size <= header + _MAX_DATA:
+            raise argument_error(
+                f"max_segment_size must be a whole number above the {header}-byte header and at most"
+                f" {header + _MAX_DATA} (a segment's DataLength is 4 bytes)",
+                max_segment_size=repr(size)[:40],
                 header_length=header,
             )
-        object.__setattr__(self, "codec", Codec(self.codec))
+        try:
+            object.__setattr__(self, "codec", Codec(self.codec))
+        except ValueError:
+            raise argument_error(f"unknown codec {self.codec!r}", codec=repr(self.codec)[:40]) from None
+        level = self.level
+        if not isinstance(level, int) or isinstance(level, bool) or not _MIN_LEVEL <= level <= _MAX_LEVEL:
+            raise argument_error(
+                f"zstd level must be a whole number in {_MIN_LEVEL}..{_MAX_LEVEL}", level=repr(level)[:40]
+            )
+        if not isinstance(self.segmentation_allowed, bool):
+            raise argument_error("segmentation_allowed must be True or False")
         object.__setattr__(self, "algorithm", ChecksumAlgorithm.parse(self.algorithm))
 
     @property
@@ -120,13 +183,16 @@ class Segmenter:
         msg_seq_number: int = 1,
         group_flags: int = 0,
     ) -> Iterator[Segment]:
-        """Split one logical message (bytes-like or binary file object)."""
-        gid = new_group_id() if group_id is None else group_id
-        if not 1 <= msg_seq_number <= MAX_SEQ_NUMBER:
-            raise SequenceError(f"MsgSeqNumber {msg_seq_number} outside 1..{MAX_SEQ_NUMBER}")
+        """Split one logical message (bytes-like or binary file object). Arguments are checked here,
+        before the first segment: a GroupId of another length than 24 bytes (2258), a MsgSeqNumber
+        outside 1..999,999,999 (2250), flags other than the group bits (2249), a payload that is not
+        bytes (9020)."""
+        gid = _checked_group_id(group_id)
+        seq = _checked_seq(msg_seq_number)
+        flags = _checked_group_flags(group_flags)
         if hasattr(payload, "read"):
-            return self._segment_file(payload, gid, msg_seq_number, group_flags)  # type: ignore[arg-type]
-        return self._segment_buffer(memoryview(payload).cast("B"), gid, msg_seq_number, group_flags)  # type: ignore[arg-type]
+            return self._segment_file(payload, gid, seq, flags)  # type: ignore[arg-type]
+        return self._segment_buffer(byte_view(payload), gid, seq, flags)
 
     def _segment_buffer(self, view: memoryview, gid: bytes, seq: int, group_flags: int) -> Iterator[Segment]:
         crc = checksum_function(self.algorithm)
@@ -195,7 +261,7 @@ class Segmenter:
             self, group_id=gid, msg_seq_number=seq, group_flags=group_flags, original_length=_file_size(f)
         )
         read_size = max(self.data_size, 1 << 16)
-        while chunk := f.read(read_size):
+        while chunk := read_some(f, read_size):
             yield from writer.write(chunk)
         yield from writer.close()
 
@@ -214,9 +280,7 @@ class Segmenter:
 
     def message_writer(self, *, group_id: bytes | None = None, original_length: int = UNKNOWN_LENGTH) -> MessageWriter:
         """A streaming writer for one message whose bytes arrive over time."""
-        return MessageWriter(
-            self, group_id=new_group_id() if group_id is None else group_id, original_length=original_length
-        )
+        return MessageWriter(self, group_id=_checked_group_id(group_id), original_length=original_length)
 
     def group_writer(self, *, group_id: bytes | None = None) -> GroupWriter:
         """A writer that adds messages to one group as they are produced."""
@@ -243,10 +307,16 @@ class MessageWriter:
         group_flags: int = 0,
         original_length: int = UNKNOWN_LENGTH,
     ) -> None:
+        if not isinstance(original_length, int) or isinstance(original_length, bool):
+            raise argument_error(f"original_length must be a whole number, not {original_length!r}")
+        if original_length != UNKNOWN_LENGTH and not 0 <= original_length <= MAX_LENGTH:
+            raise OriginalLengthError(
+                f"original_length {original_length} outside 0..{MAX_LENGTH}", original_length=original_length
+            )
         self._s = segmenter
-        self._gid = group_id
-        self._seq = msg_seq_number
-        self._base = segmenter._base_flags(group_flags)
+        self._gid = _checked_group_id(group_id)
+        self._seq = _checked_seq(msg_seq_number)
+        self._base = segmenter._base_flags(_checked_group_flags(group_flags))
         self._original_length = original_length
         self._deferred = original_length == UNKNOWN_LENGTH
         self._crc = checksum_function(segmenter.algorithm)
@@ -300,6 +370,7 @@ class MessageWriter:
         """Add message bytes; return the segments now complete."""
         if self._closed:
             raise SegmentationError("write after close")
+        data = byte_view(data)  # its bytes, not its items: an array('I') view counts 4 per item
         self._message_crc = self._crc(data, self._message_crc)
         self._signer.update(data)
         self._written += len(data)
@@ -336,20 +407,21 @@ class GroupWriter:
 
     def __init__(self, segmenter: Segmenter, *, group_id: bytes | None = None) -> None:
         self._s = segmenter
-        self.group_id = new_group_id() if group_id is None else group_id
+        self.group_id = _checked_group_id(group_id)
         self._next_seq = 1
         self._done = False
 
     def add(self, payload: Payload, *, last: bool = False) -> Iterator[Segment]:
-        """Segments of the next message of the group."""
+        """Segments of the next message of the group. A payload refused here uses up no MsgSeqNumber
+        (a retry takes the same number, so the group has no hole)."""
         if self._done:
             raise SequenceError("the group's last message was already added", msg_seq_number=self._next_seq)
-        seq = self._next_seq
+        segments = self._s.segment(
+            payload, group_id=self.group_id, msg_seq_number=self._next_seq, group_flags=_group_flags(True, last)
+        )
         self._next_seq += 1
         self._done = last
-        return self._s.segment(
-            payload, group_id=self.group_id, msg_seq_number=seq, group_flags=_group_flags(True, last)
-        )
+        return segments
 
 
 def segment(

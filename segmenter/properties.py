@@ -46,7 +46,19 @@ def jms_properties(segment: Segment) -> dict[str, str | int]:
     }
 
 
-def _verified(packed: bytes, body: Buffer) -> Segment:
+def _binary(value: object, what: str) -> Buffer:
+    """A header value or body as sent: bytes-like, else refused (a Kafka tombstone or null header
+    value, a JMS text body: a hostile producer can send each)."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return value
+    raise HeaderError(
+        f"{what} is {'missing (null)' if value is None else type(value).__name__}, not bytes",
+        reason=Reason.TRUNCATED if value is None else Reason.BAD_MAGIC,
+    )
+
+
+def _verified(packed: bytes, body: object) -> Segment:
+    body = _binary(body, "the body")
     header = decode_header(packed)
     if len(body) != header.data_length:
         raise HeaderError(
@@ -59,15 +71,15 @@ def _verified(packed: bytes, body: Buffer) -> Segment:
     return Segment(header, body)
 
 
-def from_kafka(headers: Iterable[tuple[str, bytes]], value: Buffer) -> Segment:
+def from_kafka(headers: Iterable[tuple[str, bytes | None]], value: Buffer | None) -> Segment:
     """Rebuild and verify a segment from Kafka record headers and value."""
     found = [v for k, v in headers if k == HEADER_PROPERTY]
     if len(found) != 1:
         raise HeaderError(f"expected one {HEADER_PROPERTY} header, found {len(found)}", reason=Reason.BAD_MAGIC)
-    return _verified(bytes(found[0]), value)
+    return _verified(bytes(_binary(found[0], f"the {HEADER_PROPERTY} header")), value)
 
 
-def from_jms(properties: Mapping[str, object], body: Buffer) -> Segment:
+def from_jms(properties: Mapping[str, object], body: Buffer | None) -> Segment:
     """Rebuild and verify a segment from JMS/AMQP properties and body."""
     text = properties.get(HEADER_PROPERTY)
     if not isinstance(text, str):
