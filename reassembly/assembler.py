@@ -278,14 +278,8 @@ class Assembler:
         else:
             group.buffered += h.data_length
             self.buffered_bytes += h.data_length
-        if here is None:
-            msg.at[h.offset] = [piece]
-        else:
-            here.append(piece)
+        msg.add(piece)
         piece.hold()
-        msg.present.add(piece.offset, piece.end)
-        if piece.last:
-            msg.last_ends.add(piece.end)
         return True
 
     def _put(self, msg: Message, piece: Piece, placed: RangeSet) -> None:
@@ -302,6 +296,7 @@ class Assembler:
         group.buffered -= freed
         self.buffered_bytes -= freed
         msg.stored = True
+        msg.forget_bytes()
         placed = RangeSet()
         for p in msg.pieces():
             self._put(msg, p, placed)
@@ -315,7 +310,7 @@ class Assembler:
 
     def _progress(self, group: Group, msg: Message, events: list[Event]) -> None:
         """Streaming: judge as soon as a complete candidate exists (Unit-of-Work: for every message)."""
-        if self.batch or group.state != GroupState.OPEN or not msg.ready:
+        if self.batch or group.state != GroupState.OPEN or not msg.search or not msg.ready or not msg.reaches_last:
             return
         if not group.grouped or not self.unit_of_work:
             verdict = self._decide(msg)
@@ -472,6 +467,8 @@ class Assembler:
                     if p.track is not None:  # only pieces read at a position have one to settle
                         p.release()
             m.at.clear()
+            m.count = 0
+            m.forget_bytes()
 
     def _terminate(self, group: Group, how: GroupInput) -> None:
         group.state = transition(group.state, how)

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 from segmenter.buffers import same_bytes
 from segmenter.checksum import ChecksumAlgorithm
-from segmenter.coverage import RangeSet, gaps
+from segmenter.coverage import RangeSet, Reference, gaps
 from segmenter.digest import NO_POLICY, DigestPolicy
 from segmenter.flags import Codec, group_bits, is_last_segment
 from segmenter.wire import DEFAULT_MAX_SEGMENT_SIZE, UNKNOWN_LENGTH, Buffer, SegmentHeader
@@ -152,6 +152,72 @@ class Message:
     present: RangeSet = field(default_factory=RangeSet)  # union of every piece's range
     last_ends: set[int] = field(default_factory=set)  # ends of LAST pieces
     duplicates: int = 0
+    count: int = 0  # pieces in ``at``
+    search: bool = True  # the last piece held may change the streaming search's outcome
+    # Whether every piece agrees byte for byte with every piece it overlaps, kept as pieces arrive
+    # (None: not known, computed when asked: a stored body is not held in memory). Agreement does
+    # not depend on the order pieces came in, so checking each against the bytes before it is
+    # exact; recomputing it over every held piece at every arrival cost O(n) per segment (many
+    # tiny overlapping segments: 9.7 ms per segment with 2,000 held).
+    agrees: bool | None = True
+    ref: Reference | None = field(default_factory=Reference)  # the bytes held, while ``agrees`` is kept
+
+    # Offsets a chain of held pieces reaches from 0, each piece starting where the one before ends
+    # (facts aside): the only offsets the tiling search visits.
+    reach: set[int] = field(default_factory=lambda: {0})
+
+    def add(self, piece: Piece) -> None:
+        """Hold a piece: by offset, in the coverage, and in what the streaming search needs to
+        know (reach, agreement: see ``search``)."""
+        here = self.at.get(piece.offset)
+        if here is None:
+            self.at[piece.offset] = [piece]
+        else:
+            here.append(piece)
+        self.count += 1
+        self.present.add(piece.offset, piece.end)
+        if piece.last:
+            self.last_ends.add(piece.end)
+        flipped = self._note_bytes(piece) if self.ref is not None else False
+        # The streaming search runs again only if this piece can change its outcome: one it never
+        # visits (unreachable from 0) changes nothing unless it ends the pieces' agreement (the
+        # search's mode). Searching at every arrival made a message of n held pieces O(n^2).
+        self.search = self._note_reach(piece) or flipped
+
+    def _note_bytes(self, piece: Piece) -> bool:
+        """Compare a piece held in memory where it overlaps what is held, then remember it; True
+        when it is the first piece to disagree."""
+        assert self.ref is not None
+        data = piece.buffer()
+        if self.ref.disagreement(piece.offset, data) is not None:
+            self.agrees, self.ref = False, None  # no piece added later makes them agree again
+            return True
+        self.ref.add(piece.offset, data)
+        return False
+
+    @property
+    def reaches_last(self) -> bool:
+        """A LAST piece's end is reachable: without that the search can find no candidate. (It can
+        still be cut off, a conflict, when copies that disagree multiply the chains: streaming
+        then waits for a reachable end, or expiry, to decide; batch mode searches regardless.)"""
+        return any(end in self.reach for end in self.last_ends)
+
+    def _note_reach(self, piece: Piece) -> bool:
+        """A piece was added to ``at``: extend what is reachable; True when the piece is (when it
+        is not, the search never visits it, so it cannot change the search's outcome)."""
+        if piece.offset not in self.reach:
+            return False
+        stack = [piece.end]
+        while stack:
+            x = stack.pop()
+            if x not in self.reach:
+                self.reach.add(x)
+                stack.extend(p.end for p in self.at.get(x, ()))
+        return True
+
+    def forget_bytes(self) -> None:
+        """The pieces moved to the store (or left): agreement is computed when asked."""
+        self.agrees, self.ref = None, None
 
     @property
     def key(self) -> MessageKey:

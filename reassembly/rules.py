@@ -9,7 +9,7 @@ so the outcome for a multiset of segments never depends on their order.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import TypeVar
 
 from segmenter.buffers import same_bytes
@@ -68,13 +68,35 @@ def fits(facts: Facts, piece: Piece) -> Facts | None:
     return facts._replace(stored_length=stored, original_length=original, message_checksum=mcrc)
 
 
+def _offset(p: Piece) -> int:
+    return p.offset
+
+
+def _in_order(ps: list[Piece]) -> list[Piece]:
+    return ps if len(ps) == 1 else sorted(ps, key=lambda p: (-p.header.data_length, p.raw))
+
+
 def canonical(msg: Message) -> dict[int, list[Piece]]:
     """Pieces by offset, each list longest first, then by original bytes: arrival order erased."""
-    out: dict[int, list[Piece]] = {}
-    for offset in sorted(msg.at):
-        ps = msg.at[offset]
-        out[offset] = ps if len(ps) == 1 else sorted(ps, key=lambda p: (-p.header.data_length, p.raw))
-    return out
+    return {offset: _in_order(msg.at[offset]) for offset in sorted(msg.at)}
+
+
+class _Lazy(Mapping[int, list[Piece]]):
+    """:func:`canonical`, each offset put in order only when the search reaches it: the search
+    visits the offsets reachable from 0, and building the whole map at every arrival made a
+    message of n held pieces cost O(n) per segment."""
+
+    def __init__(self, at: dict[int, list[Piece]]) -> None:
+        self._at = at
+
+    def __getitem__(self, offset: int) -> list[Piece]:
+        return _in_order(self._at[offset])
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(sorted(self._at))
+
+    def __len__(self) -> int:
+        return len(self._at)
 
 
 def agree(by_offset: dict[int, list[Piece]]) -> bool:
@@ -161,8 +183,10 @@ def _candidates(msg: Message) -> tuple[list[tuple[tuple[Piece, ...], Facts]], bo
                 return [], False
             facts = merged
         return [(chain, facts)], False
-    pieces = canonical(msg)
-    return tilings(pieces, fits, Facts(), agree=agree(pieces))
+    if msg.agrees is None:
+        pieces = canonical(msg)
+        return tilings(pieces, fits, Facts(), agree=agree(pieces))
+    return tilings(_Lazy(msg.at), fits, Facts(), agree=msg.agrees, count=msg.count)
 
 
 def misfit(piece: Piece, facts: Facts, winner: tuple[Piece, ...]) -> SegmentationError:
@@ -172,7 +196,6 @@ def misfit(piece: Piece, facts: Facts, winner: tuple[Piece, ...]) -> Segmentatio
     seq = h.msg_seq_number
     if fits(facts, piece) is None:
         return _header_mismatch(h, facts)
-    starts = [p.offset for p in winner]
     end = winner[-1].end
     if h.offset >= end or h.end > end:
         return OffsetError(
@@ -181,7 +204,7 @@ def misfit(piece: Piece, facts: Facts, winner: tuple[Piece, ...]) -> Segmentatio
             end=h.end,
             stored_length=end,
         )
-    i = max(bisect.bisect_right(starts, h.offset) - 1, 0)
+    i = max(bisect.bisect_right(winner, h.offset, key=_offset) - 1, 0)  # no list per refused piece
     used = winner[i].header
     if used.offset == h.offset:
         return ConflictError(

@@ -201,6 +201,7 @@ def tilings(
     *,
     agree: bool = False,
     limit: int = MAX_CANDIDATES,
+    count: int | None = None,
 ) -> tuple[list[tuple[tuple[T, ...], S]], bool]:
     """Every chain of pieces tiling ``[0, end of a LAST piece)`` whose facts agree, with its merged
     facts; and whether the search was cut off (more than ``limit`` candidates, or ``limit`` steps per piece).
@@ -210,8 +211,11 @@ def tilings(
     piece agrees with every overlapping one, see :class:`Reference`) chains reaching the same
     position with the same facts have the same bytes, so each such state is explored once:
     re-segmentations cost no combinations, only the first chain in canonical order is kept.
+    ``count`` is the number of pieces when the caller knows it (the search then reads only the
+    offsets it reaches: ``by_offset`` may put each in order on demand).
     """
-    budget = limit * (1 + sum(len(v) for v in by_offset.values()))
+    pieces = sum(len(v) for v in by_offset.values()) if count is None else count
+    budget = limit * (1 + pieces)
     out: list[tuple[tuple[T, ...], S]] = []
     path: list[T] = []
     frames: list[tuple[int, S, int]] = [(0, start, 0)]  # (position, facts so far, next option)

@@ -57,11 +57,7 @@ def cut(
 def message(segments: list[Segment]) -> Message:
     msg = Message(GID, 1)
     for s in segments:
-        p = Piece(s.header, s.data, s.header.pack())
-        msg.at.setdefault(p.offset, []).append(p)
-        msg.present.add(p.offset, p.end)
-        if p.last:
-            msg.last_ends.add(p.end)
+        msg.add(Piece(s.header, s.data, s.header.pack()))
     return msg
 
 
@@ -166,3 +162,51 @@ def test_seen_reports_every_decoded_segment_and_changes_no_event(segments: list[
             header = None
         assert heard == ([] if header is None else [header])  # once per decoded segment, never otherwise
         heard.clear()
+
+
+def _two_byte_pieces(n: int, order: str) -> tuple[bytes, list[bytes]]:
+    """A 2n+2-byte message as overlapping 2-byte pieces: odd ones covering it and the LAST piece
+    first (the message is ready, no chain from 0), then the even ones that complete a chain."""
+    end = 2 * n + 2
+    payload = bytes(i % 251 for i in range(end))
+    crc = checksum(ChecksumAlgorithm.CRC32, payload)
+
+    def piece(offset: int, last: bool = False) -> bytes:
+        flags = MsgFlags.SEGMENT | (MsgFlags.LAST_SEGMENT if last else 0)
+        h = make_header(group_id=GID, msg_seq_number=1, offset=offset, data=payload[offset : offset + 2],
+                        original_length=end, stored_length=end, msg_flags=flags, codec=Codec.NONE,
+                        algorithm=ChecksumAlgorithm.CRC32, message_checksum=crc if last else None)  # fmt: skip
+        return Segment(h, payload[offset : offset + 2]).encode()
+
+    first = [piece(0), piece(end - 2, last=True), *(piece(o) for o in range(1, end - 2, 2))]
+    evens = list(range(2, end - 2, 2))
+    return payload, first + [piece(o) for o in (evens if order == "up" else evens[::-1])]
+
+
+def test_the_streaming_search_runs_only_when_a_piece_can_change_its_outcome() -> None:
+    """Many tiny overlapping segments: the search (and the agreement check over every held piece)
+    ran at every arrival once the LAST piece's range was covered, O(n) each: 9.7 ms per segment
+    with 2,000 held. Now agreement is kept as pieces arrive, and the search runs only when the new
+    piece is reachable from offset 0 and some LAST piece's end is: here once per message."""
+    import reassembly.rules as rules
+
+    for order in ("up", "down"):
+        payload, segments = _two_byte_pieces(2000, order)
+        calls = {"n": 0}
+        search = rules.tilings
+
+        def counted(*args: object, **kwargs: object) -> object:
+            calls["n"] += 1
+            return search(*args, **kwargs)  # type: ignore[arg-type]
+
+        rules.tilings = counted  # type: ignore[assignment]
+        try:
+            events = Assembler().receive_many(segments)
+        finally:
+            rules.tilings = search
+        done = [e for e in events if type(e).__name__ == "MessageComplete"]
+        assert len(done) == 1 and bytes(done[0].payload) == payload, order
+        assert calls["n"] <= 2, (order, calls["n"])
+        batch = Assembler(batch=True)
+        judged = batch.receive_many(segments) + batch.close()
+        assert [bytes(e.payload) for e in judged if type(e).__name__ == "MessageComplete"] == [payload]
