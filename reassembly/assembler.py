@@ -235,18 +235,22 @@ class Assembler:
             self._reject(events, piece, err)
             return
         group = self._groups.get(gid)
-        if group is None:
-            group = self._groups[gid] = self._open(h, self._closed.pop(gid, None))
+        opened = group is None
+        if group is None:  # kept only once a piece is held: a refused one leaves no group behind
+            group = self._open(h, self._closed.get(gid))
         if seq in group.delivered:
             self._late(events, piece, "delivered", group.fingerprints)
             return
         if not self.batch:  # streaming: the group's rules as known so far, first come first served
             err = rules.group_refusal(group.grouped, group.last_seq, group.messages.keys(), seq, h.msg_flags)
             if err is not None:
+                # The group stays as it was, with what it delivered: dropping one that held no
+                # message forgot its delivered messages, and a different copy of one was delivered again.
                 self._reject(events, piece, err)
-                if not group.messages:
-                    del self._groups[gid]
                 return
+        if opened:
+            self._groups[gid] = group
+            self._closed.pop(gid, None)
         msg = group.messages.get(seq)
         if msg is None:
             msg = group.messages[seq] = Message(gid, seq)

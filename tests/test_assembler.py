@@ -618,3 +618,27 @@ def test_a_deferred_length_segment_ending_past_the_size_limit_is_refused_before_
         (ev,) = Assembler(Limits(max_message_size=1 << 20), bodies=store).receive(deferred(offset))
         assert isinstance(ev, Rejected) and ev.reason == Reason.MSG_TOO_BIG and ev.raw == deferred(offset)
     assert Assembler(Limits(max_message_size=1 << 20), bodies=store).receive(deferred((1 << 20) - 2)) == []
+
+
+@pytest.mark.parametrize("between", [[], [3], [3, 4], [0]])
+def test_a_refused_segment_never_makes_a_group_forget_what_it_delivered(between: list[int]) -> None:
+    """unit_of_work=False: message 2 (the group's last) delivered, message 1 still missing, then a
+    segment the group refuses (3: beyond the last), then another copy of message 2 with other bytes.
+    The refusal dropped the group (it held no message) with what it had delivered, and the copy was
+    delivered a second time; it is a conflict whatever came between."""
+    gid, s = b"R" * 24, Segmenter(200)
+
+    def msg(seq: int, data: bytes, last: bool = False) -> list[bytes]:
+        flags = MsgFlags.LAST_MSG_IN_GROUP if last else MsgFlags.MSG_IN_GROUP
+        return [x.encode() for x in s.segment(data, group_id=gid, msg_seq_number=max(seq, 1), group_flags=flags)]
+
+    asm = Assembler(unit_of_work=False)
+    events = asm.receive_many(msg(2, b"version-1", last=True))
+    for seq in between:
+        events += asm.receive_many(msg(seq, b"other") if seq else [b"garbage"])
+    events += asm.receive_many(msg(2, b"VERSION-2!", last=True))
+    delivered = [bytes(e.payload) for e in events if isinstance(e, MessageComplete)]
+    assert delivered == [b"version-1"]
+    assert isinstance(events[-1], ConflictingDuplicate)
+    events += asm.receive_many(msg(1, b"first")) + asm.close()
+    assert [bytes(e.payload) for e in events if isinstance(e, MessageComplete)] == [b"version-1", b"first"]
