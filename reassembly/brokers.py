@@ -159,15 +159,20 @@ class Receiver:
                     self.on_quarantine(ev)
                 self._reject(unheld, ev.reason, str(ev.error))
             elif isinstance(ev, Rejected) and ev.header is not None:
-                self._quarantine(ev, ev.header.group_id, (ev.raw,), ev.reason, str(ev.error))
+                if self.on_quarantine is not None:
+                    self.on_quarantine(ev)
+                gid = ev.header.group_id
+                if any(same_bytes(x.body, ev.raw) for x in self._held.get(gid, ())):
+                    self._reject(self._take(gid, None, ev.raw).delivery, ev.reason, str(ev.error))
+            # A failed message, a failed or unfinished group: every delivery held for it goes, matched
+            # by MsgSeqNumber / GroupId, not by bytes (a store keeping failed bodies hands back
+            # handles, not bytes: those deliveries were never settled).
             elif isinstance(ev, MessageFailed):
-                self._quarantine(ev, ev.group_id, ev.segments, ev.reason, str(ev.error))
+                self._quarantine(ev, ev.group_id, ev.msg_seq_number, ev.reason, str(ev.error))
             elif isinstance(ev, GroupFailed):
-                raws = ev.segments + tuple(r for f in ev.failed for r in f.segments)
-                self._quarantine(ev, ev.group_id, raws, ev.reason, f"group failed: {ev.failed[0].error}")
+                self._quarantine(ev, ev.group_id, None, ev.reason, f"group failed: {ev.failed[0].error}")
             elif isinstance(ev, Unfinished):
-                raws = ev.segments + tuple(r for f in ev.failed for r in f.segments)
-                self._quarantine(ev, ev.group_id, raws, ev.reason, f"{ev.cause.value}: incomplete")
+                self._quarantine(ev, ev.group_id, None, ev.reason, f"{ev.cause.value}: incomplete")
         for ev in events:
             if isinstance(ev, MessageComplete | GroupComplete):
                 self.handler(ev)  # returns only once the application has the message safe
@@ -187,12 +192,17 @@ class Receiver:
             del self._held[gid]
         return item
 
-    def _quarantine(self, ev: Quarantined, gid: bytes, raws: tuple[bytes, ...], reason: Reason, text: str) -> None:
+    def _quarantine(self, ev: Quarantined, gid: bytes, seq: int | None, reason: Reason, text: str) -> None:
+        """Reject every delivery held for message ``seq`` of group ``gid`` (``None``: the whole group)."""
         if self.on_quarantine is not None:
             self.on_quarantine(ev)
-        for raw in raws:
-            if any(same_bytes(x.body, raw) for x in self._held.get(gid, ())):
-                self._reject(self._take(gid, None, raw).delivery, reason, text)
+        held = self._held.pop(gid, [])
+        keep = [x for x in held if seq is not None and x.seq != seq]
+        if keep:
+            self._held[gid] = keep
+        for x in held:
+            if seq is None or x.seq == seq:
+                self._reject(x.delivery, reason, text)
 
     def _reject(self, d: Delivery, reason: Reason, text: str) -> None:
         d.reject(int(reason), text)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import socket
 import sys
@@ -118,8 +119,14 @@ def remove_orphans(landing: Path) -> int:
     """Delete temporary files of drains on this host that are no longer running (their segments
     were never acknowledged, so the broker redelivers them); another live drain's files stay."""
     host, removed = socket.gethostname(), 0
+    # Exactly the names a drain writes: another host whose name starts with ours ("vm" and "vm-7")
+    # or a stray file is left alone (a bad pid in a name stopped the drain from starting).
+    ours = re.compile(rf"{re.escape(_TMP_PREFIX + host)}-([1-9][0-9]{{0,8}})-[0-9a-f]{{12}}\.tmp")
     for p in landing.glob(f"{_TMP_PREFIX}{host}-*.tmp"):
-        pid = int(p.name[len(_TMP_PREFIX) + len(host) + 1 :].split("-", 1)[0])
+        match = ours.fullmatch(p.name)
+        if match is None:
+            continue
+        pid = int(match[1])
         try:
             os.kill(pid, 0)
             continue  # alive (ours or another drain's)

@@ -426,7 +426,7 @@ class _AmqpConsumer:
 
     def _on_message(self, event: Any) -> None:
         msg = event.message
-        self.arrived.append(_AmqpDelivery(event.delivery, bytes(msg.body), bool(msg.delivery_count)))
+        self.arrived.append(_AmqpDelivery(event.delivery, _amqp_body(msg), bool(msg.delivery_count)))
         # Credit is topped up as messages arrive (not as they are settled), in batches of half the
         # prefetch: one flow frame per prefetch/2 messages instead of one per message.
         link = self.link
@@ -445,6 +445,20 @@ class _AmqpConsumer:
 
     def close(self) -> None:
         self.p.close()
+
+
+def _amqp_body(msg: Any) -> bytes:
+    """The body as bytes, whatever a foreign producer sent: a data section as is, text as its
+    UTF-8, nothing as empty, any other AMQP value as the whole message encoded (never ``bytes(x)``:
+    an integer body sized an allocation, a text body raised out of ``fetch()`` at every restart)."""
+    body = msg.body
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        return bytes(body)
+    if isinstance(body, str):
+        return body.encode("utf-8", "surrogatepass")
+    if body is None:
+        return b""
+    return bytes(msg.encode())
 
 
 # -------------------------------------------------------------------------------------- STOMP

@@ -219,3 +219,55 @@ def test_drain_over_stomp_rolls_by_time_and_lands_every_segment(broker: ActiveMQ
         c.close()
     assert sorted(_landed(landing) + left) == sorted(x.encode() for x in segs)  # each exactly once
     assert len(list(landing.glob("*.parquet"))) >= 2  # the open file was finished, not abandoned
+
+
+def test_orphan_cleanup_takes_only_names_a_drain_writes(tmp_path: Path) -> None:
+    """A stray file named like a temporary file (no pid, an empty or 23-digit one) stopped every
+    drain from starting (ValueError / OverflowError); a host whose name extends ours ("vm" and
+    "vm-7") could lose a live file. Only the exact pattern of a dead drain of this host goes."""
+    import socket
+
+    from reassembly.drain import remove_orphans
+
+    host = socket.gethostname()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = int(dead.stdout)  # exited: no process has this pid (for now)
+    names = [
+        f".drain-{host}-notapid.tmp",
+        f".drain-{host}--1-x.tmp",
+        f".drain-{host}-{'9' * 23}-0123456789ab.tmp",
+        f".drain-{host}-0-0123456789ab.tmp",  # pid 0 would signal our own process group
+        f".drain-{host}-7-{pid}-0123456789ab.tmp",  # host "<host>-7", pid {pid}
+        f".drain-{host}-{os.getpid()}-0123456789ab.tmp",  # alive
+    ]
+    for name in names:
+        (tmp_path / name).write_bytes(b"x")
+    orphan = tmp_path / f".drain-{host}-{pid}-0123456789ab.tmp"
+    orphan.write_bytes(b"x")
+    assert remove_orphans(tmp_path) == 1 and not orphan.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)
+
+
+def test_a_body_that_is_not_binary_is_landed_as_bytes_never_a_crash(broker: ActiveMQ, tmp_path: Path) -> None:
+    """AMQP values a foreign producer can send: text (any JMS TextMessage) raised TypeError out of
+    fetch() at every restart (a poison message), an integer N became N zero bytes (4e9: MemoryError)."""
+    from proton import Message
+    from proton.utils import BlockingConnection
+
+    queue = "drain.foreign"
+    conn = BlockingConnection(broker.amqp_url.replace("amqp://", ""))
+    sender = conn.create_sender(queue)
+    for body in ("just text", 4 * 10**9, None, {"a": 1}, b"\x00bytes"):
+        sender.send(Message(body=body, durable=True))
+    conn.close()
+    run = subprocess.run(_cli("drain", broker.amqp_url, queue, str(tmp_path / "landing"), "--idle-exit", "2"),
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    landed = _landed(tmp_path / "landing")
+    assert landed[0] == b"just text" and landed[2] == b"" and landed[4] == b"\x00bytes"
+    assert 0 < len(landed[1]) < 100 and 0 < len(landed[3]) < 100  # the encoded message, not 4e9 zeros
+    left = open_consumer(broker.amqp_url, queue)
+    try:
+        assert left.fetch(1.0) == []  # every one acknowledged once landed
+    finally:
+        left.close()
