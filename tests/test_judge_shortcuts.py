@@ -190,15 +190,16 @@ def test_the_streaming_search_runs_only_when_a_piece_can_change_its_outcome() ->
     piece is reachable from offset 0 and some LAST piece's end is: here once per message."""
     import reassembly.rules as rules
 
+    calls = {"n": 0}
+    search = rules.tilings
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls["n"] += 1
+        return search(*args, **kwargs)  # type: ignore[arg-type]
+
     for order in ("up", "down"):
         payload, segments = _two_byte_pieces(2000, order)
-        calls = {"n": 0}
-        search = rules.tilings
-
-        def counted(*args: object, **kwargs: object) -> object:
-            calls["n"] += 1
-            return search(*args, **kwargs)  # type: ignore[arg-type]
-
+        calls["n"] = 0
         rules.tilings = counted  # type: ignore[assignment]
         try:
             events = Assembler().receive_many(segments)
