@@ -53,8 +53,9 @@ class BodyStore(Protocol):
         """A writable file for the decoded (decompressed) message."""
         ...
 
-    def location(self, key: MessageKey) -> str:
-        """Where the message will be once finished (what output rows point at)."""
+    def place(self, key: MessageKey, checksum: int) -> str:
+        """Where the verified message (whose checksum is ``checksum``) will be once finished: what
+        output rows point at, and where :meth:`finish` puts it."""
         ...
 
     def finish(self, key: MessageKey, decoded: bool) -> None:
@@ -136,10 +137,11 @@ class _Files:
     aside: BinaryIO | None = None
     decoded: BinaryIO | None = None
     at: dict[int, _Piece] = field(default_factory=dict)  # the piece whose bytes are at each body offset
+    final: str | None = None  # the name place() gave it
 
 
 class FileBodyStore:
-    """Bodies as files under ``directory``: ``<GroupId hex>-<MsgSeqNumber>.bin`` once verified.
+    """Bodies as files under ``directory``: ``<GroupId hex>-<MsgSeqNumber>-<checksum>.bin`` once verified.
 
     Work in progress is written to names with ``token`` (unique per writer, e.g. a Spark task
     attempt) and renamed into place only when the message is verified, so two attempts
@@ -177,13 +179,17 @@ class FileBodyStore:
         self._in_memory: dict[MessageKey, int] = {}  # declared size of each body left in memory
         self._in_memory_total = 0
 
-    @staticmethod
-    def location(key: MessageKey) -> str:
-        """The final file name of a message, relative to the directory."""
-        return f"{key[0].hex()}-{key[1]}.bin"
+    def place(self, key: MessageKey, checksum: int) -> str:
+        """``<GroupId hex>-<MsgSeqNumber>-<checksum, 8 hex>.bin``: a replay of the same delivery
+        gets the same name, a later message under the same GroupId and number (a stream reusing a
+        GroupId after its tombstone left) another one; without the checksum its body replaced the
+        earlier delivery's file, which committed rows still named."""
+        name = f"{key[0].hex()}-{key[1]}-{checksum & 0xFFFFFFFF:08x}.bin"
+        self._files(key).final = name
+        return name
 
     def _path(self, key: MessageKey, kind: str) -> Path:
-        return self.directory / f".{self.location(key)}.{kind}-{self.token}"
+        return self.directory / f".{key[0].hex()}-{key[1]}.{kind}-{self.token}"
 
     def _files(self, key: MessageKey) -> _Files:
         files = self._open.get(key)
@@ -263,7 +269,8 @@ class FileBodyStore:
         assert done is not None
         done.flush()
         os.fsync(done.fileno())
-        os.replace(done.name, self.directory / self.location(key))
+        assert files.final is not None  # placed when it was verified
+        os.replace(done.name, self.directory / files.final)
         self._close(key, files, keep=done)
 
     def discard(self, key: MessageKey) -> None:

@@ -160,6 +160,16 @@ def _link_targets(path: str) -> Iterator[tuple[str, Path]]:
                     yield link, Path(link).resolve()
 
 
+def linked_overlap(real: Path, directory: str) -> str | None:
+    """How ``real`` (resolved) overlaps the target of a symlink under ``directory`` ("is inside
+    /x (linked from d/l)"), or None: Spark reads through those links."""
+    for link, target in _link_targets(directory):
+        why = overlap(real, target)
+        if why:
+            return f"{why} {target} (linked from {link})"
+    return None
+
+
 def hadoop_literal(path: str) -> str:
     """``path`` with Hadoop's glob characters escaped: Spark expands ``{a,b}``, ``[ab]``, ``*`` and
     ``?`` in the paths it reads, so a literal path naming such characters would read (and the
@@ -195,10 +205,9 @@ def claim_output(output: str, overwrite: bool, pattern: str, paths: Sequence[str
         why = overlap(real, Path(p).resolve())
         if why:
             raise UsageError(f"output {output} {why} {p}: choose an output outside the input")
-        for link, target in _link_targets(p):
-            why = overlap(real, target)
-            if why:
-                raise UsageError(f"output {output} {why} {target} (linked from {link}): choose an output outside it")
+        why = linked_overlap(real, p)
+        if why:
+            raise UsageError(f"output {output} {why}: choose an output outside it")
     if glob.has_magic(pattern) and _matches(pattern, out):
         raise UsageError(f"output {output} matches the input pattern {pattern}: choose an output outside it")
     if out.exists() and not overwrite:

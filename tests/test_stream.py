@@ -382,3 +382,65 @@ def test_status_line_reports_exactly_what_state_holds(stream_spark: Any, tmp_pat
     land(tmp_path / "landing", "c", fresh, T0 + 5000)  # past both tombstones' time
     held, _ = run()
     assert held is not None and (held.groups, held.segments, held.held_bytes, held.tombstones) == (0, 0, 0, 1)
+
+
+def test_rows_that_are_not_whole_segments_are_quarantined_as_they_came_even_when_spooled(
+    stream_spark: Any, tmp_path: Path
+) -> None:
+    """A large message's segments are spooled to disk at their offsets. A row longer than its
+    segment wrote its extra bytes over the next segment's spooled data (its bytes lost, and with a
+    CRC-preserving tail the stream delivered forged content as complete); a shorter one came back
+    padded with zeros (quarantined as 9005 with bytes it never had). A NULL row crashed the stream
+    at every restart. Now each stays in state as it came and is quarantined like `run` does it."""
+    from reassembly.spark.pipeline import ReassemblyOptions
+
+    payload = random.Random(31).randbytes(1500)
+    seg0, seg1, seg2 = [s.encode() for s in Segmenter(600).segment(payload)]
+    overlong, short = seg0 + b"EXTRA BYTES THAT LAND ON THE NEXT RANGE" * 3, seg2[:-40]
+    (tmp_path / "landing").mkdir()
+    land(tmp_path / "landing", "f1", [seg1, seg2], T0)
+    land(tmp_path / "landing", "f2", [overlong, short, None], T0 + 1)  # type: ignore[list-item]
+    land(tmp_path / "landing", "f3", [seg0], T0 + 2)
+    options = StreamOptions(
+        reassembly=ReassemblyOptions(payload_dir=str(tmp_path / "bodies"), large_message_bytes=1000),
+        expire_after=300,
+        watermark=0,
+        tombstone=5000,
+    )
+    df = file_source(stream_spark, str(tmp_path / "landing"), max_files=1)
+    query = start(reassemble_stream(df, options=options), tmp_path / "out", str(tmp_path / "ck"), "available-now",
+                  options=options)  # fmt: skip
+    assert query.awaitTermination(600) and query.exception() is None
+    (msg,) = read_committed(tmp_path / "out", "message")
+    assert msg["status"] == "complete" and (tmp_path / "bodies" / msg["payload_path"]).read_bytes() == payload
+    quarantined = sorted((r["reason"], bytes(r["raw"] or b"")) for r in read_committed(tmp_path / "out", "quarantine"))
+    assert quarantined == sorted([(int(Reason.TRUNCATED), overlong), (int(Reason.TRUNCATED), short),
+                                  (int(Reason.TRUNCATED), b"")])  # fmt: skip
+
+
+def test_null_event_times_and_old_files_are_read(stream_spark: Any, tmp_path: Path) -> None:
+    """``--event-time`` with a NULL value crashed the stream at every restart; a file whose
+    modification time is more than 7 days older than the newest seen was never read (Spark's
+    maxFileAge), without a word."""
+    rng = random.Random(41)
+    first = [s.encode() for s in Segmenter(300).segment(rng.randbytes(700))]
+    second = [s.encode() for s in Segmenter(300).segment(rng.randbytes(700))]
+    landing = tmp_path / "landing"
+    landing.mkdir()
+
+    def put(name: str, rows: list[bytes], times: list[Any], mtime: float) -> None:
+        tmp = tmp_path / f".{name}.parquet"
+        pq.write_table(
+            pa.table({"segment": pa.array(rows, pa.binary()), "t": pa.array(times, pa.timestamp("ms"))}), tmp
+        )
+        os.utime(tmp, (mtime, mtime))
+        tmp.rename(landing / f"{name}.parquet")
+
+    now = time.time()
+    stamp = int(now * 1000)
+    put("a", first, [stamp, None, stamp], now)
+    put("b", second, [None, None, None], now - 30 * 86400)  # copied with its old mtime (cp -p)
+    df = file_source(stream_spark, str(landing), event_time="t")
+    query = start(reassemble_stream(df, options=OPTIONS), tmp_path / "out", str(tmp_path / "ck"), "available-now")
+    assert query.awaitTermination(600) and query.exception() is None
+    assert sorted(r["status"] for r in read_committed(tmp_path / "out", "message")) == ["complete", "complete"]

@@ -154,3 +154,44 @@ def test_payload_dir_inside_the_input_or_the_checkpoint_is_refused(tmp_path: Pat
         str(tmp_path / "bodies"),
     )
     assert check_args(ok) == tmp_path / "out" and ok.large_message_bytes == 128 << 20
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ("landing/ext/out", "--checkpoint", "ck"),
+        ("elsewhere/out", "--checkpoint", "ck"),
+        ("out", "--checkpoint", "elsewhere/ck"),
+        ("out", "--checkpoint", "ck", "--payload-dir", "landing/ext/bodies"),
+        ("out", "--checkpoint", "ck", "--payload-dir", "elsewhere"),
+    ],
+)
+def test_nothing_is_written_where_a_link_inside_the_input_leads(landing: Path, options: tuple[str, ...]) -> None:
+    """landing/ext -> elsewhere: Spark reads through the link, so an output there was read back as
+    input (the second run failed for good: CONFLICTING_DIRECTORY_STRUCTURES). `run` refused it; now
+    the stream does too."""
+    (landing.parent / "elsewhere").mkdir()
+    (landing / "ext").symlink_to(landing.parent / "elsewhere")
+    with pytest.raises(UsageError, match=r"linked from .*landing/ext"):
+        check_args(stream_args("landing", *options))
+
+
+def test_an_idle_trigger_is_one_line_never_a_batch_that_did_not_run(tmp_path: Path) -> None:
+    """A restart with no new files reported Spark's idle progress as a batch that ran ("held unknown
+    (checkpoint begun by an older version)"); an idle trigger is now one 'idle' line, and the batch
+    that then runs gets its own line."""
+    import io
+    from types import SimpleNamespace
+
+    from reassembly.spark.stream_job import _Lines
+
+    out = io.StringIO()
+    lines = _Lines(out, tmp_path / "out")
+    idle = SimpleNamespace(batchId=2, numInputRows=0, stateOperators=[], eventTime={})
+    lines.flush(SimpleNamespace(recentProgress=[idle]))
+    lines.flush(SimpleNamespace(recentProgress=[idle]))
+    ran = SimpleNamespace(batchId=2, numInputRows=5, stateOperators=[], eventTime={})
+    lines.flush(SimpleNamespace(recentProgress=[idle, ran]))
+    text = out.getvalue().splitlines()
+    assert text[0] == "idle: no new input (batch 2 did not run)" and len(text) == 2
+    assert text[1].startswith("batch 2: 5 rows in")

@@ -260,10 +260,15 @@ def _processor(opts: StreamOptions) -> Any:
 
         def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
             self.change, self.read = Footprint(), None
-            raws, times = [], []
+            raws: list[bytes] = []
+            stamps: list[int | None] = []
             for r in rows:
-                raws.append(bytes(r.raw))
-                times.append(r.event_ms)
+                raws.append(b"" if r.raw is None else bytes(r.raw))  # NULL: garbage, quarantined (9007) as `run` does
+                stamps.append(r.event_ms)
+            # A NULL event time: the row counts as arriving with the call's latest (else the watermark).
+            known_times = [t for t in stamps if t is not None]
+            fill = max(known_times) if known_times else timerValues.getCurrentWatermarkInMs()
+            times = [fill if t is None else t for t in stamps]
             unreadable = [undecodable(raw) for raw in raws]
             good = [raw for raw, u in zip(raws, unreadable, strict=True) if not u]
             result = reject_now([raw for raw, u in zip(raws, unreadable, strict=True) if u], limits)
@@ -334,7 +339,9 @@ def _processor(opts: StreamOptions) -> Any:
             held = []
             for raw in raws:
                 h = decode_header(raw)
-                head, at = spool.put(raw, h, summary.spool) if spool is not None and spool.wants(h) else (raw, IN_STATE)
+                head, at = (
+                    spool.put(raw, h, summary.spool) if spool is not None and spool.wants(raw, h) else (raw, IN_STATE)
+                )
                 held.append((head, at, h))
             self.change = self.change.plus(Footprint.of(held))
             return held
@@ -629,7 +636,11 @@ def file_source(
     from pyspark.sql import functions as F
 
     schema = f"`{raw_column}` binary" + (f", `{event_time}` timestamp" if event_time else "")
-    reader = spark.readStream.schema(schema)
+    # Spark's file source ignores, without a word, a file whose modification time is more than
+    # maxFileAge (default 7 days) older than the newest file it has seen: a landing file copied with
+    # its old mtime (cp -p, rsync -t) was never read. Ten years: every file is read; the price is
+    # the source remembering every file name seen (as its checkpoint log does anyway).
+    reader = spark.readStream.schema(schema).option("maxFileAge", "3650d")
     if max_files is not None:
         reader = reader.option("maxFilesPerTrigger", max_files)
     df = reader.parquet(path)

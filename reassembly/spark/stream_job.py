@@ -28,6 +28,7 @@ from ..jobs import (
     UsageError,
     first_line,
     hadoop_literal,
+    linked_overlap,
     master_endpoints,
     open_session,
     overlap,
@@ -120,6 +121,9 @@ def check_args(args: argparse.Namespace) -> Path:
         why = overlap(Path(path).resolve(), source)
         if why:
             raise UsageError(f"{name} {path} {why} {args.input}: choose a {name} outside the input")
+        why = linked_overlap(Path(path).resolve(), args.input)  # the stream reads through links too
+        if why:
+            raise UsageError(f"{name} {path} {why}: choose a {name} outside the input")
     if overlap(out.resolve(), checkpoint):
         raise UsageError(f"output {args.output} and checkpoint {args.checkpoint} overlap: keep them apart")
     if args.payload_dir and overlap(Path(args.payload_dir).resolve(), checkpoint):
@@ -169,15 +173,21 @@ class _Lines:
         self.out = out
         self.output = output
         self.printed = -1
+        self.idle = -1  # the batch an idle line was printed for (once)
 
     def flush(self, query: Any) -> None:
         from .stream import batch_counts
 
         for p in query.recentProgress:
             if p.batchId > self.printed:
+                counts = batch_counts(self.output, p.batchId)
+                if counts is None and not p.numInputRows:  # an idle trigger: that batch has not run (yet)
+                    if p.batchId != self.idle:
+                        self.idle = p.batchId
+                        print(f"idle: no new input (batch {p.batchId} did not run)", file=self.out, flush=True)
+                    continue
                 self.printed = p.batchId
-                counts = batch_counts(self.output, p.batchId) or Counter()
-                print(status_line(p.batchId, counts, p), file=self.out, flush=True)
+                print(status_line(p.batchId, counts or Counter(), p), file=self.out, flush=True)
 
 
 def _quiet_stdout() -> TextIO:
