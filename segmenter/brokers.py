@@ -469,6 +469,9 @@ def _stomp_connect(url: str, pool: BufferPool | None = None) -> StompConnection:
         raise BrokerError(str(exc), url=url) from exc
 
 
+_SERVER_COMMANDS = frozenset({"CONNECTED", "MESSAGE", "RECEIPT", "ERROR"})  # all STOMP 1.2 lets a server send
+
+
 def _stomp_read(conn: StompConnection, timeout: float, what: str) -> list[StompFrame]:
     """Frames within ``timeout`` s; an ERROR frame or a lost connection raises."""
     try:
@@ -479,6 +482,9 @@ def _stomp_read(conn: StompConnection, timeout: float, what: str) -> list[StompF
         if f.command == "ERROR":
             conn.close(0.0)
             raise BrokerError(f"{what}: the broker says: {explain(f)}", url=conn.url)
+        if f.command not in _SERVER_COMMANDS:  # a frame out of step (e.g. a body with a NUL and no
+            conn.close(0.0)  # content-length): whatever follows is misframed; never skip it silently
+            raise BrokerError(f"{what}: unexpected frame {f.command[:40]!r}: the stream is out of step", url=conn.url)
     return frames
 
 
