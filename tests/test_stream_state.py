@@ -272,7 +272,11 @@ def test_large_messages_are_held_on_disk_and_a_replay_leaves_the_body_intact(tmp
     assert not list((tmp_path / SPOOL).iterdir())
     # anything that does not fit what its message declares stays in state (and is rejected when judged)
     h = decode_header(segs[0])
-    assert not spool.wants(h._replace(offset=1 << 40)) and not Spool(str(tmp_path), 5000, 1 << 20).wants(h)
+    assert spool.wants(segs[0], h)
+    assert not spool.wants(segs[0], h._replace(offset=1 << 40)) and not Spool(str(tmp_path), 5000, 1 << 20).wants(
+        segs[0], h
+    )
+    assert not spool.wants(segs[0] + b"x", h) and not spool.wants(segs[0][:-1], h)  # not exactly one segment
 
 
 def test_sync_covers_every_spool_file_written_since_the_last_one(tmp_path: Path) -> None:
