@@ -438,8 +438,8 @@ def test_null_event_times_and_old_files_are_read(stream_spark: Any, tmp_path: Pa
 
     now = time.time()
     stamp = int(now * 1000)
-    put("a", first, [stamp, None, stamp], now)
-    put("b", second, [None, None, None], now - 30 * 86400)  # copied with its old mtime (cp -p)
+    put("a", first, [None if i == 1 else stamp for i in range(len(first))], now)
+    put("b", second, [None] * len(second), now - 30 * 86400)  # copied with its old mtime (cp -p)
     df = file_source(stream_spark, str(landing), event_time="t")
     query = start(reassemble_stream(df, options=OPTIONS), tmp_path / "out", str(tmp_path / "ck"), "available-now")
     assert query.awaitTermination(600) and query.exception() is None
