@@ -632,10 +632,15 @@ class Assembler:
         unit_of_work: bool = True,
         second_chance: bool = False,
         bodies: BodyStore | None = None,
+        batch: bool = False,
+        join: bool = True,
     ) -> Assembler:
         """Rebuild an assembler from :meth:`snapshot` output (segments are re-verified; with ``bodies``,
-        those of large messages go back into the store, as they would have arrived)."""
-        asm = cls(limits, clock=clock, unit_of_work=unit_of_work, second_chance=second_chance, bodies=bodies)
+        those of large messages go back into the store, as they would have arrived). The keywords are
+        the constructor's, given again (configuration, not state): a batch assembler's snapshot holds
+        whole messages, which restore only into a batch assembler."""
+        asm = cls(limits, clock=clock, unit_of_work=unit_of_work, second_chance=second_chance, bodies=bodies,
+                  batch=batch, join=join)  # fmt: skip
         asm._closed = restore(blob, asm._feed, asm._groups, asm._ledger)
         return asm
 
@@ -651,8 +656,8 @@ class Assembler:
         self._accept(piece, events)
         if events:  # what was held is held again under the same limits: nothing happens, or nothing is lost
             raise SegmentationError(
-                f"restoring the snapshot produced {type(events[0]).__name__} (limits lower than when it was"
-                " taken?): restore it under its own limits",
+                f"restoring the snapshot produced {type(events[0]).__name__}: restore it under its own limits"
+                " and options (lower limits? a batch assembler's snapshot restored with batch=False?)",
                 reason=Reason.STATE_ERROR,
                 events=len(events),
             )

@@ -10,12 +10,14 @@ segments arrive, so memory holds only headers, whatever the message size.
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from segmenter.buffers import same_bytes
+from segmenter.errors import Reason, SegmentationError
 from segmenter.wire import Buffer, SegmentHeader
 
 MessageKey = tuple[bytes, int]  # GroupId, MsgSeqNumber
@@ -71,21 +73,31 @@ class _Piece:
     """A piece kept in a file: compared and read back on demand (duplicates, quarantine).
 
     ``kept``: its store keeps it past a failure, so a failed message's originals can be
-    handed out as :class:`StoredOriginal` handles instead of read back into memory.
+    handed out as :class:`StoredOriginal` handles instead of read back into memory. It holds
+    its file (not a descriptor number: once the store purged the file, a number could name
+    another file the process opened since, and a read would return its bytes).
     """
 
-    __slots__ = ("fd", "kept", "length", "position")
+    __slots__ = ("file", "kept", "length", "position")
 
-    def __init__(self, fd: int, position: int, length: int, kept: bool = False) -> None:
-        self.fd, self.position, self.length, self.kept = fd, position, length, kept
+    def __init__(self, file: BinaryIO, position: int, length: int, kept: bool = False) -> None:
+        self.file, self.position, self.length, self.kept = file, position, length, kept
+
+    def _read(self, size: int, at: int) -> bytes:
+        try:
+            return os.pread(self.file.fileno(), size, at)
+        except (ValueError, OSError) as exc:  # ValueError: the file was closed (purged)
+            raise SegmentationError(
+                f"stored piece unreadable (its store was purged or its file is gone): {exc}", reason=Reason.STORE_ERROR
+            ) from None
 
     def __bytes__(self) -> bytes:
-        return os.pread(self.fd, self.length, self.position)
+        return self._read(self.length, self.position)
 
     def blocks(self, size: int) -> Iterator[bytes]:
         """Its bytes, at most ``size`` at a time."""
         for at in range(0, self.length, size):
-            yield os.pread(self.fd, min(size, self.length - at), self.position + at)
+            yield self._read(min(size, self.length - at), self.position + at)
 
     def __len__(self) -> int:
         return self.length
@@ -140,6 +152,10 @@ class _Files:
     final: str | None = None  # the name place() gave it
 
 
+def _store_error(what: str, exc: OSError) -> SegmentationError:
+    return SegmentationError(f"{what}: {exc}", reason=Reason.STORE_ERROR, errno=exc.errno)
+
+
 class FileBodyStore:
     """Bodies as files under ``directory``: ``<GroupId hex>-<MsgSeqNumber>-<checksum>.bin`` once verified.
 
@@ -188,14 +204,22 @@ class FileBodyStore:
         self._files(key).final = name
         return name
 
-    def _path(self, key: MessageKey, kind: str) -> Path:
-        return self.directory / f".{key[0].hex()}-{key[1]}.{kind}-{self.token}"
+    def _create(self, key: MessageKey, kind: str) -> BinaryIO:
+        """A new work file: a name no other open has used (the token, then random), created
+        exclusively (``x``: never through a link or over a file someone planted under a name
+        derived from a GroupId they chose: that wrote outside the directory; nor over the kept
+        files of an earlier, failed attempt at the same message)."""
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            name = f".{key[0].hex()}-{key[1]}.{kind}-{self.token}-{uuid.uuid4().hex[:12]}"
+            return open(self.directory / name, "x+b")
+        except OSError as exc:
+            raise _store_error("cannot create a work file", exc) from None
 
     def _files(self, key: MessageKey) -> _Files:
         files = self._open.get(key)
         if files is None:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            files = self._open[key] = _Files(open(self._path(key, "part"), "w+b"))  # noqa: SIM115
+            files = self._open[key] = _Files(self._create(key, "part"))
         return files
 
     def wants(self, header: SegmentHeader) -> bool:
@@ -222,17 +246,23 @@ class FileBodyStore:
         files = self._files(key)
         if offset is None:
             return self._aside(key, files, data)
-        os.pwrite(files.body.fileno(), data, offset)
-        piece = files.at[offset] = _Piece(files.body.fileno(), offset, len(memoryview(data)), self.keep_failed)
+        try:
+            os.pwrite(files.body.fileno(), data, offset)
+        except OSError as exc:
+            raise _store_error("cannot write a body", exc) from None
+        piece = files.at[offset] = _Piece(files.body, offset, len(memoryview(data)), self.keep_failed)
         return piece
 
     def _aside(self, key: MessageKey, files: _Files, data: Buffer) -> _Piece:
         if files.aside is None:
-            files.aside = open(self._path(key, "aside"), "w+b")  # noqa: SIM115
-        position = files.aside.seek(0, os.SEEK_END)
-        files.aside.write(data)
-        files.aside.flush()
-        return _Piece(files.aside.fileno(), position, len(memoryview(data)), self.keep_failed)
+            files.aside = self._create(key, "aside")
+        try:
+            position = files.aside.seek(0, os.SEEK_END)
+            files.aside.write(data)
+            files.aside.flush()
+        except OSError as exc:
+            raise _store_error("cannot write an aside file", exc) from None
+        return _Piece(files.aside, position, len(memoryview(data)), self.keep_failed)
 
     def body(self, key: MessageKey, pieces: Sequence[tuple[int, Any]], length: int) -> BinaryIO:
         files = self._files(key)
@@ -254,23 +284,26 @@ class FileBodyStore:
         for at, occupant in list(files.at.items()):
             if occupant is not keep and (at == start or (at < end and start < at + occupant.length)):
                 moved = self._aside(key, files, bytes(occupant))
-                occupant.fd, occupant.position = moved.fd, moved.position
+                occupant.file, occupant.position = moved.file, moved.position
                 del files.at[at]
 
     def output(self, key: MessageKey) -> BinaryIO:
         files = self._files(key)
         if files.decoded is None:
-            files.decoded = open(self._path(key, "decoded"), "w+b")  # noqa: SIM115
+            files.decoded = self._create(key, "decoded")
         return files.decoded
 
     def finish(self, key: MessageKey, decoded: bool) -> None:
-        files = self._open.pop(key)
+        files = self._open[key]
         done = files.decoded if decoded else files.body
-        assert done is not None
-        done.flush()
-        os.fsync(done.fileno())
-        assert files.final is not None  # placed when it was verified
-        os.replace(done.name, self.directory / files.final)
+        assert done is not None and files.final is not None  # placed when it was verified
+        try:
+            done.flush()
+            os.fsync(done.fileno())
+            os.replace(done.name, self.directory / files.final)
+        except OSError as exc:  # e.g. a directory planted at the final name: the files stay open, owned
+            raise _store_error(f"cannot put {files.final} in place", exc) from None
+        del self._open[key]  # only once it is in place: the pieces' files stay open until then
         self._close(key, files, keep=done)
 
     def discard(self, key: MessageKey) -> None:

@@ -35,7 +35,10 @@ class Checkpoint(NamedTuple):
     ``safe``: every segment received at or below it has settled (commit it; ``None``: no such
     position is known). ``restart``: the lowest position still held (or rewound to), the first to
     read again after a crash; ``None`` when nothing is held (continue after ``safe``). ``high``:
-    the highest position received (where a consumer restored from a snapshot resumes, after it).
+    the highest position received (where a consumer restored from a snapshot resumes, after it);
+    ``None`` while a rewound position has not been read again: that position is neither settled
+    nor in a snapshot, so a restored consumer resumes at ``restart`` (resuming after ``high`` lost
+    the forgotten message).
     """
 
     partition: Hashable
@@ -131,7 +134,7 @@ class Track:
         lowest = self._lowest()
         floor = self.floor
         safe = floor if floor is not None and (lowest is None or floor < lowest) else None
-        return Checkpoint(self.partition, safe, lowest, self.high)
+        return Checkpoint(self.partition, safe, lowest, None if self._pins else self.high)
 
     def state(self) -> list[Any]:
         """What a snapshot keeps (held positions come back with the held segments)."""

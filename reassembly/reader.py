@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import BinaryIO
 
+from segmenter.sources import read_some
 from segmenter.wire import SegmentStreamDecoder
 
 from .assembler import Assembler
@@ -22,7 +23,7 @@ def read_events(source: BinaryIO, assembler: Assembler | None = None, *, chunk_s
     decoder = SegmentStreamDecoder(
         max_segment_size=asm.limits.max_segment_size, max_message_size=asm.limits.max_message_size, verify=False
     )
-    while chunk := source.read(chunk_size):
+    while chunk := read_some(source, chunk_size):
         for seg in decoder.feed(chunk):
             yield from asm.receive(seg)
     decoder.close()

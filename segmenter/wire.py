@@ -223,7 +223,9 @@ class SegmentStreamDecoder:
     declared data length above ``max_segment_size`` is refused before any
     buffering, so a hostile header cannot make the decoder allocate.
     After an error the decoder stays failed: a corrupt stream has no
-    trustworthy frame boundary to resume from.
+    trustworthy frame boundary to resume from. Segments framed before the error in the same
+    :meth:`feed` are returned first and the error is raised by the next call (``feed`` or
+    :meth:`close`), so what comes out does not depend on how the bytes were chunked.
     """
 
     def __init__(
@@ -240,9 +242,11 @@ class SegmentStreamDecoder:
         # a damaged data part does not move any boundary, so the stream stays framed)
         self._verify = verify
         self._failed: Exception | None = None
+        self._deferred: Exception | None = None  # an error met after segments the same call returned
 
     def feed(self, data: Buffer) -> list[Segment]:
         """Add bytes; return every segment they complete."""
+        self._raise_deferred()
         if self._failed is not None:
             raise HeaderError("stream decoder failed earlier", reason=Reason.STATE_ERROR) from self._failed
         self._buf += data
@@ -255,7 +259,15 @@ class SegmentStreamDecoder:
                 out.append(seg)
         except Exception as exc:
             self._failed = exc
+            if out:  # whole segments framed before the error: theirs first, the error at the next call
+                self._deferred = exc
+                return out
             raise
+
+    def _raise_deferred(self) -> None:
+        exc, self._deferred = self._deferred, None
+        if exc is not None:
+            raise exc
 
     def _next(self) -> Segment | None:
         buf = self._buf
@@ -289,7 +301,8 @@ class SegmentStreamDecoder:
         return len(self._buf)
 
     def close(self) -> None:
-        """Raise if the stream ended inside a segment."""
+        """Raise if the stream ended inside a segment (or with an error not yet raised)."""
+        self._raise_deferred()
         if self._buf:
             raise HeaderError(
                 f"stream ended with {len(self._buf)} bytes of an unfinished segment",

@@ -642,3 +642,17 @@ def test_a_refused_segment_never_makes_a_group_forget_what_it_delivered(between:
     assert isinstance(events[-1], ConflictingDuplicate)
     events += asm.receive_many(msg(1, b"first")) + asm.close()
     assert [bytes(e.payload) for e in events if isinstance(e, MessageComplete)] == [b"version-1", b"first"]
+
+
+def test_a_batch_assembler_snapshot_restores_into_a_batch_assembler() -> None:
+    """``restore`` had no ``batch`` keyword: a batch assembler holding a whole message (judged only at
+    close) could not be restored at all (9016, with a hint about limits)."""
+    payload = os.urandom(3000)
+    segs = [s.encode() for s in segment(payload, 1100)]
+    asm = Assembler(batch=True)
+    assert asm.receive_many(segs) == []
+    blob = asm.snapshot()
+    with pytest.raises(SegmentationError, match="batch=False"):
+        Assembler.restore(blob)
+    restored = Assembler.restore(blob, batch=True)
+    assert [bytes(e.payload) for e in restored.close() if isinstance(e, MessageComplete)] == [payload]

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import random
 from pathlib import Path
+from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -19,7 +21,7 @@ from reassembly import (
     Unfinished,
 )
 from reassembly.bodies import FileBodyStore, StoredBody
-from segmenter import Codec, Reason, Segment, Segmenter, segment
+from segmenter import ChecksumAlgorithm, Codec, Reason, Segment, SegmentationError, Segmenter, segment
 from segmenter.checksum import checksum
 from segmenter.producer import new_group_id
 from segmenter.wire import decode_segment
@@ -151,3 +153,72 @@ def test_any_payload_order_and_duplicates_give_the_same_bytes_as_in_memory(
     assert (directory / done.payload.location).read_bytes() == payload
     assert done.segments == len(segs)
     assert all(decode_segment(s).header.group_id == done.group_id for s in segs)
+
+
+def test_work_files_are_created_never_opened_through_what_is_planted(tmp_path: Path, monkeypatch: Any) -> None:
+    """Work-file names derive from the GroupId, which the segment carries: a symlink planted under
+    one made the store truncate and fill a file outside its directory. Names now end in a random
+    part and are created exclusively: a planted name is refused (9018), nothing outside is touched."""
+    import uuid as uuid_module
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    store_dir = tmp_path / "store"
+    store_dir.mkdir()
+    gid = b"P" * 24
+    (store_dir / f".{gid.hex()}-1.part-t").symlink_to(victim)  # the name before stop 25
+    payload = os.urandom(500)
+    segs = [s.encode() for s in segment(payload, 200, group_id=gid)]
+    events = Assembler(bodies=FileBodyStore(store_dir, "t", threshold=0)).receive_many(segs)
+    (done,) = [e for e in events if isinstance(e, MessageComplete)]
+    assert isinstance(done.payload, StoredBody) and (store_dir / done.payload.location).read_bytes() == payload
+    fixed = uuid_module.UUID(int=7)
+    monkeypatch.setattr(uuid_module, "uuid4", lambda: fixed)  # the name is now predictable: plant it
+    (store_dir / f".{gid.hex()}-1.part-t-{fixed.hex[:12]}").symlink_to(victim)
+    with pytest.raises(SegmentationError) as refused:
+        Assembler(bodies=FileBodyStore(store_dir, "t", threshold=0)).receive_many(segs)
+    assert refused.value.reason == Reason.STORE_ERROR and victim.read_text() == "keep me"
+
+
+def test_a_store_that_cannot_put_a_body_in_place_raises_our_error_and_the_assembler_goes_on(tmp_path: Path) -> None:
+    """A directory planted at a body's final name: the rename raised IsADirectoryError, after which
+    every call on that message, and close(), raised EBADF (the work files were closed too early)."""
+    payload = os.urandom(3000)
+    gid = b"Q" * 24
+    segs = [s.encode() for s in segment(payload, 1100, group_id=gid)]
+    (tmp_path / f"{gid.hex()}-1-{checksum(ChecksumAlgorithm.CRC32, payload):08x}.bin").mkdir()
+    asm = Assembler(bodies=FileBodyStore(tmp_path, "t", threshold=0))
+    with pytest.raises(SegmentationError) as refused:
+        asm.receive_many(segs)
+    assert refused.value.reason == Reason.STORE_ERROR
+    other = os.urandom(3000)
+    (done,) = [
+        e for e in asm.receive_many([s.encode() for s in segment(other, 1100)]) if isinstance(e, MessageComplete)
+    ]
+    assert isinstance(done.payload, StoredBody) and (tmp_path / done.payload.location).read_bytes() == other
+    assert [type(e).__name__ for e in asm.close()] == ["Unfinished"]  # the first one is reported, not lost
+
+
+def test_kept_handles_survive_a_group_that_starts_again_and_die_loudly_after_purge(tmp_path: Path) -> None:
+    """keep_failed: a revoked group read again reopened the same work file (truncating what the kept
+    handles point at) and purge() then deleted the new message's file (FileNotFoundError at delivery);
+    a purged handle read whatever file had reused its descriptor number."""
+    payload = os.urandom(500)
+    segs = [s.encode() for s in segment(payload, 200)]
+    store = FileBodyStore(tmp_path, "t", threshold=0, keep_failed=True)
+    asm = Assembler(bodies=store)
+    asm.receive(segs[0], position=0, partition=0)
+    asm.receive(segs[1], position=1, partition=0)
+    (revoked,) = asm.revoke(0)
+    handles = revoked.stored
+    asm.receive(segs[0], position=0, partition=0)  # the partition comes back: read again
+    assert sorted(bytes(h) for h in handles) == sorted(segs[:2])
+    store.purge()
+    events = [e for i in range(1, len(segs)) for e in asm.receive(segs[i], position=i, partition=0)]
+    (done,) = [e for e in events if isinstance(e, MessageComplete)]
+    assert isinstance(done.payload, StoredBody) and (tmp_path / done.payload.location).read_bytes() == payload
+    with open(tmp_path / "unrelated", "wb") as other:  # takes a descriptor number a handle had
+        other.write(b"x" * 1000)
+        with pytest.raises(SegmentationError) as dead:
+            bytes(handles[0])
+    assert dead.value.reason == Reason.STORE_ERROR

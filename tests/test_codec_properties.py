@@ -8,6 +8,7 @@ import os
 import random
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -324,3 +325,33 @@ def test_mqmd_fields_validated_against_mq_ranges() -> None:
     with pytest.raises(SegmentationError) as err:
         mqmd_fields(seg.header._replace(stored_length=2**31))
     assert err.value.reason == Reason.ORIGINAL_LENGTH_ERROR
+
+
+@settings(max_examples=60)
+@given(st.binary(min_size=1, max_size=2000), st.integers(120, 600), st.binary(min_size=4, max_size=40), st.data())
+def test_a_stream_that_goes_bad_gives_the_same_segments_however_it_is_chunked(
+    payload: bytes, size: int, garbage: bytes, data: st.DataObject
+) -> None:
+    """Whole segments framed before the bytes that cannot be framed are handed over first, then the
+    error: fed in one chunk, the good segments framed in that call were dropped with the error (a 1 MiB
+    read lost the message a 1-byte read delivered)."""
+    from reassembly import read_events
+
+    segs = [s.encode() for s in segment(payload, size)]
+    garbage = b"X" + garbage[1:]  # never the magic
+    blob = b"".join(segs) + garbage
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(blob) - 1), max_size=8)))
+    chunks = [blob[a:b] for a, b in zip([0, *cuts], [*cuts, len(blob)], strict=True)]
+    dec = SegmentStreamDecoder()
+    got: list[bytes] = []
+    with pytest.raises(SegmentationError) as err:
+        for chunk in chunks:
+            got += [s.encode() for s in dec.feed(chunk)]
+        dec.close()
+    assert got == segs and err.value.reason in (Reason.BAD_MAGIC, Reason.TRUNCATED)
+    for chunk_size in (1, len(blob)):
+        events: list[Any] = []
+        with pytest.raises(SegmentationError):
+            for ev in read_events(io.BytesIO(blob), chunk_size=chunk_size):
+                events.append(ev)
+        assert [bytes(e.payload) for e in events if isinstance(e, MessageComplete)] == [payload]

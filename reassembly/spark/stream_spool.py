@@ -96,7 +96,7 @@ class Spool:
         if not path.parent.is_dir():
             path.parent.mkdir(parents=True, exist_ok=True)
             self.unsynced.add(path.parent.parent)  # the new directory's own name
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)  # never through a planted link
         try:
             os.pwrite(fd, data, at)
         finally:
@@ -126,7 +126,7 @@ class Spool:
     def read(self, head: bytes, at: int, h: SegmentHeader) -> bytes:
         """The whole segment back (header as received, then its data)."""
         kind, position = ("body", h.offset) if at == IN_BODY else ("aside", at)
-        fd = os.open(self._path(h.group_id, h.msg_seq_number, kind), os.O_RDONLY)
+        fd = os.open(self._path(h.group_id, h.msg_seq_number, kind), os.O_RDONLY | os.O_NOFOLLOW)
         try:
             data = os.pread(fd, h.data_length, position)
         finally:
