@@ -347,8 +347,21 @@ def write_split(combined: Any, tmp: Path, folders: dict[str, str]) -> None:
         if src.exists():
             src.rename(tmp / name)
         else:
-            (tmp / name).mkdir(parents=True)
+            empty_folder(tmp / name)
     shutil.rmtree(tmp / "_combined")
+
+
+def empty_folder(path: Path) -> None:
+    """An output folder with no rows, as one empty Parquet file with the rows' columns: Spark cannot
+    read a directory that holds no file (UNABLE_TO_INFER_SCHEMA), so a reader of a clean run's
+    ``quarantine`` broke on exactly the healthy runs."""
+    import pyarrow.parquet as pq
+
+    from .spark.schema import OUTPUT_ARROW
+
+    path.mkdir(parents=True)
+    schema = OUTPUT_ARROW.remove(OUTPUT_ARROW.get_field_index("kind"))  # the folder is the kind
+    pq.write_table(schema.empty_table(), path / "part-00000-empty.parquet")
 
 
 def tidy_payloads(directory: Path) -> None:

@@ -348,7 +348,11 @@ def verify_sql(blob_expr: str, extension_expr: str, policy: DigestPolicy) -> str
     layout = (
         f"length({e}) = (CASE WHEN {has_sha} THEN {_RECORD.size + DIGEST_SIZE} ELSE 0 END)"
         f" + (CASE WHEN {has_hmac} THEN {_RECORD.size} + {value_length} ELSE 0 END)"
-        f" AND (NOT {has_hmac} OR ({id_length} >= 1 AND {value_length} = {DIGEST_SIZE + 1} + {id_length}))"
+        f" AND (NOT {has_hmac} OR ({id_length} BETWEEN 1 AND {MAX_KEY_ID}"
+        f" AND {value_length} = {DIGEST_SIZE + 1} + {id_length}"
+        # printable ASCII, as parse_extension demands (a space, a NUL or a 65-byte id passed here and
+        # the SQL path delivered what the assembler quarantines as 9030); non-UTF-8 fails the cast's match
+        f" AND cast({key_id} AS STRING) RLIKE '^[!-~]+$'))"
     )
     absent = "false" if policy.sha256 else "true"
     sha = f"(CASE WHEN {has_sha} THEN {sha256_sql(blob_expr)} = substring({e}, 4, {DIGEST_SIZE}) ELSE {absent} END)"

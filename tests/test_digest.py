@@ -331,6 +331,10 @@ def _tampered_cases() -> list[tuple[bytes, bytes]]:
             (message, good.extension() + b"\0"),
             (message, good.extension() + record(0xC0, b"")),  # legal; SQL says "not verified here"
         ]
+        # key ids the wire forbids (parse_extension: 9030); SQL passed them and its path delivered
+        for kid in (b"a ", b"a\x00", b"k" * 65, b"\xff\xfe"):
+            forged = record(ExtensionType.HMAC_SHA256, good.hmac.tag + bytes([len(kid)]) + kid)
+            cases.append((message, Digests(good.sha256).extension() + forged))
     return cases
 
 

@@ -55,6 +55,9 @@ def test_clean_input_is_written_without_a_second_job(spark: Any, tmp_path: Path)
     assert sorted(bytes(r["payload"]) for r in got) == sorted(payloads)
     assert {r["status"] for r in got} == {"complete"} and sum(r["segments_used"] for r in got) == len(rows)
     assert (tmp_path / "out" / "quarantine").is_dir() and not (tmp_path / "out" / SIDE).exists()
+    # nothing quarantined is still a table a reader can open (an empty directory: UNABLE_TO_INFER_SCHEMA)
+    empty = spark.read.parquet(str(tmp_path / "out" / "quarantine"))
+    assert empty.count() == 0 and {"raw", "reason", "raw_path"} <= set(empty.columns)
 
 
 @pytest.mark.spark
@@ -113,3 +116,35 @@ def test_a_damaged_side_file_is_refused_before_anything_is_allocated(tmp_path: P
     assert next(groups).raws == [b"ok"]  # what precedes the damage reads as written
     with pytest.raises(OSError, match="cut short or damaged"):
         next(groups)
+
+
+@pytest.mark.spark
+def test_a_message_of_unknown_size_is_a_file_on_every_path(spark: Any, tmp_path: Path) -> None:
+    """With a payload_dir, a length-deferred message (a MessageWriter's) was delivered inline by the
+    clean test and as a file by the assembler, so the row's columns depended on the path that ran."""
+    import os
+
+    from segmenter.digest import DigestPolicy
+
+    rows = []
+    payloads = {}
+    for seg in (Segmenter(300, digest=DigestPolicy(sha256=True)), Segmenter(300)):
+        w = seg.message_writer()
+        body = os.urandom(500)
+        segs = [*w.write(body), *w.close()]
+        payloads[segs[0].header.group_id] = body
+        rows += [s.encode() for s in segs]
+    path = write_parquet(Dataset(rows=rows), tmp_path / "in", files=1)
+    seen = []
+    for i, opts in enumerate([{"use_jar": True}, {"use_jar": False}, {"jvm_fast_path": False}]):
+        out = tmp_path / f"out{i}"
+        options = ReassemblyOptions(payload_dir=str(out / "payloads"), partitions=1, **opts)  # type: ignore[arg-type]
+        reassemble(spark.read.parquet(str(path)), options=options).save(out)
+        got = saved_rows(spark, out)
+        assert {r["status"] for r in got} == {"complete"} and len(got) == 2
+        for r in got:
+            assert (
+                r["payload"] is None and (out / "payloads" / r["payload_path"]).read_bytes() == payloads[r["group_id"]]
+            )
+        seen.append(sorted((bytes(r["group_id"]), r["payload_path"]) for r in got))
+    assert seen[0] == seen[1] == seen[2]

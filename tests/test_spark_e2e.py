@@ -148,3 +148,23 @@ def test_column_values_a_segment_cannot_carry_are_quarantined_never_padded_or_cu
     assert messages == [(good, "complete", whole)]
     quarantined = result.quarantine.collect()
     assert len(quarantined) == 4 and {bytes(q.raw)[:8] for q in quarantined} == {b"COLUMNS:"}
+
+
+def test_a_column_value_out_of_a_field_range_is_quarantined_never_a_failed_job(spark: Any) -> None:
+    """Spark's ANSI cast made one MsgSeqNumber of 3,000,000,000 (a BIGINT column) or a non-numeric
+    text fail the whole job with CAST_OVERFLOW / CAST_INVALID_INPUT; such a row is garbage now."""
+    whole = b"a message"
+    crc = zlib.crc32(whole)
+    schema = "gid binary, seq bigint, off string, flags int, olen bigint, crc bigint, mcrc bigint, body binary"
+    rows = [
+        (b"G" * 24, 1, "0", 0, len(whole), crc, crc, whole),
+        (b"H" * 24, 3_000_000_000, "0", 0, len(whole), crc, crc, whole),
+        (b"I" * 24, 1, "zero", 0, len(whole), crc, crc, whole),
+        (b"J" * 24, 1, "1e30", 0, len(whole), crc, crc, whole),
+    ]
+    result = reassemble(spark.createDataFrame(rows, schema), encoded=False, columns=COLUMNS)
+    assert [(bytes(m.group_id), m.status) for m in result.messages.collect()] == [(b"G" * 24, "complete")]
+    quarantined = sorted((q.reason, bytes(q.raw)[:8]) for q in result.quarantine.collect())
+    # 3,000,000,000 fits the 4-byte field: a segment the header rules refuse (2250); the text and the
+    # number no BIGINT holds are garbage
+    assert quarantined == sorted([(2250, b"SGMT\x01\x01\x00\x01"), (9001, b"COLUMNS:"), (9001, b"COLUMNS:")])

@@ -79,7 +79,10 @@ def encode_columns(df: Any, names: ColumnNames, keep: tuple[str, ...] = ()) -> A
         "codec": names.codec,
         "algorithm": names.algorithm,
     }
-    types = {"group_id": "binary", "data": "binary", "msg_seq_number": "int", "codec": "int", "algorithm": "int"}
-    cols = [F.col(src).cast(types.get(dst, "bigint")).alias(dst) for dst, src in picks.items() if src is not None]
+    # try_cast, every number as a bigint: a value out of a field's range reaches _encode as itself and
+    # is kept as garbage there (Spark's ANSI cast to int failed the whole job on one 3,000,000,000);
+    # what no bigint holds (text, a wide decimal) arrives as NULL, garbage too.
+    types = {"group_id": "binary", "data": "binary"}
+    cols = [F.col(src).try_cast(types.get(dst, "bigint")).alias(dst) for dst, src in picks.items() if src is not None]
     kept = ", ".join(f"`{k}` {df.schema[k].dataType.simpleString()}" for k in keep)
     return df.select(*cols, *keep).mapInArrow(_encode(keep), "segment binary" + (f", {kept}" if kept else ""))

@@ -139,6 +139,7 @@ def fast_aggregate(
     clean: bool = True,
     dirty: bool = True,
     side: str | None = None,
+    stored: bool = False,
 ) -> Any:
     """:func:`aggregate` plus the clean test's verdict (column ``clean``), in one JVM pass.
 
@@ -161,7 +162,8 @@ def fast_aggregate(
     from pyspark.sql import functions as F
 
     meta = F.struct(*_META).alias("m")
-    ok = F.coalesce(F.expr(f"{row_ok()} AND header_length = {table.HEADER_LENGTH}"), F.lit(False)).alias("row_ok")
+    ok = F.coalesce(F.expr(f"{row_ok(stored=stored)} AND header_length = {table.HEADER_LENGTH}"), F.lit(False))
+    ok = ok.alias("row_ok")
     sorted_ = (
         routed.select("routable", "pk", "bk", "piece", ok, meta)
         .repartition(partitions, "pk")
@@ -182,16 +184,21 @@ EXTENSION = (
 
 # The per-row part of the clean test, over a row's columns (prefix "m.": over a meta struct):
 # every header-table rule (header_ok) and CRC-32 data check (data_ok) holds, one plain message.
-def row_ok(m: str = "") -> str:
+def row_ok(m: str = "", *, stored: bool = False) -> str:
+    """The per-row part of the clean test. ``stored`` (a ``payload_dir`` is set): a length-deferred
+    segment is not clean, because the assembler stores a message of unknown size in a file: the
+    clean path delivered it inline, the judge as a file, so which path ran decided the columns."""
     return (
         f"{m}header_ok AND NOT {m}far AND {m}data_ok AND NOT {m}in_group AND {m}codec = {int(Codec.NONE)}"
         f" AND {m}algorithm = {int(ChecksumAlgorithm.CRC32)} AND {m}msg_seq_number = 1"
+        + (f" AND NOT {m}length_deferred" if stored else "")
     )
 
 
-_CLEAN = f"""coalesce(
+def _clean(stored: bool) -> str:
+    return f"""coalesce(
   routable AND bk IS NULL
-  AND forall(meta, m -> {row_ok("m.")} AND m.length_deferred = last.length_deferred
+  AND forall(meta, m -> {row_ok("m.", stored=stored)} AND m.length_deferred = last.length_deferred
       AND (m.stored_length IS NULL OR m.stored_length = last.stored_length)
       AND (m.original_length IS NULL OR m.original_length = last.original_length)
       AND (m.message_checksum IS NULL OR m.message_checksum = last.message_checksum))
@@ -203,10 +210,11 @@ _CLEAN = f"""coalesce(
   false)"""
 
 
-def clean(digest: DigestPolicy) -> str:
+def clean(digest: DigestPolicy, *, stored: bool = False) -> str:
     """SQL boolean: the aggregated row is a complete message by every rule (module doc), its
-    digests included. With a keyring the keys are literals in the plan (see ``REDACT_KEYS``)."""
-    return f"({_CLEAN}) AND {verify_sql('blob', EXTENSION, digest)}"
+    digests included (``stored``: see :func:`row_ok`). With a keyring the keys are literals in the
+    plan (see ``REDACT_KEYS``)."""
+    return f"({_clean(stored)}) AND {verify_sql('blob', EXTENSION, digest)}"
 
 
 def clean_row() -> dict[str, str]:

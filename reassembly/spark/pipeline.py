@@ -161,13 +161,13 @@ def reassemble(
 
     def combined() -> Any:
         if one_pass is not None:
-            agg = jvm.fast_aggregate(routed, n, limits.max_message_size, one_pass)
+            agg = jvm.fast_aggregate(routed, n, limits.max_message_size, one_pass, stored=threshold is not None)
             clean = F.col("clean")
         else:
             agg = jvm.aggregate(routed, n)
             if opts.digest.keyring is not None and opts.jvm_fast_path:
                 _redact_keys(df.sparkSession)
-            clean = F.expr(jvm.clean(opts.digest)) if opts.jvm_fast_path else F.lit(False)
+            clean = F.expr(jvm.clean(opts.digest, stored=threshold is not None)) if opts.jvm_fast_path else F.lit(False)
         judge = make_judge(limits, opts.unit_of_work, opts.payload_dir, threshold)
         job = F.when(~clean, F.struct("routable", "pk", F.col("bk").isNotNull().alias("large"), "blob", "meta"))
         rows = agg.select("*", judge(job).alias("r"))
@@ -183,7 +183,9 @@ def reassemble(
         clean_columns = [F.expr(jvm.clean_row()[c]).cast(ddl).alias(c) for c, ddl, _ in OUTPUT_FIELDS if c != "kind"]
 
         def clean_messages(side: str) -> Any:
-            return jvm.fast_aggregate(routed, n, limits.max_message_size, one_pass, side=side).select(*clean_columns)
+            stored = threshold is not None
+            agg = jvm.fast_aggregate(routed, n, limits.max_message_size, one_pass, side=side, stored=stored)
+            return agg.select(*clean_columns)
 
         def judged(files: list[str]) -> Any:
             paths = spark.createDataFrame([(f,) for f in files], "path string").repartition(len(files))

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..jobs import write_split
+from ..jobs import empty_folder, write_split
 
 FOLDERS = {"message": "messages", "quarantine": "quarantine"}
 SIDE = "_side"
@@ -82,6 +82,6 @@ def save(combined: Callable[[], Any], split: Split | None, directory: str | Path
                 part.rename(messages / part.name)
         shutil.rmtree(local / _JUDGED)
     else:
-        (local / FOLDERS["quarantine"]).mkdir(parents=True)
+        empty_folder(local / FOLDERS["quarantine"])
     shutil.rmtree(side, ignore_errors=True)
     return Saved(True, len(files))
