@@ -314,7 +314,7 @@ class Assembler:
 
     def _progress(self, group: Group, msg: Message, events: list[Event]) -> None:
         """Streaming: judge as soon as a complete candidate exists (Unit-of-Work: for every message)."""
-        if self.batch or group.state != GroupState.OPEN or not msg.search or not msg.ready or not msg.reaches_last:
+        if self.batch or group.state != GroupState.OPEN or not msg.search or not msg.ready or not msg.worth_searching:
             return
         if not group.grouped or not self.unit_of_work:
             verdict = self._decide(msg)
@@ -387,9 +387,14 @@ class Assembler:
             for m, v in judged:
                 if group.state != GroupState.OPEN:
                     return
-                group.delivered.add(m.seq)
                 result = self._result(group, m, v, events)
-                self._release(group, [m], isinstance(result, MessageComplete))
+                try:
+                    self._release(group, [m], isinstance(result, MessageComplete))
+                except SegmentationError:  # the store could not put it in place: not delivered, still held
+                    for key in [k for k in group.fingerprints if k[0] == m.seq]:
+                        del group.fingerprints[key]
+                    raise
+                group.delivered.add(m.seq)
                 del group.messages[m.seq]
                 if isinstance(result, MessageFailed):
                     raws, kept = group.originals()

@@ -169,6 +169,12 @@ class Message:
     def add(self, piece: Piece) -> None:
         """Hold a piece: by offset, in the coverage, and in what the streaming search needs to
         know (reach, agreement: see ``search``)."""
+        # A stored body's bytes are not compared as they arrive (agreement is computed when asked):
+        # any piece over bytes already held may have ended the agreement, so it counts as if it had.
+        flipped = (
+            self._note_bytes(piece) if self.ref is not None else bool(self.present.covered(piece.offset, piece.end))
+        )
+        was_ready = self.ready
         here = self.at.get(piece.offset)
         if here is None:
             self.at[piece.offset] = [piece]
@@ -178,11 +184,11 @@ class Message:
         self.present.add(piece.offset, piece.end)
         if piece.last:
             self.last_ends.add(piece.end)
-        flipped = self._note_bytes(piece) if self.ref is not None else False
         # The streaming search runs again only if this piece can change its outcome: one it never
         # visits (unreachable from 0) changes nothing unless it ends the pieces' agreement (the
-        # search's mode). Searching at every arrival made a message of n held pieces O(n^2).
-        self.search = self._note_reach(piece) or flipped
+        # search's mode) or makes the message ready (no search ran before). Searching at every
+        # arrival made a message of n held pieces O(n^2).
+        self.search = self._note_reach(piece) or flipped or not was_ready
 
     def _note_bytes(self, piece: Piece) -> bool:
         """Compare a piece held in memory where it overlaps what is held, then remember it; True
@@ -196,11 +202,12 @@ class Message:
         return False
 
     @property
-    def reaches_last(self) -> bool:
-        """A LAST piece's end is reachable: without that the search can find no candidate. (It can
-        still be cut off, a conflict, when copies that disagree multiply the chains: streaming
-        then waits for a reachable end, or expiry, to decide; batch mode searches regardless.)"""
-        return any(end in self.reach for end in self.last_ends)
+    def worth_searching(self) -> bool:
+        """Whether a search can decide now. Without a reachable LAST end the search finds no
+        candidate, but while pieces may disagree (or their agreement is not known: a stored body)
+        it can still be cut off, which is a conflict decided at once as before; only pieces known
+        to agree wait for a reachable LAST end."""
+        return self.agrees is not True or any(end in self.reach for end in self.last_ends)
 
     def _note_reach(self, piece: Piece) -> bool:
         """A piece was added to ``at``: extend what is reachable; True when the piece is (when it

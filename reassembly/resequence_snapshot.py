@@ -191,8 +191,13 @@ def _timers(doc: Any, opened: list[Group], closed: Groups) -> list[Group]:
         among = opened if entry[0] == "o" else shut
         i = integer(entry[1], "timer")
         check(0 <= i < len(among) and among[i].armed is None, "timer")
-        among[i].armed = opt_time(entry[2], "timer")
-        check(among[i].armed is not None, "timer")
+        armed = opt_time(entry[2], "timer")
+        check(armed is not None, "timer")
+        deadline = among[i].deadline
+        # A live timer is never later than its group's deadline (a deadline moved earlier re-arms):
+        # one that is (a forged 1e300) would keep the timeout from ever firing.
+        check(deadline is None or armed <= deadline, "timer later than its deadline")  # type: ignore[operator]
+        among[i].armed = armed
         timers.append(among[i])
     return timers
 

@@ -38,6 +38,8 @@ def read_some(f: BinaryIO, size: int) -> bytes:
         raise argument_error("the source returned no data (non-blocking, not at its end): use a blocking source")
     if not isinstance(chunk, (bytes, bytearray, memoryview)):
         raise argument_error(f"the source returned {type(chunk).__name__}, not bytes: open it in binary mode")
+    if len(chunk) > size:  # a source breaking the read contract: taking it would misplace the chunk ends
+        raise argument_error(f"the source returned {len(chunk)} bytes when asked for at most {size}")
     return chunk if isinstance(chunk, bytes) else bytes(chunk)
 
 

@@ -222,3 +222,23 @@ def test_kept_handles_survive_a_group_that_starts_again_and_die_loudly_after_pur
         with pytest.raises(SegmentationError) as dead:
             bytes(handles[0])
     assert dead.value.reason == Reason.STORE_ERROR
+
+
+def test_a_group_member_the_store_could_not_put_in_place_is_reported_never_dropped(tmp_path: Path) -> None:
+    """unit_of_work=False: message 1 was marked delivered before the store failed to put it in place,
+    and when message 2 completed the group, message 1 left without any event."""
+    from segmenter.wire import decode_segment as decode
+
+    gid = b"G" * 24
+    p1, p2 = os.urandom(3000), os.urandom(3000)
+    w = Segmenter(1100).group_writer(group_id=gid)
+    s1 = [s.encode() for s in w.add(p1)]
+    s2 = [s.encode() for s in w.add(p2, last=True)]
+    (tmp_path / f"{gid.hex()}-1-{checksum(ChecksumAlgorithm.CRC32, p1):08x}.bin").mkdir()  # planted
+    asm = Assembler(unit_of_work=False, bodies=FileBodyStore(tmp_path, "t", threshold=0))
+    with pytest.raises(SegmentationError):
+        asm.receive_many(s1)
+    events = asm.receive_many(s2) + asm.close()
+    assert [e.msg_seq_number for e in events if isinstance(e, MessageComplete)] == [2]
+    (left,) = [e for e in events if isinstance(e, Unfinished)]
+    assert sorted(left.segments) == sorted(s1) and {decode(r).header.msg_seq_number for r in left.segments} == {1}

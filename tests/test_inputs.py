@@ -242,3 +242,19 @@ def test_decode_message_of_a_chunk_from_a_trickling_source() -> None:
     """The chunk boundaries are the Chunker's, not the source's reads."""
     msgs = list(Chunker(max_length=1000).encode(Trickle(b"q" * 2500, 300), "o"))
     assert [decode_message(m).message.length for m in msgs] == [1000, 1000, 500]
+
+
+def test_a_source_returning_more_than_asked_is_an_error_never_a_short_object() -> None:
+    """read(n) returning n+3 bytes: the Chunker sent one chunk of 103 bytes flagged LAST (out of
+    10,240), its checksums vouching for the truncated object."""
+
+    class Overread(io.RawIOBase):
+        def readable(self) -> bool:
+            return True
+
+        def read(self, size: int = -1) -> bytes:  # type: ignore[override]
+            return b"o" * (size + 3)
+
+    with pytest.raises(SegmentationError) as err:
+        list(Chunker(max_length=100).messages(Overread(), "o"))
+    assert err.value.reason == Reason.ARGUMENT_ERROR

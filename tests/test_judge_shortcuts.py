@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import fields, is_dataclass
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reassembly import Assembler
+from reassembly.bodies import FileBodyStore
 from reassembly.build import _combined_checksum
 from reassembly.model import Facts, Message, Piece
 from reassembly.rules import _candidates, agree, canonical, fits
@@ -211,3 +213,40 @@ def test_the_streaming_search_runs_only_when_a_piece_can_change_its_outcome() ->
         batch = Assembler(batch=True)
         judged = batch.receive_many(segments) + batch.close()
         assert [bytes(e.payload) for e in judged if type(e).__name__ == "MessageComplete"] == [payload]
+
+
+def _overlapping_pieces(n: int) -> tuple[list[bytes], list[bytes]]:
+    """(a message of n bytes in 2- and 4-byte pieces at even offsets whose LAST piece declares
+    another checksum, so no assembly passes; one unreachable piece at offset 1 that disagrees),
+    and (two disagreeing copies at every even offset but the last, the LAST end unreachable)."""
+    payload = bytes(range(n))
+    crc = checksum(ChecksumAlgorithm.CRC32, payload)
+
+    def piece(offset: int, data: bytes, last: bool = False, mcrc: int | None = None) -> bytes:
+        flags = MsgFlags.SEGMENT | (MsgFlags.LAST_SEGMENT if last else 0)
+        h = make_header(group_id=GID, msg_seq_number=1, offset=offset, data=data, original_length=n, stored_length=n,
+                        msg_flags=flags, codec=Codec.NONE, algorithm=ChecksumAlgorithm.CRC32,
+                        message_checksum=mcrc)  # fmt: skip
+        return Segment(h, data).encode()
+
+    first = [piece(a, payload[a : a + w], mcrc=crc) for a in range(0, n - 2, 2) for w in (2, 4) if a + w <= n - 2]
+    first += [piece(n - 2, payload[n - 2 :], last=True, mcrc=crc ^ 1), piece(1, bytes([payload[1] ^ 0xFF, payload[2]]))]
+    second = [p for a in range(0, n - 2, 2) for p in (piece(a, payload[a : a + 2]), piece(a, bytes([a ^ 1, a + 1])))]
+    second += [piece(n - 3, payload[n - 3 : n - 1]), piece(n - 1, payload[n - 1 :], last=True, mcrc=crc)]
+    return first, second
+
+
+def test_the_search_gate_decides_what_searching_at_every_arrival_decided(tmp_path: Path) -> None:
+    """The gate skipped searches that could decide: an unreachable piece ending the agreement of a
+    body in the store (agreement is not tracked there), and a piece making a message ready whose
+    disagreeing copies cut the search off (a conflict). The message then stayed held (a snapshot
+    its own restore refused; at close an Unfinished labelled 2241). Both give batch mode's 9012."""
+    for segments in _overlapping_pieces(40):
+        batch = Assembler(batch=True)
+        expected = [(type(e).__name__, e.reason) for e in batch.receive_many(segments) + batch.close()]
+        assert expected == [("MessageFailed", 9012)]
+        for store in (None, FileBodyStore(tmp_path / str(len(segments)), "t", threshold=0)):
+            asm = Assembler(bodies=store)
+            events = asm.receive_many(segments)
+            assert [(type(e).__name__, e.reason) for e in events] == expected
+            Assembler.restore(asm.snapshot(), bodies=store)  # restorable: nothing held

@@ -567,3 +567,21 @@ def test_missing_numbers_splitting_a_skipped_range_keep_the_gap_bound() -> None:
     assert isinstance(late, Failed) and late.reason == Reason.RESEQ_FORGOTTEN
     restored = Resequencer.restore(r.snapshot(), options, clock=clock)
     assert restored.offer("g", 45, b"m")[0].__class__ is Missing
+
+
+def test_a_timer_later_than_its_deadline_is_a_corrupt_snapshot() -> None:
+    """A forged timer (armed at 1e300 for a deadline of 6) was accepted and the timeout never fired."""
+    clock = Clock()
+    opts = ResequenceOptions(start=StartAt(0), missing_timeout=5.0)
+    r = Resequencer(opts, clock=clock)
+    r.offer("a", 0, b"a0")
+    clock.now = 1
+    r.offer("a", 2, b"a2")
+    blob = r.snapshot()
+    (n,) = struct.unpack_from(">Q", blob, 5)
+    doc = json.loads(blob[13 : 13 + n])
+    doc["timers"][0][2] = 1e300
+    raw = json.dumps(doc).encode()
+    with pytest.raises(SegmentationError) as err:
+        Resequencer.restore(blob[:5] + struct.pack(">Q", len(raw)) + raw + blob[13 + n :], opts, clock=clock)
+    assert err.value.reason == Reason.STATE_ERROR
