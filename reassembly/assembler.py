@@ -33,7 +33,7 @@ from segmenter.wire import (
 
 from . import rules
 from ._state import GroupInput, GroupState, transition
-from .bodies import BodyStore, StoredBody, StoredOriginal
+from .bodies import BodyStore, MessageKey, StoredBody, StoredOriginal
 from .build import build
 from .events import (
     Cause,
@@ -50,7 +50,7 @@ from .events import (
     ScatteredPayload,
     Unfinished,
 )
-from .model import Closed, Facts, Fingerprint, Group, Limits, Message, Piece, fingerprint, missing_numbers
+from .model import Closed, Facts, Fingerprint, Group, Limits, Message, Piece, Run, fingerprint, missing_numbers
 from .positions import Checkpoint, Ledger, Origin, Track
 from .snapshot import restore, snapshot
 
@@ -82,6 +82,9 @@ class Assembler:
     expired or evicted group start it again instead of being :class:`Late`.
     """
 
+    # False: every segment is filed as it comes (what the tests compare runs against, :meth:`_collect`).
+    _runs = True
+
     def __init__(
         self,
         limits: Limits | None = None,
@@ -109,7 +112,13 @@ class Assembler:
         self.unit_of_work = unit_of_work
         self._groups: OrderedDict[bytes, Group] = OrderedDict()  # oldest first
         self._closed: OrderedDict[bytes, Closed] = OrderedDict()
-        self.buffered_bytes = 0
+        self._buffered = 0  # held in groups (a run's bytes are not filed yet)
+        self._run: Run | None = None  # the in-order start of the newest message, not yet filed
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Segment data held across all open groups."""
+        return self._buffered + (0 if self._run is None else self._run.bytes)
 
     # ----------------------------------------------------------------- input
     def receive(
@@ -131,12 +140,22 @@ class Assembler:
         events: list[Event] = []
         if self.limits.expiry_seconds is not None:
             events += self.expire()
+        if position is None and self._runs and not self.batch and self.bodies is None and not isinstance(item, Segment):
+            piece = self._decode(item, events)
+            if piece is not None:
+                if seen is not None:
+                    seen(piece.header)
+                if not self._collect(piece) and not self._complete_run(piece, events):
+                    self._flush()
+                    self._accept(piece, events)
+            return events
         track = None if position is None else self._ledger.track(partition)
         origin = None if track is None else Origin(partition, position)
         piece = self._decode(item, events, origin, track)
         if piece is not None:
             if seen is not None:
                 seen(piece.header)
+            self._flush()  # a segment with a position (or a Segment) after a run
             self._accept(piece, events)
         if track is not None:
             track.seen(position)
@@ -206,6 +225,64 @@ class Assembler:
                 offset=h.offset,
             )
             events.append(Late(err.reason, err, piece.raw, h, piece.positions))
+
+    def _collect(self, piece: Piece) -> bool:
+        """Hold ``piece`` in the run (False: it must be filed now). Only a piece that filing would
+        hold without an event joins: the run's next piece, not LAST, under the limits (with the
+        run's group counted); or the first piece of a message not in a group whose GroupId the
+        assembler has never seen or has forgotten."""
+        limits, run = self.limits, self._run
+        if run is not None:
+            held = self._buffered + run.bytes + piece.end - piece.offset
+            if not run.continues(piece) or held > limits.max_buffered_bytes:
+                return False
+            run.add(piece)
+            return True
+        gid = piece.header.group_id
+        if (
+            not Run.starts(piece)
+            or gid in self._groups
+            or gid in self._closed
+            or len(self._groups) >= limits.max_open_groups
+            or self._buffered + piece.end > limits.max_buffered_bytes
+        ):
+            return False
+        self._run = Run(piece, self._clock() if self._clock else 0.0)
+        return True
+
+    def _complete_run(self, piece: Piece, events: list[Event]) -> bool:
+        """The run's LAST piece: a message that passes every check is delivered without being filed
+        (the run's pieces are the plain chain filing would judge, alone: :meth:`_collect`); anything
+        else (False) is filed and judged as usual."""
+        run = self._run
+        h = piece.header
+        if run is None or not piece.last or piece.offset != run.end or h.group_id != run.group_id:
+            return False
+        if h.msg_seq_number != 1:
+            return False
+        chain = (*run.pieces, piece)
+        verdict = rules.decide_chain(chain, 1, self._verify((run.group_id, 1), False))
+        if verdict.outcome != Outcome.COMPLETE:
+            return False
+        self._run = None
+        events.append(self._complete(run.group_id, 1, verdict, 0))
+        state = transition(GroupState.OPEN, rules.OUTCOME_INPUT[Outcome.COMPLETE])
+        self._remember(run.group_id, Closed(state, {(1, p.offset): fingerprint(p.header) for p in chain}, None))
+        return True
+
+    def _flush(self) -> None:
+        """File the run as its pieces would have been filed one by one: nothing refuses, overlaps or
+        completes them (:meth:`_collect`), so no event comes of it."""
+        run, self._run = self._run, None
+        if run is None:
+            return
+        group = Group(run.group_id, False, run.first_seen)
+        msg = group.messages[1] = Message(run.group_id, 1)
+        for p in run.pieces:
+            msg.add(p)
+        group.buffered = run.bytes
+        self._buffered += run.bytes
+        self._groups[run.group_id] = group
 
     def _reopens(self, closed: Closed, seq: int) -> bool:
         """A segment of a finished group starts it again: not for a message it delivered (that is
@@ -281,7 +358,7 @@ class Assembler:
             self._put(msg, piece, msg.present)
         else:
             group.buffered += h.data_length
-            self.buffered_bytes += h.data_length
+            self._buffered += h.data_length
         msg.add(piece)
         piece.hold()
         return True
@@ -298,7 +375,7 @@ class Assembler:
         so where a body lives does not depend on which segment came first."""
         freed = msg.held_bytes()
         group.buffered -= freed
-        self.buffered_bytes -= freed
+        self._buffered -= freed
         msg.stored = True
         msg.forget_bytes()
         placed = RangeSet()
@@ -308,9 +385,15 @@ class Assembler:
 
     # ------------------------------------------------------------ judging
     def _decide(self, msg: Message) -> Verdict:
-        bodies = self.bodies if msg.stored else None
+        return rules.decide(msg, self._verify(msg.key, msg.stored))
+
+    def _verify(
+        self, key: MessageKey, stored: bool
+    ) -> Callable[[tuple[Piece, ...], Facts], memoryview | StoredBody | ScatteredPayload]:
+        """What checks a candidate and builds its payload (raising the first check that fails)."""
+        bodies = self.bodies if stored else None
         limit, digest, join = self.limits.max_message_size, self.limits.digest, self.join
-        return rules.decide(msg, lambda chain, facts: build(msg.key, facts, chain, limit, bodies, digest, join))
+        return lambda chain, facts: build(key, facts, chain, limit, bodies, digest, join)
 
     def _progress(self, group: Group, msg: Message, events: list[Event]) -> None:
         """Streaming: judge as soon as a complete candidate exists (Unit-of-Work: for every message)."""
@@ -446,18 +529,23 @@ class Assembler:
                 self._reject(events, p, rules.misfit(p, facts, v.winner))
         group.fingerprints.update(((m.seq, p.offset), fingerprint(p.header)) for p in v.winner)
         m.decoded = m.stored and facts.codec != Codec.NONE
-        assert facts.stored_length is not None
+        return self._complete(m.group_id, m.seq, v, m.duplicates)
+
+    @staticmethod
+    def _complete(group_id: bytes, seq: int, v: Verdict, duplicates: int) -> MessageComplete:
+        facts, winner = v.facts, v.winner
+        assert v.payload is not None and facts is not None and facts.stored_length is not None
         return MessageComplete(
-            group_id=m.group_id,
-            msg_seq_number=m.seq,
+            group_id=group_id,
+            msg_seq_number=seq,
             payload=v.payload,
-            msg_flags=v.winner[-1].header.msg_flags,
-            segments=len(v.winner),
-            duplicates=m.duplicates,
+            msg_flags=winner[-1].header.msg_flags,
+            segments=len(winner),
+            duplicates=duplicates,
             stored_length=facts.stored_length,
             original_length=facts.original_length,
             checksum=facts.message_checksum,
-            positions=tuple(p.origin for p in v.winner if p.origin is not None),
+            positions=tuple(p.origin for p in winner if p.origin is not None),
         )
 
     # --------------------------------------------------- leaving the assembler
@@ -465,7 +553,7 @@ class Assembler:
         for m in messages:
             freed = m.held_bytes()
             group.buffered -= freed
-            self.buffered_bytes -= freed
+            self._buffered -= freed
             if m.stored and self.bodies is not None:
                 if delivered:
                     self.bodies.finish(m.key, m.decoded)
@@ -486,12 +574,17 @@ class Assembler:
                 self.bodies.discard(m.key)  # not delivered: whatever the store kept goes
             for p in m.pieces():
                 p.release()
-        self.buffered_bytes -= group.buffered
+        self._buffered -= group.buffered
         group.buffered = 0
         self._groups.pop(group.group_id, None)
-        self._closed[group.group_id] = Closed(
-            group.state, group.fingerprints, group.last_seq, reopen=group.state == GroupState.REVOKED
+        self._remember(
+            group.group_id,
+            Closed(group.state, group.fingerprints, group.last_seq, reopen=group.state == GroupState.REVOKED),
         )
+
+    def _remember(self, group_id: bytes, closed: Closed) -> None:
+        """A group left: its record recognises its late segments (the oldest records go first)."""
+        self._closed[group_id] = closed
         while len(self._closed) > self.limits.remember_closed:
             self._closed.popitem(last=False)
 
@@ -532,7 +625,7 @@ class Assembler:
         after the segment was judged: a message complete within this call never held a group open."""
         limits = self.limits
         while self._groups and (
-            self.buffered_bytes > limits.max_buffered_bytes or len(self._groups) > limits.max_open_groups
+            self._buffered > limits.max_buffered_bytes or len(self._groups) > limits.max_open_groups
         ):
             victim = next((g for k, g in self._groups.items() if k != current), None) or self._groups[current]
             events.append(self._unfinished(victim, Cause.EVICTED, GroupInput.EVICT))
@@ -543,6 +636,8 @@ class Assembler:
         if self.limits.expiry_seconds is None or self._clock is None:
             return []
         now, expiry = self._clock(), self.limits.expiry_seconds
+        if self._run is not None and now - self._run.first_seen > expiry:
+            self._flush()  # the newest group: older ones expire first, as they would have
         events: list[Event] = []
         while self._groups:
             group = next(iter(self._groups.values()))
@@ -554,6 +649,7 @@ class Assembler:
     def close(self) -> list[Event]:
         """End of input: in batch mode, judge every group now; what is still open comes back as
         :class:`Unfinished` (cause closed)."""
+        self._flush()
         events: list[Event] = []
         if self.batch:
             for group in list(self._groups.values()):
@@ -563,11 +659,12 @@ class Assembler:
 
     def pending(self) -> list[Unfinished]:
         """What open groups are missing right now, without closing them (segments left out)."""
+        self._flush()
         return [self._report(g, Cause.CLOSED) for g in self._groups.values()]
 
     @property
     def open_groups(self) -> int:
-        return len(self._groups)
+        return len(self._groups) + (self._run is not None)
 
     # ------------------------------------------------------------ positions
     def checkpoints(self) -> dict[Hashable, Checkpoint]:
@@ -591,6 +688,7 @@ class Assembler:
         segments from elsewhere is kept whole: it may still complete here, and the revoked
         partition's segments in it settle when read again here (or never pin anything: the
         partition's positions are no longer tracked). Commit the partition's checkpoint first."""
+        self._flush()
         track = self._ledger.revoke(partition)
         if track is None:
             return []
@@ -604,6 +702,7 @@ class Assembler:
         """Have a delivered message again (its processing failed): its next copy is assembled as new
         instead of counted a duplicate. A message delivered in a Unit-of-Work group forgets the whole
         group (the unit is the group). False when no delivery of it is remembered."""
+        self._flush()
         group = self._groups.get(group_id)
         if group is not None:  # still open: a message of it delivered on its own
             if msg_seq_number not in group.delivered:
@@ -625,6 +724,7 @@ class Assembler:
     def snapshot(self) -> bytes:
         """Serialise the open state (held segments with their positions, ages, counters, finished
         ids, each partition's positions)."""
+        self._flush()
         return snapshot(self._groups, self._closed, self._ledger)
 
     @classmethod

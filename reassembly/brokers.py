@@ -107,6 +107,7 @@ class Receiver:
         self.stats = ReceiverStats()
         self._held: dict[bytes, list[_Held]] = {}  # unsettled deliveries by GroupId
         self._unheld: Delivery | None = None  # the delivery being received, until it is held
+        self._view: bytes | memoryview = b""  # its body
 
     def poll(self, timeout: float = 1.0) -> int:
         """Fetch what arrived (waiting up to ``timeout`` s), process it, expire old groups; returns
@@ -135,15 +136,16 @@ class Receiver:
         # delivery) once the segment decoded and verified, before judging it. The segment's data
         # stays a view of ``d.body``.
         self._unheld = d
-        events = self.assembler.receive(body_view(d), seen=self._hold)
-        unheld, self._unheld = self._unheld, None
+        self._view = view = body_view(d)
+        events = self.assembler.receive(view, seen=self._hold)
+        unheld, self._unheld, self._view = self._unheld, None, b""  # no reference left: the pool may reuse it
         if events:  # most segments of a message only wait: nothing to settle
             self._settle(events, unheld)
 
     def _hold(self, h: SegmentHeader) -> None:
         d = self._unheld
         assert d is not None
-        self._held.setdefault(h.group_id, []).append(_Held(h.msg_seq_number, body_view(d), d))
+        self._held.setdefault(h.group_id, []).append(_Held(h.msg_seq_number, self._view, d))
         self._unheld = None
 
     def _settle(self, events: list[Event], unheld: Delivery | None = None) -> None:

@@ -313,6 +313,51 @@ class Message:
         )
 
 
+class Run:
+    """The first segments of a new message not in a group, arrived in order (each starting where the
+    one before ends) and not yet filed in a :class:`Group`: the broker receiver's common case.
+
+    Filing a waiting segment (group and message records, the group's rules, coverage, the search's
+    bookkeeping, the limits) was most of a 64 KiB segment's receive cost, and for such a prefix it
+    decides nothing: no rule refuses it, nothing overlaps it, no limit is reached by it (the
+    assembler checks each before extending a run) and no candidate exists before the LAST segment.
+    So the assembler only collects it here and files the whole run, as one arrival after another
+    would have, before anything else happens (another segment, a LAST one, expiry, a snapshot).
+    """
+
+    __slots__ = ("bytes", "end", "facts", "first_seen", "group_id", "pieces")
+
+    def __init__(self, piece: Piece, first_seen: float) -> None:
+        self.group_id: bytes = piece.header.group_id
+        self.facts = piece.facts
+        self.first_seen = first_seen
+        self.pieces = [piece]
+        self.end = piece.end
+        self.bytes = piece.end - piece.offset
+
+    @staticmethod
+    def starts(piece: Piece) -> bool:
+        """The piece can begin a run (its group is not known yet: the caller checks that)."""
+        first = piece.offset == 0 < piece.end and not piece.last
+        return first and not piece.facts.group and piece.header.msg_seq_number == 1
+
+    def continues(self, piece: Piece) -> bool:
+        """The piece is the next one of this run and not its last (a LAST piece is filed normally)."""
+        h = piece.header
+        return (
+            piece.offset == self.end < piece.end
+            and not piece.last
+            and h.group_id == self.group_id
+            and piece.facts == self.facts
+            and h.msg_seq_number == 1
+        )
+
+    def add(self, piece: Piece) -> None:
+        self.pieces.append(piece)
+        self.end = piece.end
+        self.bytes += piece.end - piece.offset
+
+
 Fingerprint = tuple[int, int, int]  # data_length, data_checksum, msg_flags
 
 

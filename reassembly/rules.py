@@ -170,19 +170,32 @@ def has_candidate(msg: Message) -> bool:
     return bool(candidates) or cut_off
 
 
+def decide_chain(
+    chain: tuple[Piece, ...], seq: int, verify: Callable[[tuple[Piece, ...], Facts], P]
+) -> Arbitration[Piece, Facts, P]:
+    """:func:`decide` for a message whose pieces are known to form one plain chain (see
+    :meth:`Message.chain`), without a :class:`Message` to hold them."""
+    return arbitrate(_chain_candidates(chain), False, verify=verify, same=_same, what=f"message {seq}")
+
+
+def _chain_candidates(chain: tuple[Piece, ...]) -> list[tuple[tuple[Piece, ...], Facts]]:
+    """A plain chain is the tiling search's only path: its facts merged along it as the search would."""
+    facts = Facts()
+    for p in chain:
+        merged = fits(facts, p)
+        if merged is None:
+            return []
+        facts = merged
+    return [(chain, facts)]
+
+
 def _candidates(msg: Message) -> tuple[list[tuple[tuple[Piece, ...], Facts]], bool]:
     """:func:`~segmenter.coverage.tilings` of the pieces in canonical order. A plain chain (the
     common case: every segment once, no overlap) is the search's only path: its facts are merged
     along it as the search would, without the search."""
     chain = msg.chain()
     if chain is not None:
-        facts = Facts()
-        for p in chain:
-            merged = fits(facts, p)
-            if merged is None:
-                return [], False
-            facts = merged
-        return [(chain, facts)], False
+        return _chain_candidates(chain), False
     if msg.agrees is None:
         pieces = canonical(msg)
         return tilings(pieces, fits, Facts(), agree=agree(pieces))
