@@ -10,6 +10,7 @@ segments arrive, so memory holds only headers, whatever the message size.
 from __future__ import annotations
 
 import os
+import stat
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -55,9 +56,9 @@ class BodyStore(Protocol):
         """A writable file for the decoded (decompressed) message."""
         ...
 
-    def place(self, key: MessageKey, checksum: int) -> str:
-        """Where the verified message (whose checksum is ``checksum``) will be once finished: what
-        output rows point at, and where :meth:`finish` puts it."""
+    def place(self, key: MessageKey, checksum: int, content: BinaryIO) -> str:
+        """Where the verified message (whose checksum is ``checksum``, whose bytes ``content``
+        holds) will be once finished: what output rows point at, and where :meth:`finish` puts it."""
         ...
 
     def finish(self, key: MessageKey, decoded: bool) -> None:
@@ -156,6 +157,26 @@ def _store_error(what: str, exc: OSError) -> SegmentationError:
     return SegmentationError(f"{what}: {exc}", reason=Reason.STORE_ERROR, errno=exc.errno)
 
 
+def _other_bytes(path: Path, content: BinaryIO, block: int = 1 << 20) -> bool:
+    """A regular file is at ``path`` and its bytes are not ``content``'s (read through the
+    descriptors, no file position moves). Anything else there (nothing, a directory, a link) is
+    left to the rename to replace or refuse, as before."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    fd = content.fileno()
+    if not stat.S_ISREG(st.st_mode):
+        return False
+    if st.st_size != os.fstat(fd).st_size:
+        return True
+    with open(path, "rb") as there:
+        for at in range(0, st.st_size, block):
+            if not same_bytes(os.pread(there.fileno(), block, at), os.pread(fd, block, at)):
+                return True
+    return False
+
+
 class FileBodyStore:
     """Bodies as files under ``directory``: ``<GroupId hex>-<MsgSeqNumber>-<checksum>.bin`` once verified.
 
@@ -195,12 +216,23 @@ class FileBodyStore:
         self._in_memory: dict[MessageKey, int] = {}  # declared size of each body left in memory
         self._in_memory_total = 0
 
-    def place(self, key: MessageKey, checksum: int) -> str:
+    def place(self, key: MessageKey, checksum: int, content: BinaryIO) -> str:
         """``<GroupId hex>-<MsgSeqNumber>-<checksum, 8 hex>.bin``: a replay of the same delivery
         gets the same name, a later message under the same GroupId and number (a stream reusing a
         GroupId after its tombstone left) another one; without the checksum its body replaced the
-        earlier delivery's file, which committed rows still named."""
-        name = f"{key[0].hex()}-{key[1]}-{checksum & 0xFFFFFFFF:08x}.bin"
+        earlier delivery's file, which committed rows still named. A checksum is no protection (a
+        body can be made to match any CRC), so a file already there under the name with other bytes
+        keeps it: this body takes the first free ``-2``, ``-3``, ... name (or one holding the same
+        bytes: the replay of that one)."""
+        stem = f"{key[0].hex()}-{key[1]}-{checksum & 0xFFFFFFFF:08x}"
+        name, n = f"{stem}.bin", 1
+        try:
+            content.flush()
+            while _other_bytes(self.directory / name, content):
+                n += 1
+                name = f"{stem}-{n}.bin"
+        except OSError as exc:
+            raise _store_error(f"cannot compare {name} with the message", exc) from None
         self._files(key).final = name
         return name
 

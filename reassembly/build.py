@@ -167,7 +167,7 @@ def _build_stored(
         _check_message(key[1], facts, actual)  # before any I/O: a failing combination costs nothing
         body = bodies.body(key, placed, facts.stored_length)
         check.over(_blocks(body))
-        return StoredBody(bodies.place(key, actual), facts.stored_length, actual)
+        return StoredBody(bodies.place(key, actual, body), facts.stored_length, actual)
     body = bodies.body(key, placed, facts.stored_length)
     out = bodies.output(key)
     out.seek(0)
@@ -176,7 +176,7 @@ def _build_stored(
     _inflate(body, facts.original_length, max_message_size, sink)
     _check_message(key[1], facts, sink.crc)
     check.finish()
-    return StoredBody(bodies.place(key, sink.crc), facts.original_length, sink.crc)
+    return StoredBody(bodies.place(key, sink.crc, out), facts.original_length, sink.crc)
 
 
 class _BufferSink:

@@ -242,3 +242,31 @@ def test_a_group_member_the_store_could_not_put_in_place_is_reported_never_dropp
     assert [e.msg_seq_number for e in events if isinstance(e, MessageComplete)] == [2]
     (left,) = [e for e in events if isinstance(e, Unfinished)]
     assert sorted(left.segments) == sorted(s1) and {decode(r).header.msg_seq_number for r in left.segments} == {1}
+
+
+@pytest.mark.parametrize("codec", [Codec.NONE, Codec.ZSTD])
+def test_a_body_with_the_same_crc_under_a_reused_group_id_never_replaces_another(tmp_path: Path, codec: Codec) -> None:
+    """A stream reusing a GroupId delivers a second message whose bytes were made to have the
+    first one's CRC (4 bytes suffice): the file name holds the CRC, so it came out the same and
+    the rename replaced the first delivery's body, which committed rows still named. Now the
+    second takes the next free name; a replay of either finds its own file (idempotent)."""
+    from test_arbitration import forge_same_crc
+
+    first = bytes(range(256)) * 64
+    second = forge_same_crc(ChecksumAlgorithm.CRC32, b"X" + first[1:], checksum(ChecksumAlgorithm.CRC32, first))
+    gid = new_group_id()
+
+    def deliver(payload: bytes) -> str:
+        asm, _ = stored_assembler(tmp_path)
+        segs = [s.encode() for s in segment(payload, 4000, group_id=gid, codec=codec)]
+        done = only_complete(asm.receive_many(segs) + asm.close())
+        assert isinstance(done.payload, StoredBody)
+        assert (tmp_path / done.payload.location).read_bytes() == payload
+        return done.payload.location
+
+    a = deliver(first)
+    b = deliver(second)
+    assert b == a.replace(".bin", "-2.bin")
+    assert (deliver(first), deliver(second)) == (a, b)  # replays: their own names, nothing new
+    assert (tmp_path / a).read_bytes() == first and (tmp_path / b).read_bytes() == second
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([a, b])
