@@ -13,7 +13,8 @@ from test_judge_shortcuts import comparable
 from reassembly import Assembler, Limits
 from reassembly.events import GroupComplete, MessageComplete, Unfinished
 from segmenter import Codec, Segment, segment, segment_group
-from segmenter.wire import SegmentHeader, decode_segment, make_header
+from segmenter.checksum import checksum
+from segmenter.wire import SegmentHeader, decode_segment
 
 Step = tuple[str, object]
 
@@ -32,20 +33,7 @@ def forged(raw: bytes) -> bytes:
     protection): only the message checksum can tell."""
     seg = decode_segment(raw)
     data = bytes((b + 1) % 256 for b in seg.data)
-    h = seg.header
-    new = make_header(
-        group_id=h.group_id,
-        msg_seq_number=h.msg_seq_number,
-        offset=h.offset,
-        data=data,
-        original_length=h.original_length,
-        stored_length=h.stored_length,
-        msg_flags=h.msg_flags,
-        codec=h.codec,
-        algorithm=h.algorithm,
-        message_checksum=h.message_checksum,
-    )
-    return Segment(new, data).encode()
+    return Segment(seg.header._replace(data_checksum=checksum(seg.header.algorithm, data)), data).encode()
 
 
 @st.composite
