@@ -21,6 +21,7 @@ from typing import Any
 from segmenter.coverage import Arbitration, Outcome, RangeSet
 from segmenter.errors import ChecksumError, ConflictError, IncompleteError, LimitError, Reason, SegmentationError
 from segmenter.flags import Codec, in_group, is_last_in_group
+from segmenter.sources import byte_view
 from segmenter.wire import (
     Buffer,
     Segment,
@@ -178,8 +179,8 @@ class Assembler:
                 verify_data(item.header, item.data)
                 return Piece(item.header, _own(item.data), item.header.pack(), origin, track)
             view = memoryview(_own(item))
-            if view.ndim != 1 or view.itemsize != 1:
-                view = view.cast("B")
+            if view.ndim != 1 or view.itemsize != 1 or not view.c_contiguous:
+                view = byte_view(view)  # raw and head are then the bytes, not items of a typed view
             seg = decode_segment(
                 view, max_segment_size=limits.max_segment_size, max_message_size=limits.max_message_size
             )
@@ -234,7 +235,9 @@ class Assembler:
         limits, run = self.limits, self._run
         if run is not None:
             held = self._buffered + run.bytes + piece.end - piece.offset
-            if not run.continues(piece) or held > limits.max_buffered_bytes:
+            # The limits again: they are the caller's to change between two segments.
+            full = held > limits.max_buffered_bytes or len(self._groups) >= limits.max_open_groups
+            if full or not run.continues(piece):
                 return False
             run.add(piece)
             return True
@@ -636,7 +639,7 @@ class Assembler:
         if self.limits.expiry_seconds is None or self._clock is None:
             return []
         now, expiry = self._clock(), self.limits.expiry_seconds
-        if self._run is not None and now - self._run.first_seen > expiry:
+        if self._run is not None and not now - self._run.first_seen <= expiry:  # as the loop below: NaN expires
             self._flush()  # the newest group: older ones expire first, as they would have
         events: list[Event] = []
         while self._groups:

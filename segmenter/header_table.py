@@ -473,6 +473,15 @@ def _names(fields: Iterable[Field]) -> str:
     return ", ".join(f.name for f in fields)
 
 
+def _flat(i: str) -> str:
+    """``view``: the bytes of ``buf`` as one flat run (a strided, typed or multi-dimensional buffer
+    is counted in items, and ``struct`` refuses a strided one: copied or cast by ``byte_view``)."""
+    return (
+        f"{i}view = memoryview(buf)\n"
+        f"{i}if view.ndim != 1 or view.itemsize != 1 or not view.c_contiguous:\n{i}{i}view = byte_view(view)\n"
+    )
+
+
 def python_source(env: Mapping[str, Any]) -> str:
     """Source of ``check_prefix``, ``decode_header``, ``decode_segment`` and ``_check_header_fields``.
 
@@ -492,15 +501,16 @@ def python_source(env: Mapping[str, Any]) -> str:
 
     src += "\n\ndef check_prefix(buf, max_header_length=MAX_HEADER_LENGTH):\n"
     src += f'{i}"""Check magic, version and header length (the first {PREFIX_LENGTH} bytes); return it."""\n'
-    src += f"{i}if memoryview(buf).nbytes < {PREFIX_LENGTH}:\n"
+    src += _flat(i)
+    src += f"{i}if view.nbytes < {PREFIX_LENGTH}:\n"
     src += f"{i}{i}raise HeaderError('the prefix needs {PREFIX_LENGTH} bytes', reason=Reason.TRUNCATED)\n"
-    src += f"{i}{_names(PREFIX_FIELDS)} = _PREFIX.unpack_from(buf)\n"
+    src += f"{i}{_names(PREFIX_FIELDS)} = _PREFIX.unpack_from(view)\n"
     src += "".join(_raise(r, env, i) for r in rules("prefix"))
     src += f"{i}return header_length\n"
 
     src += "\n\ndef decode_header(buf, *, max_message_size=MAX_LENGTH, max_header_length=MAX_HEADER_LENGTH):\n"
     src += f'{i}"""Parse and validate a header from the start of ``buf`` (data not needed)."""\n'
-    src += f"{i}view = memoryview(buf)\n{i}length = len(view)\n"
+    src += _flat(i) + f"{i}length = len(view)\n"
     src += "".join(_raise(r, env, i) for r in rules("frame"))
     src += f"{i}{_names(PREFIX_FIELDS)} = _PREFIX.unpack_from(view)\n"
     src += "".join(_raise(r, env, i) for r in rules("prefix", "header"))
@@ -525,8 +535,7 @@ def python_source(env: Mapping[str, Any]) -> str:
     src += "\n\ndef decode_segment(buf, *, max_segment_size=DEFAULT_MAX_SEGMENT_SIZE, max_message_size=MAX_LENGTH,"
     src += " verify=True):\n"
     src += f'{i}"""Decode one whole encoded segment; the data is a view into ``buf`` (no copy)."""\n'
-    src += f"{i}view = memoryview(buf)\n{i}if view.ndim != 1 or view.itemsize != 1:\n{i}{i}view = view.cast('B')\n"
-    src += f"{i}length = len(view)\n"
+    src += _flat(i) + f"{i}length = len(view)\n"
     src += "".join(_raise(r, env, i) for r in rules("segment"))
     src += f"{i}header = decode_header(view, max_message_size=max_message_size)\n"
     src += f"{i}header_length = header.header_length\n{i}data_length = header.data_length\n"

@@ -35,6 +35,7 @@ from .errors import (  # noqa: F401 (the generated decoder raises these)
     SequenceError,
 )
 from .flags import KNOWN_FLAGS, Codec, MsgFlags, is_last_segment  # noqa: F401 (named by the header table)
+from .sources import byte_view  # noqa: F401 (the generated decoder flattens its input with it)
 
 Buffer = bytes | bytearray | memoryview
 

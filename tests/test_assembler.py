@@ -242,6 +242,45 @@ def test_garbage_is_rejected_not_raised() -> None:
         assert isinstance(event, Rejected) and event.raw == raw
 
 
+def shapes(raw: bytes) -> list[memoryview]:
+    """``raw`` as buffers whose items are not its bytes one after another: strided (read-only and
+    writable), typed (4-byte items) and two-dimensional."""
+    doubled = bytes(b for c in raw for b in (c, 0))
+    out = [memoryview(doubled)[::2], memoryview(bytearray(doubled))[::2]]
+    if len(raw) % 4 == 0:
+        out += [memoryview(raw).cast("I"), memoryview(raw).cast("B", (4, len(raw) // 4))]
+    return out
+
+
+def test_any_buffer_shape_is_read_as_its_bytes() -> None:
+    """A strided read-only view made the decoders raise BufferError (not our exception) and a typed
+    one was counted in items; every shape now decodes, judges and fails as its bytes do."""
+    from segmenter.wire import check_prefix, decode_header, decode_segment
+
+    payload = os.urandom(400)
+    raws = encoded(payload, 200)
+    flipped = bytearray(raws[0])
+    flipped[150] ^= 1
+    assert len(raws[0]) % 4 == 0 and len(flipped) % 4 == 0
+    for raw in [*raws, bytes(flipped), b"SGMT\x01" + bytes(95)]:
+        for shaped in shapes(raw):
+            for decode in (check_prefix, decode_header, lambda b: decode_segment(b).header):
+                try:
+                    expected: object = decode(raw)
+                except SegmentationError as exc:
+                    with pytest.raises(type(exc)):
+                        decode(shaped)
+                else:
+                    assert decode(shaped) == expected
+    for shaped in zip(*(shapes(r) for r in raws[:-1]), strict=True):
+        asm = Assembler()
+        events = [e for view in shaped for e in asm.receive(view)] + asm.receive(raws[-1])
+        assert kinds(events) == ["MessageComplete"] and bytes(events[0].payload) == payload
+    for shaped in shapes(bytes(flipped)):
+        (bad,) = Assembler().receive(shaped)
+        assert isinstance(bad, ChecksumMismatch) and bad.raw == bytes(flipped)
+
+
 # ------------------------------------------------------------------ groups
 def ibm_group() -> tuple[list[bytes], list[Segment]]:
     payloads = [os.urandom(300), os.urandom(200), os.urandom(50), os.urandom(300)]

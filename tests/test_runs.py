@@ -6,6 +6,9 @@ read or change the state in between."""
 
 from __future__ import annotations
 
+import math
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_judge_shortcuts import comparable
@@ -177,3 +180,37 @@ def test_groups_and_interleaved_messages_are_filed_as_before() -> None:
     events = [e for raw in order for e in asm.receive(raw)]
     assert [type(e) for e in events] == [MessageComplete, GroupComplete]
     assert bytes(events[0].payload) == b"c" * 300
+
+
+def pair(limits: Limits, clock: Clock) -> tuple[Assembler, Assembler]:
+    fast, plain = Assembler(limits, clock=clock), Assembler(limits, clock=clock)
+    plain._runs = False
+    return fast, plain
+
+
+@pytest.mark.parametrize("broken", [math.nan, math.inf])
+def test_a_clock_reading_nan_expires_a_run_as_it_expires_a_group(broken: float) -> None:
+    """The loop over groups expires one unless its age is within the expiry; the run was filed only
+    when its age was above it: with NaN neither holds, and the run stayed (a helper's probe)."""
+    raws = [s.encode() for s in segment(bytes(600), 200, group_id=b"n" * 24)]
+    clock = Clock()
+    clock.now = broken
+    for asm in pair(Limits(expiry_seconds=5.0), clock):
+        assert asm.receive(raws[0]) == []
+        (gone,) = asm.expire()
+        assert isinstance(gone, Unfinished) and asm.open_groups == 0
+        assert [type(e).__name__ for e in asm.receive(raws[1])] == ["Late"]
+
+
+def test_limits_lowered_while_a_run_is_collected_evict_as_filing_does() -> None:
+    older = [s.encode() for s in segment(bytes(600), 200, group_id=b"o" * 24)]
+    newer = [s.encode() for s in segment(bytes(600), 200, group_id=b"p" * 24)]
+    outcomes = []
+    for asm in pair(Limits(), Clock()):
+        asm.receive(older[0])
+        asm.receive(older[0])  # a copy: the older message is filed (a group)
+        asm.receive(newer[0])  # the fast one collects this one as a run
+        asm.limits = Limits(max_open_groups=1)
+        outcomes.append(([comparable(e) for e in asm.receive(newer[1])], asm.open_groups))
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0][1] == 1 and outcomes[0][0][0][0] == "Unfinished"  # the older group was evicted
