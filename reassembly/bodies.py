@@ -9,6 +9,7 @@ segments arrive, so memory holds only headers, whatever the message size.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import uuid
@@ -177,6 +178,26 @@ def _other_bytes(path: Path, content: BinaryIO, block: int = 1 << 20) -> bool:
     return False
 
 
+def _put_in_place(done: BinaryIO, target: Path) -> None:
+    """Give the work file its final name without replacing a file with other bytes: another writer
+    in the directory may have put a body there since :meth:`FileBodyStore.place` found the name
+    free (a crafted same-CRC body and a race), and a rename would replace it silently. A link
+    never replaces anything; the same bytes there (a retried or replayed delivery) or something
+    that is not a regular file go to the rename, as before (a file system without hard links too)."""
+    try:
+        os.link(done.name, target)
+    except FileExistsError:
+        if _other_bytes(target, done):
+            raise FileExistsError(errno.EEXIST, "another writer put other bytes there", str(target)) from None
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+            raise
+    else:
+        os.unlink(done.name)
+        return
+    os.replace(done.name, target)
+
+
 class FileBodyStore:
     """Bodies as files under ``directory``: ``<GroupId hex>-<MsgSeqNumber>-<checksum>.bin`` once verified.
 
@@ -329,10 +350,11 @@ class FileBodyStore:
         files = self._open[key]
         done = files.decoded if decoded else files.body
         assert done is not None and files.final is not None  # placed when it was verified
+        target = self.directory / files.final
         try:
             done.flush()
             os.fsync(done.fileno())
-            os.replace(done.name, self.directory / files.final)
+            _put_in_place(done, target)
         except OSError as exc:  # e.g. a directory planted at the final name: the files stay open, owned
             raise _store_error(f"cannot put {files.final} in place", exc) from None
         del self._open[key]  # only once it is in place: the pieces' files stay open until then

@@ -270,3 +270,33 @@ def test_a_body_with_the_same_crc_under_a_reused_group_id_never_replaces_another
     assert (deliver(first), deliver(second)) == (a, b)  # replays: their own names, nothing new
     assert (tmp_path / a).read_bytes() == first and (tmp_path / b).read_bytes() == second
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([a, b])
+
+
+def test_two_writers_placing_other_bytes_under_one_name_never_replace_each_other(tmp_path: Path) -> None:
+    """Two stores in one directory (two consumers, two task attempts) verify different bodies with
+    the same CRC under one GroupId: both find the name free, and the second rename replaced the
+    first writer's file. Now the second is refused with 9018 (its message stays held, reported);
+    a second writer with the same bytes (a retried attempt) still puts its copy in place."""
+    from test_arbitration import forge_same_crc
+
+    crc32 = ChecksumAlgorithm.CRC32
+    first = bytes(range(256)) * 16
+    second = forge_same_crc(crc32, b"X" + first[1:], checksum(crc32, first))
+    key = (new_group_id(), 1)
+
+    def placed(token: str, data: bytes) -> tuple[FileBodyStore, str]:
+        store = FileBodyStore(tmp_path, token, threshold=0)
+        piece = store.put(key, 0, data)
+        body = store.body(key, [(0, piece)], len(data))
+        return store, store.place(key, checksum(crc32, data), body)
+
+    (a, name_a), (b, name_b), (c, name_c) = placed("a", first), placed("b", second), placed("c", first)
+    assert name_a == name_b == name_c  # all verified before any was in place
+    a.finish(key, False)
+    with pytest.raises(SegmentationError) as refused:
+        b.finish(key, False)
+    assert refused.value.reason == Reason.STORE_ERROR
+    c.finish(key, False)  # the same bytes: a retry, in place as before
+    assert (tmp_path / name_a).read_bytes() == first
+    b.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name_a]
