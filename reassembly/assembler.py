@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable
+from operator import attrgetter
 from typing import Any
 
 from segmenter.coverage import Arbitration, Outcome, RangeSet
@@ -56,6 +57,7 @@ from .positions import Checkpoint, Ledger, Origin, Track
 from .snapshot import restore, snapshot
 
 Verdict = Arbitration[Piece, Facts, memoryview | StoredBody | ScatteredPayload]
+_origin = attrgetter("origin")
 
 
 class Assembler:
@@ -237,10 +239,7 @@ class Assembler:
             held = self._buffered + run.bytes + piece.end - piece.offset
             # The limits again: they are the caller's to change between two segments.
             full = held > limits.max_buffered_bytes or len(self._groups) >= limits.max_open_groups
-            if full or not run.continues(piece):
-                return False
-            run.add(piece)
-            return True
+            return not full and run.extend(piece)
         gid = piece.header.group_id
         if (
             not Run.starts(piece)
@@ -263,12 +262,20 @@ class Assembler:
             return False
         if h.msg_seq_number != 1:
             return False
+        # Every piece of the run has the run's facts (Run.extend), so they merge to it: only the
+        # LAST piece is left to merge, as the search's walk along the chain would. The chain is then
+        # the only candidate: it wins if it passes every check (rules.decide would say the same);
+        # if it does not, filing it lets the search judge and report it.
+        facts = rules.fits(run.facts, piece)
+        if facts is None:
+            return False
         chain = (*run.pieces, piece)
-        verdict = rules.decide_chain(chain, 1, self._verify((run.group_id, 1), False))
-        if verdict.outcome != Outcome.COMPLETE:
+        try:
+            payload = self._verify((run.group_id, 1), False)(chain, facts)
+        except SegmentationError:
             return False
         self._run = None
-        events.append(self._complete(run.group_id, 1, verdict, 0))
+        events.append(self._complete(run.group_id, 1, facts, chain, payload, 0))
         state = transition(GroupState.OPEN, rules.OUTCOME_INPUT[Outcome.COMPLETE])
         self._remember(run.group_id, Closed(state, {(1, p.offset): fingerprint(p.header) for p in chain}, None))
         return True
@@ -532,23 +539,29 @@ class Assembler:
                 self._reject(events, p, rules.misfit(p, facts, v.winner))
         group.fingerprints.update(((m.seq, p.offset), fingerprint(p.header)) for p in v.winner)
         m.decoded = m.stored and facts.codec != Codec.NONE
-        return self._complete(m.group_id, m.seq, v, m.duplicates)
+        return self._complete(m.group_id, m.seq, facts, v.winner, v.payload, m.duplicates)
 
     @staticmethod
-    def _complete(group_id: bytes, seq: int, v: Verdict, duplicates: int) -> MessageComplete:
-        facts, winner = v.facts, v.winner
-        assert v.payload is not None and facts is not None and facts.stored_length is not None
+    def _complete(
+        group_id: bytes,
+        seq: int,
+        facts: Facts,
+        winner: tuple[Piece, ...],
+        payload: memoryview | StoredBody | ScatteredPayload,
+        duplicates: int,
+    ) -> MessageComplete:
+        assert facts.stored_length is not None
         return MessageComplete(
             group_id=group_id,
             msg_seq_number=seq,
-            payload=v.payload,
+            payload=payload,
             msg_flags=winner[-1].header.msg_flags,
             segments=len(winner),
             duplicates=duplicates,
             stored_length=facts.stored_length,
             original_length=facts.original_length,
             checksum=facts.message_checksum,
-            positions=tuple(p.origin for p in winner if p.origin is not None),
+            positions=tuple(filter(None, map(_origin, winner))),  # an Origin is a non-empty tuple
         )
 
     # --------------------------------------------------- leaving the assembler

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from segmenter.brokers import Consumer, Delivery, body_view
 from segmenter.buffers import same_bytes
@@ -69,11 +70,15 @@ class ReceiverStats:
         }
 
 
-class _Held:
-    __slots__ = ("body", "delivery", "seq")
+class _Held(NamedTuple):
+    """An unsettled delivery, filed under its GroupId."""
 
-    def __init__(self, seq: int, body: bytes | memoryview, delivery: Delivery) -> None:
-        self.seq, self.body, self.delivery = seq, body, delivery
+    seq: int
+    body: bytes | memoryview
+    delivery: Delivery
+
+
+_tuple_new = tuple.__new__  # builds a _Held without calling its (Python) __new__: one per delivery
 
 
 class Receiver:
@@ -145,7 +150,12 @@ class Receiver:
     def _hold(self, h: SegmentHeader) -> None:
         d = self._unheld
         assert d is not None
-        self._held.setdefault(h.group_id, []).append(_Held(h.msg_seq_number, self._view, d))
+        item = _tuple_new(_Held, (h.msg_seq_number, self._view, d))
+        held = self._held.get(h.group_id)
+        if held is None:
+            self._held[h.group_id] = [item]
+        else:
+            held.append(item)
         self._unheld = None
 
     def _settle(self, events: list[Event], unheld: Delivery | None = None) -> None:

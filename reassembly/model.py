@@ -6,8 +6,9 @@ building in :mod:`reassembly.build`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from segmenter.buffers import same_bytes
@@ -21,6 +22,8 @@ from ._state import GroupState
 from .bodies import MessageKey, StoredOriginal
 from .events import GapReport
 from .positions import Origin, Track
+
+_tuple_new = tuple.__new__  # builds a NamedTuple without calling its (Python) __new__
 
 MAX_MISSING_LISTED = 1000  # absent group members listed by number; the rest is implied by last_seq_number
 
@@ -92,7 +95,8 @@ class Piece:
         self.offset: int = offset
         self.end: int = offset + length
         self.last: bool = is_last_segment(flags)
-        self.facts = Facts(codec, algorithm, group_bits(flags), deferred, stored, original, message_crc)
+        # tuple.__new__: Facts' own __new__ is a Python function, and this runs per segment
+        self.facts = _tuple_new(Facts, (codec, algorithm, group_bits(flags), deferred, stored, original, message_crc))
 
     @property
     def positions(self) -> tuple[Origin, ...]:
@@ -341,28 +345,31 @@ class Run:
         first = piece.offset == 0 < piece.end and not piece.last
         return first and not piece.facts.group and piece.header.msg_seq_number == 1
 
-    def continues(self, piece: Piece) -> bool:
-        """The piece is the next one of this run and not its last (a LAST piece is filed normally)."""
+    def extend(self, piece: Piece) -> bool:
+        """Add the piece if it is the next one of this run and not its last (a LAST piece is filed
+        normally); False: it is not, and the run is unchanged. One call: it runs per segment."""
         h = piece.header
-        return (
-            piece.offset == self.end < piece.end
+        end = piece.end
+        if not (
+            piece.offset == self.end < end
             and not piece.last
             and h.group_id == self.group_id
             and piece.facts == self.facts
             and h.msg_seq_number == 1
-        )
-
-    def add(self, piece: Piece) -> None:
+        ):
+            return False
         self.pieces.append(piece)
-        self.end = piece.end
-        self.bytes += piece.end - piece.offset
+        self.bytes += end - self.end
+        self.end = end
+        return True
 
 
 Fingerprint = tuple[int, int, int]  # data_length, data_checksum, msg_flags
 
-
-def fingerprint(h: SegmentHeader) -> Fingerprint:
-    return (h.data_length, h.data_checksum, h.msg_flags)
+# What a delivered segment is recognised by; an itemgetter, not a function: it runs per segment.
+fingerprint: Callable[[SegmentHeader], Fingerprint] = itemgetter(
+    *(SegmentHeader._fields.index(name) for name in ("data_length", "data_checksum", "msg_flags"))
+)
 
 
 @dataclass

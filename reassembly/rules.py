@@ -65,7 +65,8 @@ def fits(facts: Facts, piece: Piece) -> Facts | None:
         mcrc = h.message_checksum
     if stored is None or original is None:
         return None
-    return facts._replace(stored_length=stored, original_length=original, message_checksum=mcrc)
+    codec, algorithm, group, deferred = own[:4]  # equal to the facts' (checked above)
+    return Facts(codec, algorithm, group, deferred, stored, original, mcrc)  # _replace costs 3x this
 
 
 def _offset(p: Piece) -> int:
@@ -168,14 +169,6 @@ def has_candidate(msg: Message) -> bool:
     """A complete candidate exists (or the search is cut off: a conflict, also a decision)."""
     candidates, cut_off = _candidates(msg)
     return bool(candidates) or cut_off
-
-
-def decide_chain(
-    chain: tuple[Piece, ...], seq: int, verify: Callable[[tuple[Piece, ...], Facts], P]
-) -> Arbitration[Piece, Facts, P]:
-    """:func:`decide` for a message whose pieces are known to form one plain chain (see
-    :meth:`Message.chain`), without a :class:`Message` to hold them."""
-    return arbitrate(_chain_candidates(chain), False, verify=verify, same=_same, what=f"message {seq}")
 
 
 def _chain_candidates(chain: tuple[Piece, ...]) -> list[tuple[tuple[Piece, ...], Facts]]:

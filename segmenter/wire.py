@@ -58,6 +58,8 @@ _PREFIX = struct.Struct(header_table.struct_format(header_table.PREFIX_FIELDS))
 _FIXED = HEADER
 _CODECS = {int(c): c for c in Codec}
 _ALGORITHMS = {int(a): a for a in ChecksumAlgorithm}
+_DATA_CRC = {int(a): checksum_function(a) for a in ChecksumAlgorithm}
+_tuple_new = tuple.__new__  # builds a NamedTuple without calling its (Python) __new__
 _pack_body = HEADER.pack
 _pack_u32 = struct.Struct(">I").pack
 # Same CRC-32/IEEE as _HEADER_CRC: for 80 bytes the per-call overhead dominates, and zlib's is lower than isal's.

@@ -16,7 +16,7 @@ from test_judge_shortcuts import comparable
 from reassembly import Assembler, Limits
 from reassembly.events import GroupComplete, MessageComplete, Unfinished
 from segmenter import Codec, Segment, segment, segment_group
-from segmenter.checksum import checksum
+from segmenter.checksum import ChecksumAlgorithm, checksum
 from segmenter.wire import SegmentHeader, decode_segment
 
 Step = tuple[str, object]
@@ -214,3 +214,27 @@ def test_limits_lowered_while_a_run_is_collected_evict_as_filing_does() -> None:
         outcomes.append(([comparable(e) for e in asm.receive(newer[1])], asm.open_groups))
     assert outcomes[0] == outcomes[1]
     assert outcomes[0][1] == 1 and outcomes[0][0][0][0] == "Unfinished"  # the older group was evicted
+
+
+@pytest.mark.parametrize("change", ["codec", "algorithm"])
+def test_a_last_segment_that_disagrees_with_a_run_is_not_delivered_with_the_runs_facts(change: str) -> None:
+    """Every segment carries the message checksum and lengths, so the run's facts could pass for the
+    message's: a LAST segment that says otherwise (its header and data checksums valid) must be
+    judged as filing judges it, never delivered under the facts of the segments before it."""
+    payload = bytes(range(256)) * 3
+    segs = segment(payload, 200, group_id=b"f" * 24)
+    last = segs[-1].header
+    facts = {"message_checksum": last.message_checksum, "stored_length": last.stored_length}
+    raws = [Segment(s.header._replace(**facts), s.data).encode() for s in segs[:-1]]
+    if change == "codec":
+        other = last._replace(codec=Codec.ZSTD)
+    else:
+        other = last._replace(algorithm=ChecksumAlgorithm.CRC32C)
+        other = other._replace(data_checksum=checksum(other.algorithm, segs[-1].data))
+    raws.append(Segment(other, segs[-1].data).encode())
+    outcomes = []
+    for asm in pair(Limits(), Clock()):
+        events = [comparable(e) for raw in raws for e in asm.receive(raw)]
+        outcomes.append((events, [comparable(e) for e in asm.close()]))
+    assert outcomes[0] == outcomes[1]
+    assert not any(e[0] == "MessageComplete" for e in outcomes[0][0])
