@@ -158,37 +158,50 @@ def _store_error(what: str, exc: OSError) -> SegmentationError:
     return SegmentationError(f"{what}: {exc}", reason=Reason.STORE_ERROR, errno=exc.errno)
 
 
-def _other_bytes(path: Path, content: BinaryIO, block: int = 1 << 20) -> bool:
-    """A regular file is at ``path`` and its bytes are not ``content``'s (read through the
-    descriptors, no file position moves). Anything else there (nothing, a directory, a link) is
-    left to the rename to replace or refuse, as before."""
+def _holds(path: Path, content: BinaryIO, block: int = 1 << 20) -> bool | None:
+    """What is at ``path``: None nothing; True a regular file with ``content``'s bytes (compared
+    through the descriptors, no file position moves); False anything else: other bytes, a
+    directory, a link, a FIFO or device, a file this process cannot open or read. A name holding
+    anything but the same bytes is taken: the store never replaces, follows or opens for writing
+    what it did not put there. The other file is opened without following a link and without
+    blocking (a FIFO put there since the ``lstat``), and compared only if it is still a regular file."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
-        return False
+        return None
     fd = content.fileno()
-    if not stat.S_ISREG(st.st_mode):
+    if not stat.S_ISREG(st.st_mode) or st.st_size != os.fstat(fd).st_size:
         return False
-    if st.st_size != os.fstat(fd).st_size:
-        return True
-    with open(path, "rb") as there:
+    try:
+        there = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(there).st_mode):
+            return False
         for at in range(0, st.st_size, block):
-            if not same_bytes(os.pread(there.fileno(), block, at), os.pread(fd, block, at)):
-                return True
-    return False
+            try:
+                theirs = os.pread(there, block, at)
+            except OSError:
+                return False
+            if not same_bytes(theirs, os.pread(fd, block, at)):
+                return False
+    finally:
+        os.close(there)
+    return True
 
 
 def _put_in_place(done: BinaryIO, target: Path) -> None:
-    """Give the work file its final name without replacing a file with other bytes: another writer
-    in the directory may have put a body there since :meth:`FileBodyStore.place` found the name
-    free (a crafted same-CRC body and a race), and a rename would replace it silently. A link
-    never replaces anything; the same bytes there (a retried or replayed delivery) or something
-    that is not a regular file go to the rename, as before (a file system without hard links too)."""
+    """Give the work file its final name without replacing anything but the same bytes: another
+    writer in the directory may have put something there since :meth:`FileBodyStore.place` found
+    the name free (a crafted same-CRC body and a race), and a rename would replace it silently. A
+    link never replaces anything; the same bytes there (a retried or replayed delivery) go to the
+    rename, as does every body on a file system without hard links."""
     try:
         os.link(done.name, target)
     except FileExistsError:
-        if _other_bytes(target, done):
-            raise FileExistsError(errno.EEXIST, "another writer put other bytes there", str(target)) from None
+        if _holds(target, done) is False:
+            raise FileExistsError(errno.EEXIST, "another writer put something else there", str(target)) from None
     except OSError as exc:
         if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
             raise
@@ -243,13 +256,14 @@ class FileBodyStore:
         GroupId after its tombstone left) another one; without the checksum its body replaced the
         earlier delivery's file, which committed rows still named. A checksum is no protection (a
         body can be made to match any CRC), so a file already there under the name with other bytes
-        keeps it: this body takes the first free ``-2``, ``-3``, ... name (or one holding the same
-        bytes: the replay of that one)."""
+        keeps it, as does anything else there (a directory, a link, a FIFO, a file it cannot read):
+        this body takes the first free ``-2``, ``-3``, ... name (or one holding the same bytes: the
+        replay of that one)."""
         stem = f"{key[0].hex()}-{key[1]}-{checksum & 0xFFFFFFFF:08x}"
         name, n = f"{stem}.bin", 1
         try:
             content.flush()
-            while _other_bytes(self.directory / name, content):
+            while _holds(self.directory / name, content) is False:
                 n += 1
                 name = f"{stem}-{n}.bin"
         except OSError as exc:
@@ -355,7 +369,7 @@ class FileBodyStore:
             done.flush()
             os.fsync(done.fileno())
             _put_in_place(done, target)
-        except OSError as exc:  # e.g. a directory planted at the final name: the files stay open, owned
+        except OSError as exc:  # e.g. a disk error, or a race lost: the files stay open, owned
             raise _store_error(f"cannot put {files.final} in place", exc) from None
         del self._open[key]  # only once it is in place: the pieces' files stay open until then
         self._close(key, files, keep=done)

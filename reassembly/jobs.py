@@ -397,6 +397,25 @@ def has_parquet(directory: Path) -> bool:
     return any(directory.glob("*.parquet"))
 
 
+def totals_by_status(messages: Any) -> Any:
+    """Messages, bytes, segments used and duplicates per status of a ``messages`` table. A complete
+    message's bytes are its verified original length, in the row or in payloads/: read from that
+    column, never from ``payload`` (measuring those values read them: batches of 100 MiB payloads
+    took the JVM's heap, and the job failed at its summary after writing everything)."""
+    from pyspark.sql import functions as F
+
+    return (
+        messages.groupBy("status")
+        .agg(
+            F.count("*").alias("n"),
+            F.sum(F.when(F.col("status") == "complete", F.col("original_length"))).alias("bytes"),
+            F.sum("segments_used").alias("used"),
+            F.sum("duplicates").alias("duplicates"),
+        )
+        .orderBy(F.desc("n"))
+    )
+
+
 def summarize(spark: Any, out: Path, rows_in: int, input_bytes: int, seconds: float) -> tuple[str, Accounting]:
     """The end-of-job report (messages by status, bytes, throughput, quarantine by reason, accounting)."""
     from pyspark.sql import functions as F
@@ -405,21 +424,7 @@ def summarize(spark: Any, out: Path, rows_in: int, input_bytes: int, seconds: fl
     msgs_dir, q_dir = out / "messages", out / "quarantine"
     by_status: list[Any] = []
     if has_parquet(msgs_dir):
-        m = spark.read.parquet(str(msgs_dir))
-        by_status = (
-            m.groupBy("status")
-            .agg(
-                F.count("*").alias("n"),
-                # a message written to payloads/ counts its original length
-                F.sum(
-                    F.coalesce(F.length("payload"), F.when(F.col("payload_path").isNotNull(), F.col("original_length")))
-                ).alias("bytes"),
-                F.sum("segments_used").alias("used"),
-                F.sum("duplicates").alias("duplicates"),
-            )
-            .orderBy(F.desc("n"))
-            .collect()
-        )
+        by_status = totals_by_status(spark.read.parquet(str(msgs_dir))).collect()
     by_reason: list[Any] = []
     if has_parquet(q_dir):
         q = spark.read.parquet(str(q_dir))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 from pathlib import Path
@@ -19,6 +20,7 @@ from reassembly import (
     MessageComplete,
     MessageFailed,
     Unfinished,
+    bodies,
 )
 from reassembly.bodies import FileBodyStore, StoredBody
 from segmenter import ChecksumAlgorithm, Codec, Reason, Segment, SegmentationError, Segmenter, segment
@@ -180,13 +182,28 @@ def test_work_files_are_created_never_opened_through_what_is_planted(tmp_path: P
     assert refused.value.reason == Reason.STORE_ERROR and victim.read_text() == "keep me"
 
 
-def test_a_store_that_cannot_put_a_body_in_place_raises_our_error_and_the_assembler_goes_on(tmp_path: Path) -> None:
-    """A directory planted at a body's final name: the rename raised IsADirectoryError, after which
-    every call on that message, and close(), raised EBADF (the work files were closed too early)."""
+def failing_to_put_in_place(monkeypatch: Any, stem: str) -> None:
+    """A disk error (EIO) whenever a body whose name starts with ``stem`` is put in place."""
+    real = bodies._put_in_place
+
+    def put(done: Any, target: Path) -> None:
+        if target.name.startswith(stem):
+            raise OSError(errno.EIO, "Input/output error (injected)", str(target))
+        real(done, target)
+
+    monkeypatch.setattr(bodies, "_put_in_place", put)
+
+
+def test_a_store_that_cannot_put_a_body_in_place_raises_our_error_and_the_assembler_goes_on(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The store fails to put a body in place (a directory planted at its name made the rename raise
+    IsADirectoryError; such a name is now skipped, so a disk error stands in): after it, every call
+    on that message, and close(), raised EBADF (the work files were closed too early)."""
     payload = os.urandom(3000)
     gid = b"Q" * 24
     segs = [s.encode() for s in segment(payload, 1100, group_id=gid)]
-    (tmp_path / f"{gid.hex()}-1-{checksum(ChecksumAlgorithm.CRC32, payload):08x}.bin").mkdir()
+    failing_to_put_in_place(monkeypatch, gid.hex())
     asm = Assembler(bodies=FileBodyStore(tmp_path, "t", threshold=0))
     with pytest.raises(SegmentationError) as refused:
         asm.receive_many(segs)
@@ -224,7 +241,9 @@ def test_kept_handles_survive_a_group_that_starts_again_and_die_loudly_after_pur
     assert dead.value.reason == Reason.STORE_ERROR
 
 
-def test_a_group_member_the_store_could_not_put_in_place_is_reported_never_dropped(tmp_path: Path) -> None:
+def test_a_group_member_the_store_could_not_put_in_place_is_reported_never_dropped(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
     """unit_of_work=False: message 1 was marked delivered before the store failed to put it in place,
     and when message 2 completed the group, message 1 left without any event."""
     from segmenter.wire import decode_segment as decode
@@ -234,7 +253,7 @@ def test_a_group_member_the_store_could_not_put_in_place_is_reported_never_dropp
     w = Segmenter(1100).group_writer(group_id=gid)
     s1 = [s.encode() for s in w.add(p1)]
     s2 = [s.encode() for s in w.add(p2, last=True)]
-    (tmp_path / f"{gid.hex()}-1-{checksum(ChecksumAlgorithm.CRC32, p1):08x}.bin").mkdir()  # planted
+    failing_to_put_in_place(monkeypatch, f"{gid.hex()}-1-")
     asm = Assembler(unit_of_work=False, bodies=FileBodyStore(tmp_path, "t", threshold=0))
     with pytest.raises(SegmentationError):
         asm.receive_many(s1)
@@ -300,3 +319,31 @@ def test_two_writers_placing_other_bytes_under_one_name_never_replace_each_other
     assert (tmp_path / name_a).read_bytes() == first
     b.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == [name_a]
+
+
+@pytest.mark.parametrize("planted", ["directory", "link to the same bytes", "link elsewhere", "fifo"])
+def test_anything_but_the_same_bytes_at_a_bodys_name_is_left_alone_and_the_body_takes_the_next(
+    tmp_path: Path, planted: str
+) -> None:
+    """A directory at the final name failed the message with 9018 (the rename refused), a link there
+    was replaced by the rename; what the store did not put there is now kept as it is, like a file
+    with other bytes, and the body goes to the next free name. A FIFO is never opened."""
+    payload = os.urandom(5000)
+    gid = new_group_id()
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.write_bytes(payload if planted == "link to the same bytes" else b"not yours")
+    name = out / f"{gid.hex()}-1-{checksum(ChecksumAlgorithm.CRC32, payload):08x}.bin"
+    if planted == "directory":
+        name.mkdir()
+    elif planted == "fifo":
+        os.mkfifo(name)
+    else:
+        name.symlink_to(elsewhere)
+    asm, _ = stored_assembler(out)
+    done = only_complete(asm.receive_many([s.encode() for s in segment(payload, 2000, group_id=gid)]) + asm.close())
+    assert isinstance(done.payload, StoredBody) and done.payload.location == name.name.replace(".bin", "-2.bin")
+    assert (out / done.payload.location).read_bytes() == payload
+    assert name.is_dir() if planted == "directory" else os.path.lexists(name)
+    assert name.is_symlink() == planted.startswith("link")
+    assert elsewhere.read_bytes() == (payload if planted == "link to the same bytes" else b"not yours")

@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -52,6 +53,30 @@ def test_run_writes_messages_and_quarantine_and_prints_a_summary(landing: Path, 
     assert {m["status"] for m in messages} >= {"complete", "incomplete", "corrupt"}
     assert all(q["raw"] is not None for q in quarantine)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left behind
+
+
+def test_the_summary_counts_bytes_without_reading_a_payload(
+    landing: Path, tmp_path: Path, spark: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The summary measured each inline payload with length(payload), which read every payload
+    value into the JVM: batches of 100 MiB messages ran it out of heap and the job failed after
+    writing everything. Its bytes are now the complete messages' original lengths, the same sum."""
+    from reassembly.jobs import totals_by_status
+
+    out = tmp_path / "out"
+    done = reassemble("run", str(landing / "*.parquet"), str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    totals = totals_by_status(spark.read.parquet(str(out / "messages")))
+    capsys.readouterr()
+    totals.explain()
+    scans = [line for line in capsys.readouterr().out.splitlines() if "ReadSchema" in line]
+    assert scans and not any("payload:" in line for line in scans), scans
+    messages = pq.read_table(out / "messages").to_pylist()
+    complete = [m for m in messages if m["status"] == "complete"]
+    assert complete and all(m["payload"] is not None for m in complete)
+    by_status = {r.status: r.bytes or 0 for r in totals.collect()}
+    assert by_status["complete"] == sum(len(m["payload"]) for m in complete)
+    assert f"{by_status['complete']:>16,}" in done.stdout
 
 
 def one_error_line(done: subprocess.CompletedProcess[str]) -> str:
