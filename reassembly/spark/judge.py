@@ -229,6 +229,7 @@ class _Task:
         held = 0
         for group in groups:
             rows = self.judge(*group)
+            del group  # its original rows: not kept while the output is out (the input's size again)
             held += _weight(rows)
             pending += rows
             del rows
@@ -264,7 +265,9 @@ def read_side(path: str) -> Iterator[SideGroup]:
                 raise OSError(f"side file {path} cut short or damaged: {n} bytes wanted at {f.tell()} of {size}")
             return f.read(n)
 
-        while f.tell() < size:
+        def group() -> SideGroup:
+            # A function of its own: its locals go when it returns, so the suspended generator
+            # holds no group's rows while the caller judges and hands on the next ones.
             routable, large, n = _GROUP.unpack(take(_GROUP.size))
             if not 0 <= n <= (size - f.tell()) // _LENGTH.size:
                 raise OSError(f"side file {path} cut short or damaged: {n} rows declared at {f.tell()} of {size}")
@@ -272,7 +275,10 @@ def read_side(path: str) -> Iterator[SideGroup]:
             for _ in range(n):
                 (length,) = _LENGTH.unpack(take(_LENGTH.size))
                 raws.append(None if length == -1 else take(length))
-            yield SideGroup(bool(routable), bool(large), raws)
+            return SideGroup(bool(routable), bool(large), raws)
+
+        while f.tell() < size:
+            yield group()
 
 
 def make_side_judge(limits: Limits, unit_of_work: bool, payload_dir: str | None, threshold: int | None) -> Any:
@@ -283,7 +289,11 @@ def make_side_judge(limits: Limits, unit_of_work: bool, payload_dir: str | None,
             for path in batch.column(0).to_pylist():
                 task = _Task(limits, unit_of_work, payload_dir, threshold)
                 for rows in task.judged(read_side(path)):
-                    yield pa.RecordBatch.from_pylist(rows, schema=OUTPUT_ARROW)
+                    batch = pa.RecordBatch.from_pylist(rows, schema=OUTPUT_ARROW)
+                    # The rows' payloads are in the batch now: the list (``judged`` holds it too
+                    # until it resumes) must not keep them while Spark writes the batch out.
+                    rows.clear()
+                    yield batch
 
     return judge
 
