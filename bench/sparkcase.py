@@ -2,22 +2,27 @@
 
 Prints ``BEGIN name``, then ``END name<TAB>seconds`` (or ``FAIL name<TAB>error``)
 for each approach, so the parent (``sparkbench.run_cases``) can attribute the
-memory it samples to the case that was running.
+memory it samples to the case that was running. ``--stages`` also prints
+``STAGES name<TAB>json``: each stage of the timed run with its wall clock and its
+task threads' CPU (``bench.stages.stage_detail``), where a fresh process spends it.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from reassembly.jobs import first_line
 from reassembly.session import get_session
 from reassembly.spark import ReassemblyResult
 
 from .sparkbench import approaches
+from .stages import stage_detail
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,9 +32,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--keep", action="store_true", help="leave the last case's output and payload files")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="an extra Spark setting")
+    p.add_argument("--stages", action="store_true", help="print each timed stage's wall clock and CPU")
     p.add_argument("names", nargs="+")
     args = p.parse_args(argv)
     conf = {"spark.driver.memory": "8g"} | dict(kv.split("=", 1) for kv in args.conf)
+    if args.stages:
+        conf["spark.ui.enabled"] = "true"
     spark = get_session("local[2]", app_name="bench", conf=conf)
     spark.sparkContext.setLogLevel("OFF")
     out = Path(args.out)
@@ -48,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
 
     for name in args.names:
         run(name, args.warmup)
+        before = {s["stageId"] for s in stages(spark)} if args.stages else set()
         print(f"BEGIN {name}", flush=True)
         try:
             seconds = run(name, args.data)
@@ -55,10 +64,26 @@ def main(argv: list[str] | None = None) -> int:
             print(f"FAIL {name}\t{first_line(exc)}", flush=True)
             continue
         print(f"END {name}\t{seconds}", flush=True)
+        if args.stages:
+            print(f"STAGES {name}\t{json.dumps(new_stages(spark, before))}", flush=True)
     if not args.keep:
         shutil.rmtree(out, ignore_errors=True)
     spark.stop()
     return 0
+
+
+def stages(spark: Any) -> list[dict[str, Any]]:
+    """Every stage of the session so far (Spark's REST API), by id."""
+    import urllib.request
+
+    api = f"{spark.sparkContext.uiWebUrl}/api/v1/applications/{spark.sparkContext.applicationId}/stages"
+    return sorted(json.load(urllib.request.urlopen(api)), key=lambda s: s["stageId"])
+
+
+def new_stages(spark: Any, before: set[int]) -> list[dict[str, Any]]:
+    """The stages run since ``before`` (their ids), those with more than one task, with their detail."""
+    got = [s for s in stages(spark) if s["stageId"] not in before and s["numTasks"] > 1]
+    return [{"stageId": s["stageId"]} | stage_detail(s) for s in got]
 
 
 if __name__ == "__main__":

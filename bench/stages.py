@@ -16,8 +16,8 @@ run 2 on (``jfr print --events jdk.ExecutionSample FILE`` for the hot methods).
 * ``listagg``: the user's five-line query (SQL ``listagg`` by message, no validation);
 * ``aggregate``: our routing and aggregate, write the concatenations;
 * ``clean``: plus the JVM's clean test (CRC-32 of every message);
-* ``onepass``: the jar's one pass (``jvm.fast_aggregate``: sort, concatenate, clean test),
-  clean messages written, JVM only;
+* ``onepass``: the jar's decoder and one pass (``jvm.decoded_in_jar``, ``jvm.fast_aggregate``:
+  sort, concatenate, clean test), clean messages written, JVM only;
 * ``ours``: the whole ``reassemble`` (the default: the one pass, then the Python UDF operator and
   the row explode);
 * ``ours-files``: ``ours`` with a ``payload_dir`` (as ``reassemble run``: far rows routed apart);
@@ -119,12 +119,11 @@ def one_pass_split(df: Any, reassembler: Any, partitions: int = 8) -> Any:
     from pyspark.sql import functions as F
 
     from reassembly.spark import ReassemblyOptions, jvm
-    from reassembly.spark.decode import decode_segments
     from reassembly.spark.judge import make_judge
     from reassembly.spark.schema import OUTPUT_FIELDS
 
     limits = ReassemblyOptions().limits()
-    routed = jvm.route(decode_segments(df, "segment", limits.max_message_size, limits.max_segment_size), None)
+    routed = jvm.decoded_in_jar(df, "segment", limits, None)
     size = limits.max_message_size
 
     both = jvm.fast_aggregate(routed, partitions, size, reassembler)
@@ -152,9 +151,17 @@ _DETAIL = {
 }
 
 
+def _stamp(text: str) -> float:
+    from datetime import datetime
+
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fGMT").timestamp()
+
+
 def stage_detail(stage: dict[str, Any]) -> dict[str, float]:
-    """The metrics of one stage that say where its time goes: CPU, GC, spill, shuffle bytes."""
+    """The metrics of one stage that say where its time goes: wall clock, CPU, GC, spill, shuffle bytes."""
     out = {"tasks": stage["numTasks"], "run": round(stage["executorRunTime"] / 1000, 2)}
+    if stage.get("submissionTime") and stage.get("completionTime"):
+        out["wall"] = round(_stamp(stage["completionTime"]) - _stamp(stage["submissionTime"]), 2)
     return out | {k: round(stage.get(k, 0) * scale, 2) for k, scale in _DETAIL.items()}
 
 
@@ -198,6 +205,9 @@ def profile(
     def aggregate(df: Any) -> Any:
         return jvm.aggregate(routed(df), 8)
 
+    def in_jar(df: Any) -> Any:  # what reassemble() decodes with where the jar runs
+        return jvm.decoded_in_jar(df, "segment", ReassemblyOptions().limits(), None)
+
     def listagg(df: Any) -> Any:
         return (
             df.select(
@@ -213,7 +223,7 @@ def profile(
         "floor": lambda df: df.select(F.expr("substring(segment, 17, 28)").alias("k"), "segment").repartition(8, "k"),
         "aggregate": lambda df: aggregate(df).select("pk", "blob"),
         "clean": lambda df: aggregate(df).select("pk", F.when(F.expr(jvm.clean(NO_POLICY)), F.col("blob")).alias("p")),
-        "onepass": lambda df: jvm.fast_aggregate(routed(df), 8, 1 << 30, one_pass).where("clean").select("pk", "blob"),
+        "onepass": lambda df: jvm.fast_aggregate(in_jar(df), 8, 1 << 30, one_pass).where("clean").select("pk", "blob"),
         "ours": lambda df: reassemble(df).combined,
         "ours-files": lambda df: reassemble(df, options=files).combined,
         "save": reassemble,

@@ -1,6 +1,6 @@
 """The segment header as data: every field and every validation rule, in one table.
 
-Both decoders are *generated* from this table, so a change to the format is
+Every decoder is *generated* from this table, so a change to the format is
 made here and nowhere else:
 
 * :func:`python_source` renders the Python decoder and validator
@@ -8,6 +8,9 @@ made here and nowhere else:
   ``_check_header_fields``); :mod:`segmenter.wire` compiles it once at import.
 * :func:`sql_fields`, :func:`sql_derived` and :func:`sql_rules` render the same
   fields and rules as Spark SQL (used by ``reassembly/spark``).
+* :func:`java_source` renders them as Java, ``HeaderTable.java`` of the bundled
+  jar (its ``Decode``, the Spark fast path's decoder); ``tools/build_jar.py``
+  writes it and CI checks the committed file is what the table renders.
 
 A rule is a predicate (a small expression tree over field names, derived
 names, parameters and named constants of :mod:`segmenter.wire` /
@@ -594,3 +597,180 @@ def sql_rules(stages: Iterable[str], env: Mapping[str, Any], params: Mapping[str
     """One boolean SQL expression: every rule of ``stages`` holds (NULL on rows too short to read)."""
     names = {p: str(v) for p, v in params.items()}
     return " AND ".join(sql_expr(r.predicate, env, names) for r in RULES if r.stage in stages)
+
+
+# ----------------------------------------------------------------- Java (the bundled jar)
+# Two renderings of each rule: over ``long`` (unsigned 64-bit values, compared unsigned; ``add`` and
+# ``sub`` throw ArithmeticException where the exact result leaves 0..2^64-1) and over BigInteger
+# (exact, for the rows that throw). Booleans stay booleans in both.
+_BOOLEAN_OPS = {"eq", "ne", "le", "lt", "ge", "gt", "and", "or", "not", "in"}
+_JAVA_COMPARE = {"le": "<= 0", "lt": "< 0", "ge": ">= 0", "gt": "> 0"}
+_JAVA_BITS = {"band": ("&", "and"), "bor": ("|", "or")}
+_PARAMS = ("max_message_size", "max_header_length", "max_segment_size")
+
+
+def _is_bool(e: Expr | int) -> bool:
+    if isinstance(e, Name):
+        derived = FROM_HEADER_FLAGS.get(e.name) or DERIVED.get(e.name)
+        return derived is not None and _is_bool(derived)
+    return isinstance(e, Op) and e.op in _BOOLEAN_OPS
+
+
+def _is_bytes(e: Expr | int, env: Mapping[str, Any]) -> bool:
+    if isinstance(e, Name):
+        return e.name in FIELD and FIELD[e.name].kind == "bytes"
+    return isinstance(e, Const) and isinstance(constant(e.name, env), bytes)
+
+
+def _java_int(value: int, exact: bool) -> str:
+    if exact:
+        fits = -(1 << 63) <= value < 1 << 63
+        return f"BigInteger.valueOf({value}L)" if fits else f'new BigInteger("{value}")'
+    if not -(1 << 63) <= value < 1 << 64:
+        raise ValueError(f"{value} does not fit 64 bits")
+    return f"{value - (1 << 64) if value >= 1 << 63 else value}L"  # the unsigned value's bits
+
+
+def java_expr(e: Expr | int, env: Mapping[str, Any], exact: bool) -> str:
+    """``e`` as Java over locals of the names (see the section comment for the two renderings)."""
+
+    def r(x: Expr | int) -> str:
+        return java_expr(x, env, exact)
+
+    if isinstance(e, int):
+        return _java_int(e, exact)
+    if isinstance(e, Name):
+        return e.name
+    if isinstance(e, Const):
+        value = constant(e.name, env)
+        return f"C_{e.name.replace('.', '_')}" if isinstance(value, bytes) else _java_int(int(value), exact)
+    op, args = e.op, e.args
+    if op in ("and", "or"):
+        return "(" + (" && " if op == "and" else " || ").join(r(a) for a in args) + ")"
+    if op == "not":
+        return f"(!{r(args[0])})"
+    if op == "len":
+        return f"BigInteger.valueOf({r(args[0])}.length)" if exact else f"((long) {r(args[0])}.length)"
+    if op == "in":
+        assert isinstance(args[1], Const)
+        members = [int(m.value) for m in constant(args[1].name, env)]
+        return "(" + " || ".join(java_expr(eq(args[0], m), env, exact) for m in members) + ")"
+    if op == "bnot":
+        return f"{r(args[0])}.not()" if exact else f"(~{r(args[0])})"
+    if op in ("add", "sub"):
+        if not exact:
+            return f"U.{op}({r(args[0])}, {r(args[1])})"
+        return f"{r(args[0])}.{'add' if op == 'add' else 'subtract'}({r(args[1])})"
+    if op in _JAVA_BITS:
+        symbol, method = _JAVA_BITS[op]
+        return f"{r(args[0])}.{method}({r(args[1])})" if exact else f"({r(args[0])} {symbol} {r(args[1])})"
+    a, b = args
+    if any(isinstance(x, Op) and x.op == "bnot" for x in args):
+        raise ValueError("a complement compares differently in Python and in 64 bits: use it under band only")
+    if _is_bytes(a, env):
+        same = f"java.util.Arrays.equals({r(a)}, {r(b)})"
+        return same if op == "eq" else f"(!{same})"
+    if _is_bool(a) or _is_bool(b):
+        return f"({r(a)} {'==' if op == 'eq' else '!='} {r(b)})"
+    if op in ("eq", "ne"):
+        same = f"({r(a)}.compareTo({r(b)}) == 0)" if exact else f"({r(a)} == {r(b)})"
+        return same if op == "eq" else f"(!{same})"
+    cmp = f"{r(a)}.compareTo({r(b)})" if exact else f"Long.compareUnsigned({r(a)}, {r(b)})"
+    return f"({cmp} {_JAVA_COMPARE[op]})"
+
+
+def _java_checks(stages: Iterable[str], env: Mapping[str, Any], exact: bool, indent: str, fails: str) -> str:
+    return "".join(f"{indent}if (!{java_expr(r.predicate, env, exact)}) {fails}\n" for r in rules(*stages))
+
+
+def _java_verdict(env: Mapping[str, Any], exact: bool) -> str:
+    """The body of ``verdict``: 0 framing fails, 1 routable but another rule fails, 2 every rule holds."""
+    i, num = "        ", "BigInteger" if exact else "long"
+    read = "big" if exact else "u"
+    src = f"{i}{num} length = {'BigInteger.valueOf(total)' if exact else 'total'};\n"
+    src += "".join(f"{i}{num} {p} = {f'BigInteger.valueOf({_camel(p)})' if exact else _camel(p)};\n" for p in _PARAMS)
+    src += _java_checks(["frame"], env, exact, i, "return 0;")
+
+    def fields(group: Iterable[Field]) -> str:
+        out = ""
+        for f in group:
+            if f.kind == "bytes":
+                out += f"{i}byte[] {f.name} = java.util.Arrays.copyOfRange(b, {f.offset}, {f.offset + f.width});\n"
+            else:
+                out += f"{i}{num} {f.name} = U.{read}(b, {f.offset}, {f.width});\n"
+        return out
+
+    src += fields(PREFIX_FIELDS)
+    src += _java_checks(["prefix", "header"], env, exact, i, "return 0;")
+    at = f"U.index(header_length) - {-CHECKSUM_FIELD.offset}"
+    src += f"{i}{num} header_checksum = U.{read}(b, {at}, {CHECKSUM_FIELD.width});\n"
+    src += f"{i}{num} header_crc = {'BigInteger.valueOf(' if exact else '('}U.crc32(b, 0, {at}));\n"
+    src += _java_checks(["checksum"], env, exact, i, "return 0;")
+    src += fields(f for f in FIELDS if f not in PREFIX_FIELDS)
+    for name, e in (FROM_HEADER_FLAGS | DERIVED).items():
+        src += f"{i}{'boolean' if _is_bool(e) else num} {name} = {java_expr(e, env, exact)};\n"
+    src += _java_checks(["segment", "raw", "fields", "data"], env, exact, i, "return 1;")
+    return src + f"{i}return 2;\n"
+
+
+def _java_flag(name: str, env: Mapping[str, Any]) -> str:
+    """A boolean derived name as a static method of the fields it reads (64-bit rendering only)."""
+    e = (FROM_HEADER_FLAGS | DERIVED)[name]
+    used = [f.name for f in FIELDS if f.name in names_in(e)]
+    if not _is_bool(e) or {"add", "sub"} & _ops_in(e):
+        raise ValueError(f"{name} is not a flag of the fields")
+    args = ", ".join(f"long {u}" for u in used)
+    return f"    static boolean {_camel(name)}({args}) {{\n        return {java_expr(e, env, False)};\n    }}\n"
+
+
+def _ops_in(e: Expr | int) -> set[str]:
+    return {e.op}.union(*(_ops_in(a) for a in e.args)) if isinstance(e, Op) else set()
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.capitalize() for p in rest)
+
+
+JAVA_FLAGS = ("has_message_checksum", "length_deferred", "last", "in_group")
+
+
+def java_source(env: Mapping[str, Any]) -> str:
+    """``HeaderTable.java`` of the bundled jar: the fields' places, every rule (``verdict``) and the flags
+    the JVM's decoder needs (``Decode.java``), rendered from this table like the Python and the SQL."""
+    consts = sorted(
+        {c.name for r in RULES for c in _consts_in(r.predicate) if isinstance(constant(c.name, env), bytes)}
+    )
+    src = "package segmenter.jvm;\n\nimport java.math.BigInteger;\n\n"
+    src += "/** Generated from segmenter/header_table.py by tools/build_jar.py: edit the table, not this file. */\n"
+    src += "final class HeaderTable {\n"
+    src += f"    static final int PREFIX_LENGTH = {PREFIX_LENGTH}, FIXED_LENGTH = {FIXED_LENGTH}"
+    src += f", HEADER_LENGTH = {HEADER_LENGTH}, CHECKSUM_WIDTH = {CHECKSUM_FIELD.width};\n"
+    for f in FIELDS:
+        src += f"    static final int AT_{f.name.upper()} = {f.offset}, WIDTH_{f.name.upper()} = {f.width};\n"
+    for name in consts:
+        value = constant(name, env)
+        items = ", ".join(str(x - 256 if x > 127 else x) for x in value)
+        src += f"    private static final byte[] C_{name.replace('.', '_')} = {{{items}}};\n"
+    src += "\n    private HeaderTable() {}\n\n"
+    src += "    /**\n     * The verdict on a segment of {@code total} bytes whose first bytes are {@code b} (at least\n"
+    src += "     * {@code min(total, maxHeaderLength)}: no rule reads past the header): 0 the framing fails (not\n"
+    src += "     * routable), 1 routable but another rule fails, 2 every rule holds.\n     */\n"
+    params = ", ".join(["total", *(_camel(p) for p in _PARAMS)])
+    sig = f"(byte[] b, long total, {', '.join('long ' + _camel(p) for p in _PARAMS)})"
+    src += f"    static int verdict{sig} {{\n        try {{\n"
+    src += f"            return verdict64(b, {params});\n"
+    src += "        } catch (ArithmeticException outside64) {\n"
+    src += f"            return verdictExact(b, {params});\n"
+    src += "        }\n    }\n\n"
+    src += f"    private static int verdict64{sig} {{\n{_java_verdict(env, False)}    }}\n\n"
+    src += f"    private static int verdictExact{sig} {{\n{_java_verdict(env, True)}    }}\n"
+    for name in JAVA_FLAGS:
+        src += "\n" + _java_flag(name, env)
+    return src + "}\n"
+
+
+def _consts_in(e: Expr | int) -> list[Const]:
+    if isinstance(e, Const):
+        return [e]
+    return [c for a in e.args for c in _consts_in(a)] if isinstance(e, Op) else []

@@ -8,6 +8,9 @@ directory and compares the class files with the committed jar: a difference
 fails, unless this javac's major differs from the one recorded in the jar's
 manifest (``X-Javac-Major``), in which case it is reported and passes, because
 another javac major may legitimately emit other bytes for the same source.
+``HeaderTable.java`` is generated from ``segmenter/header_table.py`` (the rules the
+Python decoder and the SQL are generated from too): the build writes it first, and
+``--check`` fails when the committed file is not what the table renders.
 Users never need this: the wheel carries the jar.
 """
 
@@ -25,8 +28,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ROOT / "jvm" / "src"
 JAR = ROOT / "reassembly" / "spark" / "jars" / "segmenter-jvm.jar"
+GENERATED = SOURCES / "segmenter" / "jvm" / "HeaderTable.java"
 RELEASE = "17"  # the oldest Java Spark 4 runs on
 EPOCH = (1980, 1, 1, 0, 0, 0)  # zip's earliest timestamp: every entry gets it
+
+
+def header_table_java() -> str:
+    """``HeaderTable.java`` as the header table renders it."""
+    sys.path.insert(0, str(ROOT))
+    from segmenter.header_table import java_source
+    from segmenter.wire import table_constants
+
+    return java_source(table_constants())
 
 
 def javac_major() -> str:
@@ -79,6 +92,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python tools/build_jar.py")
     p.add_argument("--check", action="store_true", help="rebuild and compare with the committed jar")
     args = p.parse_args(argv)
+    generated = header_table_java()
+    if not args.check:
+        GENERATED.write_text(generated)
+    elif GENERATED.read_text() != generated:
+        stale = f"{GENERATED.relative_to(ROOT)} is not what the header table renders"
+        print(f"{stale}: run python tools/build_jar.py", file=sys.stderr)
+        return 1
     major = javac_major()
     with tempfile.TemporaryDirectory() as tmp:
         built = compile_classes(Path(tmp))

@@ -42,7 +42,7 @@ def decode_segments(
     env = table_constants()
     fields = table.sql_fields("raw")
     ints = [f.name for f in table.FIELDS if f.kind == "int"]
-    d = df.select(F.col(raw_column).alias("raw"))
+    d = df.select(F.col(raw_column).cast("binary").alias("raw"))  # a string column: its UTF-8 bytes
     d = d.select("raw", F.expr(fields["header_length"]).alias("header_length"))
     exact = [F.expr(sql).alias(name) for name, sql in fields.items() if name != "header_length"]
     d = d.select("*", *exact)

@@ -47,6 +47,9 @@ from segmenter import header_table as table
 from segmenter.checksum import ChecksumAlgorithm
 from segmenter.digest import DigestPolicy, verify_sql
 from segmenter.flags import Codec
+from segmenter.wire import MAX_HEADER_LENGTH
+
+from ..assembler import Limits
 
 # Per-row facts the clean test reads (all small); Python needs sk, plen, far and is_null.
 _META = (
@@ -112,6 +115,24 @@ def route(decoded: Any, large_message_bytes: int | None) -> Any:
     else:
         routed = routed.select("*", F.lit(None).cast("binary").alias("bk"))
     return routed.select("*", F.expr("coalesce(length(piece), 0)").alias("plen"))
+
+
+def decoded_in_jar(df: Any, raw_column: str, limits: Limits, large_message_bytes: int | None) -> Any:
+    """What :func:`route` gives over :func:`~reassembly.spark.decode.decode_segments`, for the one pass:
+    the jar's ``Decode`` (the header table's rules generated into Java, ``HeaderTable.java``) in one
+    compiled function per row instead of some forty SQL expressions, which a fresh JVM generates,
+    compiles and warms up in every query (issue 14, ``bench/README.md``). Same values in every column
+    the one pass and the judge read (``tests/test_jvm_decode.py``). The jar must be loaded
+    (:func:`reassembly.spark.jar.reassembler`)."""
+    from pyspark.sql import DataFrame
+    from pyspark.sql import functions as F
+
+    decode = df.sparkSession.sparkContext._jvm.segmenter.jvm.Decode
+    segments = df.select(F.col(raw_column).cast("binary"))  # as decode_segments reads it
+    far = -1 if large_message_bytes is None else large_message_bytes
+    crc32 = int(ChecksumAlgorithm.CRC32)
+    jdf = decode.run(segments._jdf, limits.max_message_size, MAX_HEADER_LENGTH, limits.max_segment_size, far, crc32)
+    return DataFrame(jdf, df.sparkSession)
 
 
 def aggregate(routed: Any, partitions: int) -> Any:

@@ -2,9 +2,11 @@
 
 Data path (one scan, one shuffle, one aggregate; see ``jvm.py`` and ``judge.py``):
 
-1. Headers are decoded in the JVM (``decode.py``, SQL generated from
-   ``segmenter.header_table``) and each row gets its keys: its GroupId when its
-   framing holds, else a hash of its bytes (``jvm.py``). With ``payload_dir``,
+1. Headers are decoded in the JVM and each row gets its keys: its GroupId when
+   its framing holds, else a hash of its bytes (``jvm.py``). Where the bundled
+   jar runs, by its ``Decode`` (Java generated from ``segmenter.header_table``,
+   ``jvm.decoded_in_jar``); elsewhere by SQL generated from the same table
+   (``decode.py``, ``jvm.route``). Same columns (tests/test_jvm_decode.py). With ``payload_dir``,
    rows at offsets from ``large_message_bytes`` on also get a per-offset key.
 2. One shuffle by GroupId; one aggregate concatenates each message's (or MQ
    group's) data in the JVM and collects its headers.
@@ -152,12 +154,15 @@ def reassemble(
         raw_column = "segment"
     threshold = opts.large_message_bytes if opts.payload_dir is not None else None
     limits = opts.limits()
-    decoded = decode_segments(df, raw_column, limits.max_message_size, limits.max_segment_size)
-    routed = jvm.route(decoded, threshold)
     n = opts.partitions or int(df.sparkSession.conf.get("spark.sql.shuffle.partitions"))
     # The jar's one pass serves the policy that demands nothing (module doc); Connect: the SQL path.
     demands = opts.digest.sha256 or opts.digest.keyring is not None
     one_pass = jar.reassembler(df.sparkSession) if opts.jvm_fast_path and opts.use_jar and not demands else None
+    if one_pass is not None:  # the jar decodes too: no SQL decoding to plan, generate and compile
+        routed = jvm.decoded_in_jar(df, raw_column, limits, threshold)
+    else:
+        decoded = decode_segments(df, raw_column, limits.max_message_size, limits.max_segment_size)
+        routed = jvm.route(decoded, threshold)
 
     def combined() -> Any:
         if one_pass is not None:

@@ -7,13 +7,11 @@ import java.util.List;
 import java.util.NoSuchElementException;
 
 import org.apache.spark.api.java.function.FlatMapFunction;
-import org.apache.spark.rdd.RDD;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.catalyst.util.GenericArrayData;
-import org.apache.spark.sql.classic.SparkSession;
 import org.apache.spark.sql.types.ArrayType;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
@@ -55,7 +53,6 @@ public final class Reassemble implements FlatMapFunction<Iterator<InternalRow>, 
     private static final long serialVersionUID = 1L;
     private static final int MAX_ARRAY = Integer.MAX_VALUE - 16; // a JVM byte[] (Spark's cap on a value)
     private static final int KEEP = 64 << 20; // the largest buffer kept from one group to the next
-    private static final String AQE = "spark.sql.adaptive.enabled";
 
     private final long maxMessageSize;
     private final boolean emitClean, emitDirty;
@@ -127,15 +124,9 @@ public final class Reassemble implements FlatMapFunction<Iterator<InternalRow>, 
 
     private static Dataset<Row> pass(Dataset<Row> sorted, long maxMessageSize, boolean emitClean, boolean emitDirty,
         String sideDir, int skHeader) {
-        org.apache.spark.sql.classic.Dataset<Row> input = (org.apache.spark.sql.classic.Dataset<Row>) sorted;
         StructType meta = (StructType) sorted.schema().apply("m").dataType();
-        SparkSession session = input.sparkSession();
-        SparkSession planner = session.cloneSession();
-        planner.sessionState().conf().setConfString(AQE, "false");
-        RDD<InternalRow> rows = org.apache.spark.sql.classic.Dataset.ofRows(planner, input.logicalPlan())
-            .queryExecution().toRdd();
         Reassemble pass = new Reassemble(meta, maxMessageSize, emitClean, emitDirty, sideDir, skHeader);
-        return session.internalCreateDataFrame(rows.toJavaRDD().mapPartitions(pass).rdd(), outputSchema(meta), false);
+        return Plans.frame(sorted, Plans.rows(sorted).toJavaRDD().mapPartitions(pass).rdd(), outputSchema(meta));
     }
 
     @Override

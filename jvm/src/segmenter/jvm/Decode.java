@@ -1,0 +1,217 @@
+package segmenter.jvm;
+
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayDeque;
+import java.util.Arrays;
+import java.util.Iterator;
+import java.util.NoSuchElementException;
+
+import org.apache.spark.api.java.function.FlatMapFunction;
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.catalyst.expressions.XXH64;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.unsafe.Platform;
+import org.apache.spark.unsafe.types.BinaryView;
+
+/**
+ * The map side of the one pass: each landing row's header decoded and judged by the header table's
+ * rules ({@link HeaderTable}, generated from segmenter/header_table.py like the Python decoder and the
+ * SQL), and its keys: the columns {@code jvm.route} computes over {@code decode_segments}' SQL
+ * (reassembly/spark/jvm.py), from one compiled function instead of some forty SQL expressions that a
+ * fresh JVM generates, compiles and warms up per query (issue 14).
+ *
+ * <p>Input: one binary column (the encoded segment, NULL allowed). Output: {@link #SCHEMA}, the same
+ * values as the SQL for every column of a routable row; for a row that is not routable, the columns
+ * only a routable row's rules read (its fields, flags and lengths) are NULL: nothing reads them
+ * (the one pass and the Python judge read a non-routable row's {@code sk}, {@code piece}, {@code plen},
+ * {@code far} and {@code is_null} only), where the SQL reads what bytes there are.
+ * A far row (offset at or past {@code largeMessageBytes}) comes out twice, as in {@code jvm.route}.
+ */
+public final class Decode implements FlatMapFunction<Iterator<InternalRow>, InternalRow> {
+    private static final long serialVersionUID = 1L;
+    private static final long SEED = 42L; // Spark's xxhash64 seed
+    private static final int SK_HEADER = HeaderTable.WIDTH_MSG_SEQ_NUMBER + HeaderTable.WIDTH_OFFSET;
+
+    /** The columns of {@code jvm.route}'s output that the one pass's input reads, with their SQL types. */
+    public static final StructType SCHEMA = schema(
+        "routable", DataTypes.BooleanType, "pk", DataTypes.BinaryType, "bk", DataTypes.BinaryType,
+        "piece", DataTypes.BinaryType, "plen", DataTypes.IntegerType, "sk", DataTypes.BinaryType,
+        "far", DataTypes.BooleanType, "is_null", DataTypes.BooleanType, "header_ok", DataTypes.BooleanType,
+        "data_ok", DataTypes.BooleanType, "is_last", DataTypes.BooleanType, "in_group", DataTypes.BooleanType,
+        "codec", DataTypes.LongType, "algorithm", DataTypes.LongType, "msg_seq_number", DataTypes.IntegerType,
+        "offset", DataTypes.LongType, "data_length", DataTypes.LongType, "stored_length", DataTypes.LongType,
+        "original_length", DataTypes.LongType, "message_checksum", DataTypes.LongType,
+        "length_deferred", DataTypes.BooleanType, "data_checksum", DataTypes.LongType,
+        "header_length", DataTypes.LongType);
+    // Each column's place in a row of SCHEMA.
+    private static final int C_ROUTABLE = SCHEMA.fieldIndex("routable");
+    private static final int C_PK = SCHEMA.fieldIndex("pk");
+    private static final int C_BK = SCHEMA.fieldIndex("bk");
+    private static final int C_PIECE = SCHEMA.fieldIndex("piece");
+    private static final int C_PLEN = SCHEMA.fieldIndex("plen");
+    private static final int C_SK = SCHEMA.fieldIndex("sk");
+    private static final int C_FAR = SCHEMA.fieldIndex("far");
+    private static final int C_IS_NULL = SCHEMA.fieldIndex("is_null");
+    private static final int C_HEADER_OK = SCHEMA.fieldIndex("header_ok");
+    private static final int C_DATA_OK = SCHEMA.fieldIndex("data_ok");
+    private static final int C_IS_LAST = SCHEMA.fieldIndex("is_last");
+    private static final int C_IN_GROUP = SCHEMA.fieldIndex("in_group");
+    private static final int C_CODEC = SCHEMA.fieldIndex("codec");
+    private static final int C_ALGORITHM = SCHEMA.fieldIndex("algorithm");
+    private static final int C_MSG_SEQ_NUMBER = SCHEMA.fieldIndex("msg_seq_number");
+    private static final int C_OFFSET = SCHEMA.fieldIndex("offset");
+    private static final int C_DATA_LENGTH = SCHEMA.fieldIndex("data_length");
+    private static final int C_STORED_LENGTH = SCHEMA.fieldIndex("stored_length");
+    private static final int C_ORIGINAL_LENGTH = SCHEMA.fieldIndex("original_length");
+    private static final int C_MESSAGE_CHECKSUM = SCHEMA.fieldIndex("message_checksum");
+    private static final int C_LENGTH_DEFERRED = SCHEMA.fieldIndex("length_deferred");
+    private static final int C_DATA_CHECKSUM = SCHEMA.fieldIndex("data_checksum");
+    private static final int C_HEADER_LENGTH = SCHEMA.fieldIndex("header_length");
+
+    private final long maxMessageSize, maxHeaderLength, maxSegmentSize;
+    private final long largeMessageBytes; // negative: no far rows
+    private final long crc32; // the CRC-32/IEEE algorithm id: its data checksum is verified here
+
+    private Decode(long maxMessageSize, long maxHeaderLength, long maxSegmentSize, long largeMessageBytes, long crc32) {
+        this.maxMessageSize = maxMessageSize;
+        this.maxHeaderLength = maxHeaderLength;
+        this.maxSegmentSize = maxSegmentSize;
+        this.largeMessageBytes = largeMessageBytes;
+        this.crc32 = crc32;
+    }
+
+    private static StructType schema(Object... pairs) {
+        StructField[] fields = new StructField[pairs.length / 2];
+        for (int i = 0; i < fields.length; i++) {
+            fields[i] = DataTypes.createStructField((String) pairs[2 * i], (DataType) pairs[2 * i + 1], true);
+        }
+        return new StructType(fields);
+    }
+
+    /** {@code segments} (one binary column) decoded, lazily; {@code largeMessageBytes} negative: none far. */
+    public static Dataset<Row> run(Dataset<Row> segments, long maxMessageSize, long maxHeaderLength,
+        long maxSegmentSize, long largeMessageBytes, long crc32) {
+        Decode decode = new Decode(maxMessageSize, maxHeaderLength, maxSegmentSize, largeMessageBytes, crc32);
+        return Plans.frame(segments, Plans.rows(segments).toJavaRDD().mapPartitions(decode).rdd(), SCHEMA);
+    }
+
+    @Override
+    public Iterator<InternalRow> call(Iterator<InternalRow> input) {
+        return new Iterator<InternalRow>() {
+            private final ArrayDeque<InternalRow> ready = new ArrayDeque<>(2);
+
+            @Override
+            public boolean hasNext() {
+                return !ready.isEmpty() || input.hasNext();
+            }
+
+            @Override
+            public InternalRow next() {
+                if (ready.isEmpty()) {
+                    if (!input.hasNext()) {
+                        throw new NoSuchElementException();
+                    }
+                    InternalRow row = input.next();
+                    decode(row.isNullAt(0) ? null : row.getBinaryView(0), ready);
+                }
+                return ready.poll();
+            }
+        };
+    }
+
+    /**
+     * The output row(s) of one input row ({@code segment}: a view of the scan's row, valid until the
+     * next). Only the header is copied for the rules; the piece once, straight from the view.
+     */
+    private void decode(BinaryView segment, ArrayDeque<InternalRow> out) {
+        int length = segment == null ? 0 : segment.numBytes();
+        byte[] header = segment == null ? null : bytes(segment, 0, (int) Math.min(length, maxHeaderLength));
+        int verdict = segment == null ? 0
+            : HeaderTable.verdict(header, length, maxMessageSize, maxHeaderLength, maxSegmentSize);
+        Object[] v = new Object[SCHEMA.size()];
+        v[C_IS_NULL] = segment == null;
+        v[C_HEADER_OK] = verdict == 2;
+        v[C_FAR] = false;
+        if (verdict == 0) { // keyed by a hash of its bytes, judged by the Python decoder
+            byte[] raw = segment == null ? null : bytes(segment, 0, length);
+            long hash = raw == null ? SEED : XXH64.hashUnsafeBytes(raw, Platform.BYTE_ARRAY_OFFSET, length, SEED);
+            v[C_ROUTABLE] = false;
+            v[C_PK] = Long.toString(hash).getBytes(StandardCharsets.UTF_8);
+            v[C_PIECE] = raw;
+            v[C_PLEN] = length;
+            v[C_SK] = raw == null ? new byte[0] : raw;
+            v[C_DATA_OK] = false;
+            v[C_IS_LAST] = false;
+            out.add(new GenericInternalRow(v));
+            return;
+        }
+        boolean ok = verdict == 2;
+        int headerLength = (int) U.u(header, HeaderTable.AT_HEADER_LENGTH, HeaderTable.WIDTH_HEADER_LENGTH);
+        long algorithm = U.u(header, HeaderTable.AT_ALGORITHM, HeaderTable.WIDTH_ALGORITHM);
+        long msgFlags = U.u(header, HeaderTable.AT_MSG_FLAGS, HeaderTable.WIDTH_MSG_FLAGS);
+        long headerFlags = U.u(header, HeaderTable.AT_HEADER_FLAGS, HeaderTable.WIDTH_HEADER_FLAGS);
+        long seq = U.u(header, HeaderTable.AT_MSG_SEQ_NUMBER, HeaderTable.WIDTH_MSG_SEQ_NUMBER);
+        long dataChecksum = U.u(header, HeaderTable.AT_DATA_CHECKSUM, HeaderTable.WIDTH_DATA_CHECKSUM);
+        Long offset = signed(U.u(header, HeaderTable.AT_OFFSET, HeaderTable.WIDTH_OFFSET));
+        boolean last = HeaderTable.last(msgFlags);
+        byte[] piece = bytes(segment, headerLength, length - headerLength);
+        v[C_ROUTABLE] = true;
+        v[C_PK] = slice(header, HeaderTable.AT_GROUP_ID, HeaderTable.WIDTH_GROUP_ID);
+        v[C_PIECE] = piece;
+        v[C_PLEN] = piece.length;
+        byte[] sk = new byte[SK_HEADER + headerLength];
+        System.arraycopy(header, HeaderTable.AT_MSG_SEQ_NUMBER, sk, 0, HeaderTable.WIDTH_MSG_SEQ_NUMBER);
+        System.arraycopy(header, HeaderTable.AT_OFFSET, sk, HeaderTable.WIDTH_MSG_SEQ_NUMBER, HeaderTable.WIDTH_OFFSET);
+        System.arraycopy(header, 0, sk, SK_HEADER, headerLength);
+        v[C_SK] = sk;
+        // SQL: CASE WHEN NOT header_ok THEN false WHEN algorithm = CRC-32 THEN crc32(data) = data_checksum END
+        v[C_DATA_OK] = !ok ? Boolean.FALSE
+            : algorithm == crc32 ? (Object) (U.crc32(piece, 0, piece.length) == dataChecksum) : null;
+        v[C_IS_LAST] = ok && last;
+        v[C_IN_GROUP] = HeaderTable.inGroup(msgFlags);
+        v[C_CODEC] = U.u(header, HeaderTable.AT_CODEC, HeaderTable.WIDTH_CODEC);
+        v[C_ALGORITHM] = algorithm;
+        v[C_MSG_SEQ_NUMBER] = seq <= Integer.MAX_VALUE ? (Object) (int) seq : null;
+        v[C_OFFSET] = offset;
+        v[C_DATA_LENGTH] = U.u(header, HeaderTable.AT_DATA_LENGTH, HeaderTable.WIDTH_DATA_LENGTH);
+        v[C_STORED_LENGTH] = signed(U.u(header, HeaderTable.AT_STORED_LENGTH, HeaderTable.WIDTH_STORED_LENGTH));
+        v[C_ORIGINAL_LENGTH] = signed(U.u(header, HeaderTable.AT_ORIGINAL_LENGTH, HeaderTable.WIDTH_ORIGINAL_LENGTH));
+        v[C_MESSAGE_CHECKSUM] = HeaderTable.hasMessageChecksum(headerFlags)
+            ? (Object) U.u(header, HeaderTable.AT_MESSAGE_CHECKSUM, HeaderTable.WIDTH_MESSAGE_CHECKSUM) : null;
+        v[C_LENGTH_DEFERRED] = HeaderTable.lengthDeferred(headerFlags);
+        v[C_DATA_CHECKSUM] = dataChecksum;
+        v[C_HEADER_LENGTH] = (long) headerLength;
+        // far: at or past the threshold, or an offset no long holds (SQL: coalesce(offset >= T, true))
+        if (largeMessageBytes >= 0 && (offset == null || offset >= largeMessageBytes)) {
+            Object[] meta = v.clone(); // copy 0: the row's facts in its message's aggregate, without its piece
+            meta[C_PIECE] = null;
+            meta[C_PLEN] = 0;
+            meta[C_FAR] = true;
+            out.add(new GenericInternalRow(meta));
+            v[C_BK] = slice(header, HeaderTable.AT_OFFSET, HeaderTable.WIDTH_OFFSET);
+        }
+        out.add(new GenericInternalRow(v));
+    }
+
+    /** {@code length} bytes of {@code view} from {@code start}, in an array of their own. */
+    private static byte[] bytes(BinaryView view, int start, int length) {
+        byte[] out = new byte[length];
+        view.slice(start, length).writeToMemory(out, Platform.BYTE_ARRAY_OFFSET);
+        return out;
+    }
+
+    private static byte[] slice(byte[] header, int at, int width) {
+        return Arrays.copyOfRange(header, at, at + width);
+    }
+
+    /** A 64-bit unsigned field as SQL's {@code try_cast(... AS BIGINT)}: NULL above 2^63-1. */
+    private static Long signed(long value) {
+        return value < 0 ? null : value;
+    }
+}
