@@ -128,7 +128,10 @@ def drained(broker: ActiveMQ, tmp_path_factory: pytest.TempPathFactory) -> Drain
     assert list(landing.glob(".drain-*.tmp"))  # killed mid-file: its temporary file is orphaned
 
     # 3. Restarted; it removes the orphan and drains the rest, exiting when the queue stays empty.
-    done = subprocess.run([*cmd, "--idle-exit", "2"], env=env, capture_output=True, text=True, timeout=300)
+    # Idle for 10 s, not 2: the killed drain's unacknowledged segments come back only once the broker
+    # has noticed its connection is gone (12 ms when idle, SERVERS-NOTES.md), and a CI run once saw a
+    # 2 s idle exit come before them (segments missing from the landing table, still on the queue).
+    done = subprocess.run([*cmd, "--idle-exit", "10"], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert not list(landing.glob(".drain-*.tmp"))
     rows = _landed(landing)
