@@ -753,9 +753,10 @@ def java_source(env: Mapping[str, Any]) -> str:
         items = ", ".join(str(x - 256 if x > 127 else x) for x in value)
         src += f"    private static final byte[] C_{name.replace('.', '_')} = {{{items}}};\n"
     src += "\n    private HeaderTable() {}\n\n"
-    src += "    /**\n     * The verdict on a segment of {@code total} bytes whose first bytes are {@code b} (at least\n"
-    src += "     * {@code min(total, maxHeaderLength)}: no rule reads past the header): 0 the framing fails (not\n"
-    src += "     * routable), 1 routable but another rule fails, 2 every rule holds.\n     */\n"
+    src += "    /**\n     * The verdict on a segment of {@code total} bytes whose first bytes are {@code b}: at least\n"
+    src += "     * its declared header length held to HEADER_LENGTH..maxHeaderLength, or all {@code total} if\n"
+    src += "     * fewer (no rule reads more). 0 the framing fails (not routable), 1 routable but another rule\n"
+    src += "     * fails, 2 every rule holds.\n     */\n"
     params = ", ".join(["total", *(_camel(p) for p in _PARAMS)])
     sig = f"(byte[] b, long total, {', '.join('long ' + _camel(p) for p in _PARAMS)})"
     src += f"    static int verdict{sig} {{\n        try {{\n"

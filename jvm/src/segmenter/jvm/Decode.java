@@ -131,7 +131,7 @@ public final class Decode implements FlatMapFunction<Iterator<InternalRow>, Inte
      */
     private void decode(BinaryView segment, ArrayDeque<InternalRow> out) {
         int length = segment == null ? 0 : segment.numBytes();
-        byte[] header = segment == null ? null : bytes(segment, 0, (int) Math.min(length, maxHeaderLength));
+        byte[] header = segment == null ? null : bytes(segment, 0, headerBytes(segment));
         int verdict = segment == null ? 0
             : HeaderTable.verdict(header, length, maxMessageSize, maxHeaderLength, maxSegmentSize);
         Object[] v = new Object[SCHEMA.size()];
@@ -197,6 +197,26 @@ public final class Decode implements FlatMapFunction<Iterator<InternalRow>, Inte
             v[C_BK] = slice(header, HeaderTable.AT_OFFSET, HeaderTable.WIDTH_OFFSET);
         }
         out.add(new GenericInternalRow(v));
+    }
+
+    /**
+     * How many leading bytes the rules may read: the header the segment declares, its declared length
+     * held to {@code HEADER_LENGTH..maxHeaderLength} (outside, a rule refuses it after the prefix), and
+     * never more than there are. Not the whole {@code maxHeaderLength}: a 4 KiB copy per row was a
+     * quarter of a 16 KiB segment.
+     */
+    private int headerBytes(BinaryView segment) {
+        int length = segment.numBytes();
+        if (length < HeaderTable.PREFIX_LENGTH) {
+            return length;
+        }
+        long declared = 0;
+        int at = HeaderTable.AT_HEADER_LENGTH;
+        for (int i = at; i < at + HeaderTable.WIDTH_HEADER_LENGTH; i++) {
+            declared = (declared << 8) | (segment.getByte(i) & 0xFF);
+        }
+        long within = Math.min(Math.max(declared, HeaderTable.HEADER_LENGTH), maxHeaderLength);
+        return (int) Math.min(length, within);
     }
 
     /** {@code length} bytes of {@code view} from {@code start}, in an array of their own. */

@@ -26,9 +26,10 @@ final class HeaderTable {
     private HeaderTable() {}
 
     /**
-     * The verdict on a segment of {@code total} bytes whose first bytes are {@code b} (at least
-     * {@code min(total, maxHeaderLength)}: no rule reads past the header): 0 the framing fails (not
-     * routable), 1 routable but another rule fails, 2 every rule holds.
+     * The verdict on a segment of {@code total} bytes whose first bytes are {@code b}: at least
+     * its declared header length held to HEADER_LENGTH..maxHeaderLength, or all {@code total} if
+     * fewer (no rule reads more). 0 the framing fails (not routable), 1 routable but another rule
+     * fails, 2 every rule holds.
      */
     static int verdict(byte[] b, long total, long maxMessageSize, long maxHeaderLength, long maxSegmentSize) {
         try {
