@@ -141,6 +141,19 @@ def approaches(spark: Any, payload_dir: Path) -> dict[str, Callable[[Any], Any]]
     return table | {DIGEST_APPROACHES[name]: verifying(policy) for name, policy in DIGESTS.items()} | {LARGE: streamed}
 
 
+def write_result(target: Any, out: Path | str) -> None:
+    """An approach's result written as ``reassemble run`` writes: ours by ``save()``, every other one
+    with the same Parquet writer settings (``parquet_writer``), so no approach pays for the writer's
+    defaults where another does not (bench/README.md, "Session 29")."""
+    from reassembly.spark import ReassemblyResult
+    from reassembly.spark.writer import parquet_writer
+
+    if isinstance(target, ReassemblyResult):
+        target.save(out)  # messages/ and quarantine/
+    else:
+        parquet_writer(target).parquet(str(out))
+
+
 class _Window:
     """Peak RSS, by kind of process, of one case."""
 

@@ -19,9 +19,8 @@ from typing import Any
 
 from reassembly.jobs import first_line
 from reassembly.session import get_session
-from reassembly.spark import ReassemblyResult
 
-from .sparkbench import approaches
+from .sparkbench import approaches, write_result
 from .stages import stage_detail
 
 
@@ -47,11 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(out, ignore_errors=True)
         shutil.rmtree(out.parent / "payloads", ignore_errors=True)
         start = time.perf_counter()
-        target = table[name](spark.read.parquet(data))
-        if isinstance(target, ReassemblyResult):
-            target.save(out)  # as `reassemble run` writes: messages/ and quarantine/
-        else:
-            target.write.parquet(str(out))
+        write_result(table[name](spark.read.parquet(data)), out)
         return time.perf_counter() - start
 
     for name in args.names:

@@ -186,10 +186,12 @@ def profile(
     from pyspark.sql import functions as F
 
     from reassembly.session import get_session
-    from reassembly.spark import ReassemblyOptions, ReassemblyResult, jvm, reassemble
+    from reassembly.spark import ReassemblyOptions, jvm, reassemble
     from reassembly.spark.decode import decode_segments
     from reassembly.spark.jar import reassembler
     from segmenter.digest import NO_POLICY
+
+    from .sparkbench import write_result
 
     spark = get_session("local[2]", conf={"spark.driver.memory": "8g", "spark.ui.enabled": "true"})
     spark.sparkContext.setLogLevel("OFF")
@@ -245,11 +247,7 @@ def profile(
             shutil.rmtree(out, ignore_errors=True)
             start, cpu, py = time.perf_counter(), cpu_seconds(jvm_pid), cpu_seconds(jvm_pid, children_only=True)
             try:
-                target = build(spark.read.parquet(data))
-                if isinstance(target, ReassemblyResult):
-                    target.save(out)
-                else:
-                    target.write.parquet(out)
+                write_result(build(spark.read.parquet(data)), out)
             except Exception as exc:  # recorded: the profile goes on without this variant
                 records.append({"run": run, "variant": name, "error": f"{type(exc).__name__}: {exc}"[:300]})
                 continue

@@ -341,7 +341,9 @@ def open_job(pattern: str, output: str, *, overwrite: bool, column: str | None, 
 
 def write_split(combined: Any, tmp: Path, folders: dict[str, str]) -> None:
     """Compute every kind of row in one pass (partitioned by ``kind``), then name each folder."""
-    combined.write.partitionBy("kind").parquet(str(tmp / "_combined"))
+    from .spark.writer import parquet_writer
+
+    parquet_writer(combined).partitionBy("kind").parquet(str(tmp / "_combined"))
     for kind, name in folders.items():
         src = tmp / "_combined" / f"kind={kind}"
         if src.exists():

@@ -3,11 +3,14 @@ side files; the same rows as ``combined``, and no second job when nothing needs 
 
 from __future__ import annotations
 
+import random
+import re
 import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from test_differential import canonical  # tests/ is on sys.path (pytest's rootdir import mode)
 from test_jvm_jar import hostile_rows
@@ -70,6 +73,42 @@ def test_without_the_jar_save_writes_combined_in_one_job(spark: Any, tmp_path: P
     assert canonical(saved_rows(spark, tmp_path / "out")) == canonical(
         [r.asDict(recursive=True) for r in result.combined.collect()]
     )
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("use_jar", [True, False])  # the clean job's writer, and write_split's
+def test_the_writer_holds_one_message_over_a_row_group_not_a_hundred(spark: Any, tmp_path: Path, use_jar: bool) -> None:
+    """Parquet looks at what its writer holds after every row we write (``writer.LARGE_ROWS``), not
+    after the first 100: with a 1 MiB row group, six 1.5 MiB messages in one file are six row groups,
+    where Parquet's defaults buffer all six (they would be 100 messages of up to max_message_size)."""
+    payloads = [random.Random(i).randbytes(3 << 19) for i in range(6)]  # what Parquet counts is compressed
+    rows = [s.encode() for p in payloads for s in Segmenter(1 << 18).segment(p)]
+    path = write_parquet(Dataset(rows=rows), tmp_path / "in", files=2)
+    spark.conf.set("parquet.block.size", str(1 << 20))  # Spark copies its SQL settings into Parquet's
+    try:
+        options = ReassemblyOptions(partitions=1, use_jar=use_jar)
+        reassemble(spark.read.parquet(str(path)), options=options).save(tmp_path / "out")
+    finally:
+        spark.conf.unset("parquet.block.size")
+    files = list((tmp_path / "out" / "messages").glob("*.parquet"))
+    assert [pq.ParquetFile(f).metadata.num_rows for f in files] == [6]
+    assert pq.ParquetFile(files[0]).metadata.num_row_groups == 6
+    assert sorted(bytes(r["payload"]) for r in saved_rows(spark, tmp_path / "out")) == sorted(payloads)
+
+
+def test_every_parquet_write_of_ours_goes_through_the_large_rows_writer() -> None:
+    """The stream and collect jobs' writers too: no ``df.write`` without ``parquet_writer``'s settings."""
+    root = Path(__file__).resolve().parent.parent / "reassembly"
+    raw = re.compile(r"\.write\s*\.\s*(parquet|partitionBy|mode|format|option|save|insertInto|saveAsTable)\b")
+    found = [
+        f"{p}:{i}"
+        for p in root.rglob("*.py")
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if raw.search(line)
+    ]
+    assert found == []
+    assert "parquet_writer(" in (root / "spark" / "stream.py").read_text()
+    assert "parquet_writer(" in (root / "spark" / "collect.py").read_text()
 
 
 def test_one_finished_side_file_per_partition(tmp_path: Path) -> None:

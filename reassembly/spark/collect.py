@@ -31,6 +31,7 @@ from segmenter.producer import DEFAULT_SEGMENT_SIZE, Segmenter
 from ..collector import BatchReady, Cause, Held, Rule, batch_segments
 from ..storage import RuleCache, open_storage
 from .stream import ROCKSDB
+from .writer import parquet_writer
 
 OUTPUT_DDL = "target string, destination string, batch_id string, cause string, segment binary"
 _HELD = "payload binary, event_ms long"
@@ -198,7 +199,7 @@ class TargetWriter:
         final, tmp = self.out / f"batch={batch_id}", self.out / f"_incoming-{batch_id}"
         for stale in (final, tmp):
             shutil.rmtree(stale, ignore_errors=True)
-        df.write.partitionBy("target").parquet(str(tmp))
+        parquet_writer(df).partitionBy("target").parquet(str(tmp))
         tmp.rename(final)
         marker.touch()  # after the rename: a marker names a complete micro-batch
 

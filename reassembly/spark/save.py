@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..jobs import empty_folder, write_split
+from .writer import parquet_writer
 
 FOLDERS = {"message": "messages", "quarantine": "quarantine"}
 SIDE = "_side"
@@ -73,7 +74,7 @@ def save(combined: Callable[[], Any], split: Split | None, directory: str | Path
         return Saved(False, 0)
     side = local.resolve() / SIDE
     messages = local / FOLDERS["message"]
-    split.clean(str(side)).write.parquet(str(messages))
+    parquet_writer(split.clean(str(side))).parquet(str(messages))
     files = side_files(side) if side.exists() else []
     if files:
         write_split(split.judge(files), local, {"message": _JUDGED, "quarantine": FOLDERS["quarantine"]})

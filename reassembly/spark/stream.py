@@ -53,6 +53,7 @@ from .stream_state import (
     take,
     undecodable,
 )
+from .writer import parquet_writer
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 # Each state commit uploads a small changelog instead of a RocksDB snapshot (snapshots are taken in the
@@ -525,7 +526,7 @@ class BatchWriter:
         tmp = self.out / "_incoming" / part
         for stale in (tmp, *(self.out / f / part for f in FOLDERS.values())):
             shutil.rmtree(stale, ignore_errors=True)
-        df.write.partitionBy("kind").parquet(str(tmp))
+        parquet_writer(df).partitionBy("kind").parquet(str(tmp))
         counts = _counts(tmp)
         before = Footprint() if batch_id == 0 else state_after(self.out, batch_id - 1)
         if before is not None:  # None: the checkpoint was started by a version that kept no accounting
