@@ -310,6 +310,8 @@ class Job:
                 raise
             except Exception as exc:
                 raise JobError(f"job failed: {first_line(exc)}") from None
+            if INTERRUPTED.is_set():  # a Ctrl-C that pyspark swallowed (see jar._loadable): not kept either
+                raise KeyboardInterrupt
 
     def input_bytes(self) -> int:
         total = 0

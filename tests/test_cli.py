@@ -367,6 +367,38 @@ def test_ctrl_c_cleans_up_the_hidden_output_and_exits_130(tmp_path: Path) -> Non
     assert list(work.iterdir()) == []  # neither OUTPUT nor the hidden temporary
 
 
+def test_a_ctrl_c_that_pyspark_swallowed_still_ends_the_job_as_interrupted(tmp_path: Path) -> None:
+    """pyspark converts a Java exception under ``except BaseException: pass``: a Ctrl-C landing there
+    raised nothing, and the job ran on to exit 0 with its output (test_ctrl_c_... above, 1 run in 7).
+    The handler's flag still says it came: the job's output is removed and the error is an interruption."""
+    from reassembly.jobs import INTERRUPTED, Job, SparkSettings
+
+    job = Job("in", ["in"], tmp_path / "out", None, None, SparkSettings())
+    try:
+        with pytest.raises(KeyboardInterrupt), job.writing() as tmp:
+            (tmp / "part-0.parquet").write_bytes(b"written before the Ctrl-C was noticed")
+            INTERRUPTED.set()  # what jobs._interrupt does before its KeyboardInterrupt is swallowed
+    finally:
+        INTERRUPTED.clear()
+    assert list(tmp_path.iterdir()) == []  # neither OUTPUT nor the hidden temporary
+
+
+def test_the_jar_is_looked_for_without_a_java_exception(spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before ``ADD JAR`` the class is simply absent: asked through the class loader, not by catching
+    the ClassNotFoundException whose conversion by pyspark swallows a Ctrl-C."""
+    from pyspark.errors.exceptions import captured
+
+    from reassembly.spark.jar import CLASS, _loadable, reassembler
+
+    converted: list[object] = []
+    convert = captured.convert_exception
+    monkeypatch.setattr(captured, "convert_exception", lambda e: converted.append(e) or convert(e))
+    jvm = spark.sparkContext._jvm
+    assert not _loadable(jvm, "segmenter.jvm.NoSuchClass")
+    assert reassembler(spark) is not None and _loadable(jvm, CLASS)
+    assert converted == []  # no Java exception went through pyspark's conversion
+
+
 def test_first_line_names_the_root_cause_of_a_python_worker_error(spark: object) -> None:
     """A worker's error text starts with a header ending in a colon; the line must carry the cause."""
     from reassembly.jobs import first_line

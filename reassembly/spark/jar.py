@@ -43,11 +43,17 @@ def reassembler(spark: Any) -> Any | None:
     return jvm.segmenter.jvm.Reassemble
 
 
-def _loadable(jvm: Any) -> bool:
+def _loadable(jvm: Any, name: str = CLASS) -> bool:
+    """Whether ``name`` loads, asked first without a Java exception: pyspark converts one under an
+    ``except BaseException: pass`` (``CapturedException.__str__``), so a Ctrl-C that lands while it does
+    is lost, and the expected ClassNotFoundException before ``ADD JAR`` made that window every job's."""
     from py4j.protocol import Py4JError  # type: ignore[import-untyped]
 
+    loader = jvm.Thread.currentThread().getContextClassLoader()
+    if loader.getResource(name.replace(".", "/") + ".class") is None:
+        return False
     try:
-        jvm.java.lang.Class.forName(CLASS, True, jvm.Thread.currentThread().getContextClassLoader())
+        jvm.java.lang.Class.forName(name, True, loader)  # a class that is there but does not link: the SQL path
     except Py4JError:
         return False
     return True
