@@ -140,8 +140,9 @@ def section(r: dict[str, Any]) -> str:
     lb, la = r["load_before"], r["load_after"]
     lines = [
         f"Run {m['date']} on {m['cpu']}, {m['cores']} cores, {m['ram_gib']} GiB; Python {m['python']}, "
-        f"pyspark {m['pyspark']}, pyarrow {m['pyarrow']}; {r['rounds']} round(s) interleaved, each case in a fresh "
-        f"process after a 32 MiB warm-up; load average {lb[0]:.1f} before, {la[0]:.1f} after; "
+        f"pyspark {m['pyspark']}, pyarrow {m['pyarrow']}; {r['rounds']} round(s) interleaved (round r starts with the "
+        f"r-th approach), each case in a fresh process after a 32 MiB warm-up, its data set read into the page cache "
+        f"untimed; load average {lb[0]:.1f} before, {la[0]:.1f} after; "
         f"{r['seconds_total'] / 60:.0f} min in all.",
         *(["", "**Interrupted run: only the cases in the table were measured.**"] if r.get("partial") else []),
         "",

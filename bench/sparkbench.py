@@ -257,7 +257,8 @@ MATRIX = (
 def interleaved(
     datasets: Iterable[tuple[str, Path, dict[str, Any]]], names: Iterable[str], warmup: Path, out: Path, rounds: int
 ) -> Iterator[dict[str, Any]]:
-    """Every (data set, approach) ``rounds`` times, round-robin: round 1 of all, then round 2, ...
+    """Every (data set, approach) ``rounds`` times, round-robin: round 1 of all, then round 2, ...;
+    round r starts with the r-th approach (mod their number), so no approach always comes first.
 
     Each case in its own fresh process; interleaving spreads the drift of a shared machine's
     load over every approach alike instead of charging it to whichever ran last.
@@ -265,7 +266,8 @@ def interleaved(
     sets, approaches_ = list(datasets), list(names)
     for r in range(1, rounds + 1):
         for kind, src, info in sets:
-            for name in approaches_:
+            turn = (r - 1) % len(approaches_)  # each approach first on a data set in turn, not ours always
+            for name in approaches_[turn:] + approaches_[:turn]:
                 for case in run_cases(src, [name], warmup, out):
                     yield {"kind": kind, "round": r, **info, **case}
 

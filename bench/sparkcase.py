@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     def run(name: str, data: str) -> float:
         shutil.rmtree(out, ignore_errors=True)
         shutil.rmtree(out.parent / "payloads", ignore_errors=True)
+        page_in(Path(data))
         start = time.perf_counter()
         write_result(table[name](spark.read.parquet(data)), out)
         return time.perf_counter() - start
@@ -65,6 +66,20 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(out, ignore_errors=True)
     spark.stop()
     return 0
+
+
+def page_in(data: Path) -> None:
+    """Read every file of ``data`` once, untimed, so that the timed run finds it in the page cache.
+
+    This machine's page cache is small and reclaimed by its host between cases: whichever case came
+    first after another data set read it from disk (seconds per GiB), always ours in the matrix's
+    fixed order until session 29. The landing table's read costs every approach the same; it is
+    left out of all of them alike."""
+    for f in sorted(data.rglob("*") if data.is_dir() else [data]):
+        if f.is_file():
+            with open(f, "rb", buffering=0) as src:
+                while src.read(64 << 20):
+                    pass
 
 
 def stages(spark: Any) -> list[dict[str, Any]]:
