@@ -81,6 +81,37 @@ def test_the_one_pass_and_the_sql_path_give_identical_rows_on_hostile_input(spar
         assert by_bytes(one_pass, base) == by_bytes(sql_path, base)
 
 
+def test_messages_of_one_size_and_of_many_come_out_whole(spark: Any, tmp_path: Path) -> None:
+    """The one pass emits a buffer that a message fills exactly as that message, and resizes its
+    buffer after two messages of one size: runs of one size, changes of size (smaller, larger, empty),
+    and messages that are not clean between them, in one partition, in GroupId order."""
+    rng = random.Random(11)
+    sizes = [3000] * 4 + [5000] * 3 + [3000] * 3 + [0, 0, 100, 100, 7000, 7000, 7000, 3000, 70000, 70000, 200]
+    damaged = {2, 5, 9, 15}  # a flipped data byte: the message is not clean (the judge's path)
+    payloads, rows = {}, []
+    for i, size in enumerate(sizes):
+        gid = i.to_bytes(24, "big")  # the pass sees the messages in this order (sorted by GroupId)
+        payloads[gid] = rng.randbytes(size)
+        encoded = [bytearray(s.encode()) for s in Segmenter(1100).segment(payloads[gid], group_id=gid)]
+        if i in damaged:
+            encoded[-1][-1] ^= 0x40
+        rows += [bytes(e) for e in reversed(encoded)]
+    df = spark.createDataFrame([(r,) for r in rows], "segment binary")
+
+    def result(use_jar: bool) -> Any:
+        return reassemble(df, options=ReassemblyOptions(partitions=1, use_jar=use_jar))
+
+    one_pass, sql_path = result(True), result(False)
+    assert canonical(one_pass.combined.collect()) == canonical(sql_path.combined.collect())
+    saved = {}
+    for name, res in (("jar", one_pass), ("sql", sql_path)):
+        assert res.save(tmp_path / name).split is (name == "jar")
+        saved[name] = spark.read.parquet(str(tmp_path / name / "messages")).collect()
+    assert canonical(saved["jar"]) == canonical(saved["sql"])
+    whole = {bytes(r.group_id): bytes(r.payload) for r in saved["jar"] if r.status == "complete"}
+    assert whole == {gid: p for i, (gid, p) in enumerate(payloads.items()) if i not in damaged}
+
+
 FALLBACK = """
 import sys
 from reassembly.session import get_session

@@ -167,8 +167,9 @@ def fast_aggregate(
     One shuffle by ``pk``, a sort within each partition by key then ``sk``, then the jar's
     ``Reassemble`` (``reassembler``: :func:`reassembly.spark.jar.reassembler`) walks each key's
     rows (Spark's internal rows, no ``Row`` encoder): copies each piece from the sorter's memory
-    into a buffer the task reuses, then the message into an array of the pieces' summed length,
-    folds the segments' verified CRCs into the message CRC and checks the cross-row rules.
+    into a buffer the task reuses (emitted as the message when the message fills it exactly, else
+    copied into an array of the pieces' summed length), folds the segments' verified CRCs into
+    the message CRC and checks the cross-row rules.
     The sort key starts with ``pk`` (GroupIds: their first bytes, the sorter's prefix, decide
     most comparisons) rather than the boolean ``routable``; any order with the whole key first groups. The per-row
     rules reach it as one column, :func:`row_ok` (the header table's rules, in SQL), plus "no

@@ -42,8 +42,12 @@ import org.apache.spark.unsafe.types.BinaryView;
  * {@code UnsafeRow} through type-checking serializer expressions. Here each piece is copied once,
  * straight from the sorter's memory ({@link BinaryView}, no intermediate array), into a buffer
  * reused by the task (grown to the largest message it has seen; its size comes from the pieces,
- * never from a declared length), and once more into an array of the message's exact size; the
- * scan of the result projects it into the plan's {@code UnsafeRow}s.
+ * never from a declared length). A message that fills the buffer exactly is emitted as the buffer
+ * itself, and the next group gets a new one; any other is copied into an array of its exact size.
+ * Messages of one size are the common case (a producer cuts every payload the same way), so once
+ * two groups in a row had the same size the next buffer has that size: from then on no message is
+ * copied a second time. The scan of the result projects the array into the plan's
+ * {@code UnsafeRow}s.
  *
  * <p>{@link #split}: the same pass emitting only the clean rows and writing every other group to a
  * {@link SideFile}, for a second, Python-only job: then the plan that writes the clean messages has
@@ -157,7 +161,9 @@ public final class Reassemble implements FlatMapFunction<Iterator<InternalRow>, 
         private final Iterator<InternalRow> input;
         private InternalRow ahead; // the first row of the next group (valid until input.next())
         private InternalRow ready; // the next output row
-        private byte[] buffer = new byte[1 << 16]; // the pieces of the current group, reused
+        private byte[] buffer; // the pieces of the current group: reused, or handed out as its blob
+        private int next = 1 << 16; // the length of a new buffer, when the group starts without one
+        private long lastSize = -1; // the previous group's size
         private final SideFile side; // where groups that are not clean go, or null
 
         Groups(Iterator<InternalRow> input, SideFile side) {
@@ -203,6 +209,9 @@ public final class Reassemble implements FlatMapFunction<Iterator<InternalRow>, 
         /** Consumes one group; its output row, or null when its kind is not asked for. */
         private InternalRow group() {
             InternalRow row = ahead;
+            if (buffer == null) {
+                buffer = new byte[next];
+            }
             boolean routable = row.getBoolean(0);
             byte[] pk = row.isNullAt(1) ? null : row.getBinary(1);
             byte[] bk = row.isNullAt(2) ? null : row.getBinary(2);
@@ -260,13 +269,25 @@ public final class Reassemble implements FlatMapFunction<Iterator<InternalRow>, 
             }
             InternalRow out = null;
             if (ok ? emitClean : emitDirty) {
-                byte[] blob = Arrays.copyOf(buffer, (int) size); // the pieces' own lengths: no declared length
+                byte[] blob; // the pieces' own lengths: no declared length
+                if (size == buffer.length) {
+                    blob = buffer;
+                    buffer = null;
+                    next = (int) Math.min(size, KEEP);
+                } else {
+                    blob = Arrays.copyOf(buffer, (int) size);
+                }
                 Object meta = ok ? null : new GenericArrayData(metas.toArray());
                 out = new GenericInternalRow(new Object[] {routable, pk, bk, blob, metas.size(), last, meta, ok});
             }
-            if (buffer.length > KEEP) { // a large message's buffer is not held for the rest of the task
-                buffer = new byte[1 << 16];
+            if (buffer != null && buffer.length > KEEP) { // a large message's buffer is not held for the task
+                buffer = null;
+                next = 1 << 16;
+            } else if (buffer != null && size == lastSize && size != buffer.length) { // two of one size
+                buffer = null;
+                next = (int) size;
             }
+            lastSize = size;
             return out;
         }
     }
