@@ -41,7 +41,7 @@ import org.apache.spark.unsafe.types.BinaryView;
  * into a fresh array, every meta field boxed) and every output {@code Row} back into an
  * {@code UnsafeRow} through type-checking serializer expressions. Here each piece is copied once,
  * straight from the sorter's memory ({@link BinaryView}, no intermediate array), into a buffer
- * reused by the task (grown to the largest message it has seen; its size comes from the pieces,
+ * reused by the task (grown as its groups need; its size comes from the pieces,
  * never from a declared length). A message that fills the buffer exactly is emitted as the buffer
  * itself, and the next group gets a new one; any other is copied into an array of its exact size.
  * Messages of one size are the common case (a producer cuts every payload the same way), so once
