@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pyspark.sql import functions as F
 from test_jvm_jar import hostile_rows  # tests/ is on sys.path (pytest's rootdir import mode)
 
 from reassembly.spark import ReassemblyOptions, jvm
@@ -70,10 +71,11 @@ def mutations(rows: list[bytes], seed: int) -> list[bytes | None]:
     return out
 
 
-def columns(spark: Any, rows: list[bytes | None], threshold: int | None) -> tuple[list[str], list[str]]:
-    """The canonical rows of the SQL decoder and of the jar's, over the jar decoder's columns."""
+def columns(spark: Any, rows: list[bytes | None] | Any, threshold: int | None) -> tuple[list[str], list[str]]:
+    """The canonical rows of the SQL decoder and of the jar's, over the jar decoder's columns, of
+    ``rows`` (or of a DataFrame with a binary column ``segment``)."""
     assert reassembler(spark) is not None  # loads the jar
-    df = spark.createDataFrame([(r,) for r in rows], "segment binary")
+    df = spark.createDataFrame([(r,) for r in rows], "segment binary") if isinstance(rows, list) else rows
     limits = ReassemblyOptions(max_message_size=1 << 20).limits()
     jar = jvm.decoded_in_jar(df, "segment", limits, threshold)
     sql = jvm.route(decode_segments(df, "segment", limits.max_message_size, limits.max_segment_size), threshold)
@@ -120,3 +122,33 @@ def test_any_forged_field_value_decodes_alike_in_the_jar_and_in_sql(
         forged.append(reheader(with_field(rows[pick % len(rows)], field, value % (1 << (8 * field.width)))))
     sql, jar = columns(spark, forged, 2 * size)
     assert sql == jar
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("fmt", ["parquet", "orc"])
+def test_a_columnar_landing_table_is_decoded_from_its_batches_with_the_same_columns(
+    spark: Any, tmp_path: Path, fmt: str
+) -> None:
+    """A Parquet or ORC scan is read as column batches, each value a view of the reader's memory
+    (``Decode.columnar``): batches of 7 rows, so views end at every batch's edge, NULLs among them;
+    every column equals the SQL decoder's over the same scan. A scan with anything on top (here a
+    cast from string) is read as rows."""
+    rows: list[bytes | None] = [*hostile_rows(), None]
+    rows += mutations([r for r in rows if r is not None][:40], seed=5)
+    path = str(tmp_path / fmt)
+    spark.createDataFrame([(r,) for r in rows], "segment binary").repartition(3).write.format(fmt).save(path)
+    assert reassembler(spark) is not None  # loads the jar
+    decode = spark.sparkContext._jvm.segmenter.jvm.Decode
+    batch_size = f"spark.sql.{fmt}.columnarReaderBatchSize"
+    spark.conf.set(batch_size, "7")
+    try:
+        df = spark.read.format(fmt).load(path)
+        assert decode.columnar(df.select("segment")._jdf)
+        assert not decode.columnar(df.select(F.col("segment").cast("string").cast("binary"))._jdf)
+        assert not decode.columnar(spark.createDataFrame([(b"x",)], "segment binary")._jdf)
+        for threshold in (None, 3000):
+            sql, jar = columns(spark, df, threshold)
+            assert sql == jar
+            assert len(jar) == len(rows) + sum("('far', True)" in r for r in jar)
+    finally:
+        spark.conf.unset(batch_size)

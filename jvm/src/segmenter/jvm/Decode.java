@@ -6,7 +6,8 @@ import java.util.Arrays;
 import java.util.Iterator;
 import java.util.NoSuchElementException;
 
-import org.apache.spark.api.java.function.FlatMapFunction;
+import org.apache.spark.api.java.JavaRDD;
+import org.apache.spark.rdd.RDD;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.catalyst.InternalRow;
@@ -16,6 +17,8 @@ import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.vectorized.ColumnVector;
+import org.apache.spark.sql.vectorized.ColumnarBatch;
 import org.apache.spark.unsafe.Platform;
 import org.apache.spark.unsafe.types.BinaryView;
 
@@ -26,14 +29,16 @@ import org.apache.spark.unsafe.types.BinaryView;
  * (reassembly/spark/jvm.py), from one compiled function instead of some forty SQL expressions that a
  * fresh JVM generates, compiles and warms up per query (issue 14).
  *
- * <p>Input: one binary column (the encoded segment, NULL allowed). Output: {@link #SCHEMA}, the same
- * values as the SQL for every column of a routable row; for a row that is not routable, the columns
- * only a routable row's rules read (its fields, flags and lengths) are NULL: nothing reads them
- * (the one pass and the Python judge read a non-routable row's {@code sk}, {@code piece}, {@code plen},
- * {@code far} and {@code is_null} only), where the SQL reads what bytes there are.
+ * <p>Input: one binary column (the encoded segment, NULL allowed), read from the scan's column
+ * batches when it has them (each value a view, no copy: {@link Plans#batches}), else from its rows.
+ * Output: {@link #SCHEMA}, the same values as the SQL for every column of a routable row; for a row
+ * that is not routable, the columns only a routable row's rules read (its fields, flags and lengths)
+ * are NULL: nothing reads them (the one pass and the Python judge read a non-routable row's
+ * {@code sk}, {@code piece}, {@code plen}, {@code far} and {@code is_null} only), where the SQL reads
+ * what bytes there are.
  * A far row (offset at or past {@code largeMessageBytes}) comes out twice, as in {@code jvm.route}.
  */
-public final class Decode implements FlatMapFunction<Iterator<InternalRow>, InternalRow> {
+public final class Decode implements java.io.Serializable {
     private static final long serialVersionUID = 1L;
     private static final long SEED = 42L; // Spark's xxhash64 seed
     private static final int SK_HEADER = HeaderTable.WIDTH_MSG_SEQ_NUMBER + HeaderTable.WIDTH_OFFSET;
@@ -98,11 +103,64 @@ public final class Decode implements FlatMapFunction<Iterator<InternalRow>, Inte
     public static Dataset<Row> run(Dataset<Row> segments, long maxMessageSize, long maxHeaderLength,
         long maxSegmentSize, long largeMessageBytes, long crc32) {
         Decode decode = new Decode(maxMessageSize, maxHeaderLength, maxSegmentSize, largeMessageBytes, crc32);
-        return Plans.frame(segments, Plans.rows(segments).toJavaRDD().mapPartitions(decode).rdd(), SCHEMA);
+        RDD<ColumnarBatch> batches = Plans.batches(segments);
+        JavaRDD<InternalRow> rows = batches != null
+            ? batches.toJavaRDD().mapPartitions(input -> decode.rows(batchValues(input)))
+            : Plans.rows(segments).toJavaRDD().mapPartitions(input -> decode.rows(rowValues(input)));
+        return Plans.frame(segments, rows.rdd(), SCHEMA);
     }
 
-    @Override
-    public Iterator<InternalRow> call(Iterator<InternalRow> input) {
+    /** Whether {@link #run} reads {@code segments}' column batches rather than its rows (for the tests). */
+    public static boolean columnar(Dataset<Row> segments) {
+        return Plans.batches(segments) != null;
+    }
+
+    /** Each row's value: a view valid until the next, or null for NULL. */
+    private static Iterator<BinaryView> rowValues(Iterator<InternalRow> rows) {
+        return new Iterator<BinaryView>() {
+            @Override
+            public boolean hasNext() {
+                return rows.hasNext();
+            }
+
+            @Override
+            public BinaryView next() {
+                InternalRow row = rows.next();
+                return row.isNullAt(0) ? null : row.getBinaryView(0);
+            }
+        };
+    }
+
+    /** Each batch's values in order: views of the reader's memory, valid until the next batch. */
+    private static Iterator<BinaryView> batchValues(Iterator<ColumnarBatch> batches) {
+        return new Iterator<BinaryView>() {
+            private ColumnVector column;
+            private int at, end;
+
+            @Override
+            public boolean hasNext() {
+                while (at == end && batches.hasNext()) {
+                    ColumnarBatch batch = batches.next();
+                    column = batch.column(0);
+                    at = 0;
+                    end = batch.numRows();
+                }
+                return at < end;
+            }
+
+            @Override
+            public BinaryView next() {
+                if (!hasNext()) {
+                    throw new NoSuchElementException();
+                }
+                int row = at++;
+                return column.isNullAt(row) ? null : column.getBinaryView(row);
+            }
+        };
+    }
+
+    /** The output rows of {@code input}'s values; each value is read before the next is asked for. */
+    private Iterator<InternalRow> rows(Iterator<BinaryView> input) {
         return new Iterator<InternalRow>() {
             private final ArrayDeque<InternalRow> ready = new ArrayDeque<>(2);
 
@@ -117,8 +175,7 @@ public final class Decode implements FlatMapFunction<Iterator<InternalRow>, Inte
                     if (!input.hasNext()) {
                         throw new NoSuchElementException();
                     }
-                    InternalRow row = input.next();
-                    decode(row.isNullAt(0) ? null : row.getBinaryView(0), ready);
+                    decode(input.next(), ready);
                 }
                 return ready.poll();
             }
