@@ -67,3 +67,30 @@ def test_the_same_rows_when_the_sort_spills_and_records_outgrow_a_page() -> None
     from test_jvm_jar import run_python  # tests/ is on sys.path (pytest's rootdir import mode)
 
     assert "OK" in run_python(SPILL.format(tests=os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_every_message_of_one_size_keeps_its_own_bytes_whatever_reads_the_pass(spark: Any, tmp_path: Any) -> None:
+    """The pass hands out its buffer as the message and reuses it for the next group of that size
+    (Reassemble.java): every reader of the result must see each message's own bytes, however it reads."""
+    from segmenter import Segmenter
+
+    assert reassembler(spark) is not None
+    payloads = [os.urandom(3000) for _ in range(40)]  # one size: from the third message on, the buffer is reused
+    rows = [s.encode() for p in payloads for s in Segmenter(1024).segment(p)]
+    df = spark.createDataFrame([(r,) for r in rows], "segment binary").coalesce(1)
+    result = reassemble(df, options=ReassemblyOptions(partitions=1))
+    want = sorted(payloads)
+
+    def got(rows: Any) -> list[bytes]:
+        return sorted(bytes(r.payload) for r in rows)
+
+    assert got(result.messages.collect()) == want
+    assert got(result.messages.toLocalIterator()) == want
+    assert got(result.messages.rdd.collect()) == want
+    cached = result.combined.cache()
+    assert cached.count() == len(payloads)
+    assert got(cached.where("kind = 'message'").collect()) == want
+    cached.unpersist()
+    saved = reassemble(df, options=ReassemblyOptions(partitions=1)).save(tmp_path / "out")
+    assert saved.split  # the JVM-only job wrote them
+    assert got(spark.read.parquet(str(tmp_path / "out" / "messages")).collect()) == want

@@ -184,13 +184,11 @@ def fast_aggregate(
     there, one file per task, for ``save.py``'s second job (``SideFile.java``).
     """
     from pyspark.sql import DataFrame
-    from pyspark.sql import functions as F
 
-    meta = F.struct(*_META).alias("m")
-    ok = F.coalesce(F.expr(f"{row_ok(stored=stored)} AND header_length = {table.HEADER_LENGTH}"), F.lit(False))
-    ok = ok.alias("row_ok")
+    meta = f"struct({', '.join(f'`{c}`' for c in _META)}) AS m"
+    ok = f"coalesce({row_ok(stored=stored)} AND header_length = {table.HEADER_LENGTH}, false) AS row_ok"
     sorted_ = (
-        routed.select("routable", "pk", "bk", "piece", ok, meta)
+        routed.selectExpr("routable", "pk", "bk", "piece", ok, meta)  # SQL text: one py4j call per column, not ~20
         .repartition(partitions, "pk")
         .sortWithinPartitions("pk", "routable", "bk", "m.sk", "m.plen")
     )

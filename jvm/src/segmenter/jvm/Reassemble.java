@@ -43,11 +43,14 @@ import org.apache.spark.unsafe.types.BinaryView;
  * straight from the sorter's memory ({@link BinaryView}, no intermediate array), into a buffer
  * reused by the task (grown as its groups need; its size comes from the pieces,
  * never from a declared length). A message that fills the buffer exactly is emitted as the buffer
- * itself, and the next group gets a new one; any other is copied into an array of its exact size.
+ * itself, which the next group then overwrites; any other is copied into an array of its exact size.
  * Messages of one size are the common case (a producer cuts every payload the same way), so once
- * two groups in a row had the same size the next buffer has that size: from then on no message is
- * copied a second time. The scan of the result projects the array into the plan's
- * {@code UnsafeRow}s.
+ * two groups in a row had the same size the buffer takes that size: from then on no message is
+ * copied a second time and no array is allocated per message. Handing out the buffer is safe for
+ * the reason any Spark operator may reuse the row it returns: the only reader of these rows is the
+ * scan over this pass ({@code RDDScanExec}, {@link Plans#frame}), which projects each row into an
+ * {@code UnsafeRow} of its own before it asks for the next one, and the next group is read only
+ * when it asks.
  *
  * <p>{@link #split}: the same pass emitting only the clean rows and writing every other group to a
  * {@link SideFile}, for a second, Python-only job: then the plan that writes the clean messages has
@@ -269,14 +272,8 @@ public final class Reassemble implements FlatMapFunction<Iterator<InternalRow>, 
             }
             InternalRow out = null;
             if (ok ? emitClean : emitDirty) {
-                byte[] blob; // the pieces' own lengths: no declared length
-                if (size == buffer.length) {
-                    blob = buffer;
-                    buffer = null;
-                    next = (int) Math.min(size, KEEP);
-                } else {
-                    blob = Arrays.copyOf(buffer, (int) size);
-                }
+                // the pieces' own lengths, no declared length; the buffer itself when they fill it (see the class doc)
+                byte[] blob = size == buffer.length ? buffer : Arrays.copyOf(buffer, (int) size);
                 Object meta = ok ? null : new GenericArrayData(metas.toArray());
                 out = new GenericInternalRow(new Object[] {routable, pk, bk, blob, metas.size(), last, meta, ok});
             }
