@@ -75,7 +75,7 @@ def test_every_message_of_one_size_keeps_its_own_bytes_whatever_reads_the_pass(s
     from segmenter import Segmenter
 
     assert reassembler(spark) is not None
-    payloads = [os.urandom(3000) for _ in range(40)]  # one size: from the third message on, the buffer is reused
+    payloads = [os.urandom(3000) for _ in range(40)]  # one size: from the third on, each is the reused buffer
     rows = [s.encode() for p in payloads for s in Segmenter(1024).segment(p)]
     df = spark.createDataFrame([(r,) for r in rows], "segment binary").coalesce(1)
     result = reassemble(df, options=ReassemblyOptions(partitions=1))
