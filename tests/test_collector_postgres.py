@@ -42,7 +42,10 @@ def test_two_collectors_never_emit_the_same_message(pg_url: str, tmp_path: Path)
     with psycopg.connect(url) as conn:
         owners = dict(conn.execute("SELECT closed_by, count(*) FROM collect_batches GROUP BY closed_by").fetchall())
         stored_by_both = conn.execute("SELECT count(*) FROM collect_inputs").fetchone()
-    assert stored_by_both == (16,) and set(owners) == {"A", "B"}  # both emitted batches
+    # Both stored their inputs in the one database. Which of them closes a destination's batches is
+    # whoever leases it first (on an idle machine one collector sometimes wins them all): the claim
+    # here is exactly once, not a share of the work.
+    assert stored_by_both == (16,) and owners and set(owners) <= {"A", "B"}
     check = PostgresStorage(url)
     counts = check.counts()
     assert counts["held"] == 0 and counts["closed"] == counts["emitted"] == len(list(out.rglob("*.parquet")))
