@@ -6,8 +6,9 @@
 * the matrix: 1 GiB at 16 KiB, 64 KiB and 1 MiB segments and 4 GiB at 64 KiB, 8 segments per
   message; ours, (a) SQL ``listagg``, (b) ``collect_list`` + concat, (c) ``applyInPandas``
   ``b''.join`` and (d) the shuffle floor; every case ``--rounds`` times, interleaved (round 1
-  of every case, then round 2, ...), each in a fresh process; the median is reported, every
-  run is kept in the JSON;
+  of every case, then round 2, ...), each in a fresh process, after ``--warmup-rounds`` whole
+  rounds that are not counted (default 1: see ``sparkbench.interleaved``); the median is
+  reported, every run (warm-up ones too) is kept in the JSON;
 * one ``--large-gib`` message (default 8 GiB of 1 MiB segments) streamed to a payload file,
   its file checked by size and CRC-32, every process kind's peak RSS (``bench.largecase``);
 * where the time goes: ``bench.stages`` on each 1 GiB data set (task seconds per stage).
@@ -50,6 +51,7 @@ def shapes(scale: float) -> list[tuple[int, int, int]]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.jvmbench", description=__doc__)
     p.add_argument("--rounds", type=int, default=3, help="runs of every case, interleaved (default 3)")
+    p.add_argument("--warmup-rounds", type=int, default=1, help="whole rounds first, not counted (default 1)")
     p.add_argument("--scale", type=float, default=1.0, help="shrink the matrix data sets (default 1: 1 and 4 GiB)")
     p.add_argument("--large-gib", type=float, default=8.0, help="the single message's size; 0 skips it")
     p.add_argument("--stage-runs", type=int, default=2, help="stage-profile runs per 1 GiB data set; 0 skips it")
@@ -67,17 +69,25 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
 
     started = time.monotonic()
-    results: dict[str, Any] = {"machine": machine(), "rounds": args.rounds, "scale": args.scale, "runs": []}
+    results: dict[str, Any] = {
+        "machine": machine(),
+        "rounds": args.rounds,
+        "warmup_rounds": args.warmup_rounds,
+        "scale": args.scale,
+        "runs": [],
+        "warmup_runs": [],
+    }
     results["load_before"] = os.getloadavg()
     partial = out / "issue14.partial.json"
     warm = work / "warmup-32M"
     sparkbench.make_dataset(warm, 32 * MiB, 64 * KiB, 8)
     data = sparkbench.datasets(work, "matrix", shapes(args.scale))
-    for case in sparkbench.interleaved(data, sparkbench.APPROACHES, warm, work / "out", args.rounds):
+    cases = sparkbench.interleaved(data, sparkbench.APPROACHES, warm, work / "out", args.rounds, args.warmup_rounds)
+    for case in cases:
         case["load"] = os.getloadavg()[0]
         print(f"round {case['round']} {_size(case['bytes'])} {_size(case['segment'])} {case['approach']}: "
               f"{case['seconds']} (load {case['load']:.1f})", flush=True)  # fmt: skip
-        results["runs"].append(case)
+        results["warmup_runs" if case["warmup"] else "runs"].append(case)
         partial.write_text(json.dumps(results, indent=1))  # survives a crash
     results["summary"] = sparkbench.summarize(results["runs"])
     results["stages"] = []
@@ -134,6 +144,10 @@ def _ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}x" if a and b else "-"
 
 
+def _warmups(n: int) -> str:
+    return f" after {n} warm-up round{'s' if n > 1 else ''} not counted (kept in the JSON)" if n else ""
+
+
 def section(r: dict[str, Any]) -> str:
     """The generated part of the README section: machine, tables, verdicts, large case, stage profile."""
     m = r["machine"]
@@ -141,7 +155,8 @@ def section(r: dict[str, Any]) -> str:
     lines = [
         f"Run {m['date']} on {m['cpu']}, {m['cores']} cores, {m['ram_gib']} GiB; Python {m['python']}, "
         f"pyspark {m['pyspark']}, pyarrow {m['pyarrow']}; {r['rounds']} round(s) interleaved (round r starts with the "
-        f"r-th approach), each case in a fresh process after a 32 MiB warm-up, its data set read into the page cache "
+        f"r-th approach){_warmups(r.get('warmup_rounds', 0))}, each case in a fresh process after a 32 MiB warm-up, "
+        f"its data set read into the page cache "
         f"untimed; load average {lb[0]:.1f} before, {la[0]:.1f} after; "
         f"{r['seconds_total'] / 60:.0f} min in all.",
         *(["", "**Interrupted run: only the cases in the table were measured.**"] if r.get("partial") else []),

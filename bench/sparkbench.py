@@ -255,21 +255,30 @@ MATRIX = (
 
 
 def interleaved(
-    datasets: Iterable[tuple[str, Path, dict[str, Any]]], names: Iterable[str], warmup: Path, out: Path, rounds: int
+    datasets: Iterable[tuple[str, Path, dict[str, Any]]],
+    names: Iterable[str],
+    warmup: Path,
+    out: Path,
+    rounds: int,
+    warmup_rounds: int = 0,
 ) -> Iterator[dict[str, Any]]:
     """Every (data set, approach) ``rounds`` times, round-robin: round 1 of all, then round 2, ...;
     round r starts with the r-th approach (mod their number), so no approach always comes first.
 
     Each case in its own fresh process; interleaving spreads the drift of a shared machine's
     load over every approach alike instead of charging it to whichever ran last.
+    ``warmup_rounds`` whole rounds go first, numbered 0, -1, ... and marked ``warmup``: on a VM
+    whose guest hands freed memory back to the host, the first processes to touch memory pay
+    the host's page faults (bench/README.md, "Session 33"), and without a discarded round that
+    cost fell on round 1, whose first case on every data set was always the same approach.
     """
     sets, approaches_ = list(datasets), list(names)
-    for r in range(1, rounds + 1):
+    for r in range(1 - warmup_rounds, rounds + 1):
         for kind, src, info in sets:
             turn = (r - 1) % len(approaches_)  # each approach first on a data set in turn, not ours always
             for name in approaches_[turn:] + approaches_[:turn]:
                 for case in run_cases(src, [name], warmup, out):
-                    yield {"kind": kind, "round": r, **info, **case}
+                    yield {"kind": kind, "round": r, "warmup": r < 1, **info, **case}
 
 
 PEAKS = ("peak_driver_rss", "peak_jvm_rss", "peak_python_workers_rss", "peak_python_worker_rss")

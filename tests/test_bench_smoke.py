@@ -69,6 +69,34 @@ def test_summary_takes_medians_and_the_section_states_the_goal(tmp_path: Path) -
     assert readme.read_text() == f"# x\n\n{jvmbench.BEGIN}\n{text}{jvmbench.END}\nafter\n"
 
 
+def test_warmup_rounds_come_first_are_marked_and_no_approach_is_always_first(monkeypatch: Any) -> None:
+    calls: list[str] = []
+
+    def run_cases(src: Path, names: list[str], warmup: Path, out: Path) -> list[dict[str, Any]]:
+        calls.extend(names)
+        return [{"approach": n, "seconds": 1.0} for n in names]
+
+    monkeypatch.setattr(sparkbench, "run_cases", run_cases)  # the order is the subject, not Spark
+    sets = [("matrix", Path("a"), {"bytes": 1}), ("matrix", Path("b"), {"bytes": 2})]
+    cases = list(sparkbench.interleaved(sets, ["x", "y", "z"], Path("w"), Path("o"), rounds=2, warmup_rounds=1))
+    assert [(c["round"], c["warmup"], c["bytes"], c["approach"]) for c in cases] == [
+        *((0, True, b, n) for b in (1, 2) for n in "zxy"),  # the warm-up round starts with the last approach
+        *((1, False, b, n) for b in (1, 2) for n in "xyz"),
+        *((2, False, b, n) for b in (1, 2) for n in "yzx"),
+    ]
+    assert calls == [c["approach"] for c in cases]
+    results = {
+        "machine": {"date": "d", "cpu": "c", "cores": 2, "ram_gib": 1, "python": "3", "pyspark": "4", "pyarrow": "2"},
+        "rounds": 2,
+        "load_before": (1.0, 1.0, 1.0),
+        "load_after": (2.0, 2.0, 2.0),
+        "seconds_total": 60,
+        "summary": [],
+    }
+    assert "warm-up round" not in jvmbench.section(results)  # results files from before warm-up rounds
+    assert "after 1 warm-up round not counted" in jvmbench.section(results | {"warmup_rounds": 1})
+
+
 def test_the_single_message_generator_streams_one_message_its_crc_checks(tmp_path: Path) -> None:
     size = 3 * MiB + 17
     info = largecase.write_message(tmp_path / "one", size, 64 * 1024, rows_per_file=8)
