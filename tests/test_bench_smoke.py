@@ -39,6 +39,18 @@ def _run(approach: str, seconds: float | None, r: int, segment: int = 65536) -> 
     }
 
 
+def _results(summary: list[dict[str, Any]]) -> dict[str, Any]:
+    """A run's results as ``jvmbench.section`` reads them."""
+    return {
+        "machine": {"date": "d", "cpu": "c", "cores": 2, "ram_gib": 1, "python": "3", "pyspark": "4", "pyarrow": "2"},
+        "rounds": 3,
+        "load_before": (1.0, 1.0, 1.0),
+        "load_after": (2.0, 2.0, 2.0),
+        "seconds_total": 60,
+        "summary": summary,
+    }
+
+
 def test_summary_takes_medians_and_the_section_states_the_goal(tmp_path: Path) -> None:
     ours, listagg, floor = jvmbench.OURS, jvmbench.LISTAGG, jvmbench.FLOOR
     runs = [
@@ -50,14 +62,7 @@ def test_summary_takes_medians_and_the_section_states_the_goal(tmp_path: Path) -
     mine = next(s for s in summary if s["approach"] == ours)
     assert (mine["seconds"], mine["min"], mine["max"], mine["runs"]) == (10.5, 10.0, 11.0, [10.0, 11.0, 10.5])
     assert mine["peak_jvm_rss"] == 3  # the highest peak of its runs
-    results = {
-        "machine": {"date": "d", "cpu": "c", "cores": 2, "ram_gib": 1, "python": "3", "pyspark": "4", "pyarrow": "2"},
-        "rounds": 3,
-        "load_before": (1.0, 1.0, 1.0),
-        "load_after": (2.0, 2.0, 2.0),
-        "seconds_total": 60,
-        "summary": summary,
-    }
+    results = _results(summary)
     text = jvmbench.section(results)
     assert "| 1 GiB | 64 KiB | ours (validated) | 10.5 | 10.0-11.0 | 98 | 1.14x | 0.88x |" in text
     assert "goal **met**" in text
@@ -85,14 +90,7 @@ def test_warmup_rounds_come_first_are_marked_and_no_approach_is_always_first(mon
         *((2, False, b, n) for b in (1, 2) for n in "yzx"),
     ]
     assert calls == [c["approach"] for c in cases]
-    results = {
-        "machine": {"date": "d", "cpu": "c", "cores": 2, "ram_gib": 1, "python": "3", "pyspark": "4", "pyarrow": "2"},
-        "rounds": 2,
-        "load_before": (1.0, 1.0, 1.0),
-        "load_after": (2.0, 2.0, 2.0),
-        "seconds_total": 60,
-        "summary": [],
-    }
+    results = _results([])
     assert "warm-up round" not in jvmbench.section(results)  # results files from before warm-up rounds
     assert "after 1 warm-up round not counted" in jvmbench.section(results | {"warmup_rounds": 1})
 
