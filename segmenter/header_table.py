@@ -599,6 +599,22 @@ def sql_rules(stages: Iterable[str], env: Mapping[str, Any], params: Mapping[str
     return " AND ".join(sql_expr(r.predicate, env, names) for r in RULES if r.stage in stages)
 
 
+# ----------------------------------------------------------------- Java and C
+_C_LOGIC = ("and", "or", "not")
+
+
+def _c_logic(op: str, args: list[str]) -> str | None:
+    """``and``, ``or`` and ``not`` over rendered operands, as Java and C both spell them; else None."""
+    if op in ("and", "or"):
+        return "(" + (" && " if op == "and" else " || ").join(args) + ")"
+    return f"(!{args[0]})" if op == "not" else None
+
+
+def _bytes_name(c: Const) -> str:
+    """The name Java and C give a bytes constant (an array declared once at the top)."""
+    return f"C_{c.name.replace('.', '_')}"
+
+
 # ----------------------------------------------------------------- Java (the bundled jar)
 # Two renderings of each rule: over ``long`` (unsigned 64-bit values, compared unsigned; ``add`` and
 # ``sub`` throw ArithmeticException where the exact result leaves 0..2^64-1) and over BigInteger
@@ -643,12 +659,11 @@ def java_expr(e: Expr | int, env: Mapping[str, Any], exact: bool) -> str:
         return e.name
     if isinstance(e, Const):
         value = constant(e.name, env)
-        return f"C_{e.name.replace('.', '_')}" if isinstance(value, bytes) else _java_int(int(value), exact)
+        return _bytes_name(e) if isinstance(value, bytes) else _java_int(int(value), exact)
     op, args = e.op, e.args
-    if op in ("and", "or"):
-        return "(" + (" && " if op == "and" else " || ").join(r(a) for a in args) + ")"
-    if op == "not":
-        return f"(!{r(args[0])})"
+    logic = _c_logic(op, [r(a) for a in args] if op in _C_LOGIC else [])
+    if logic is not None:
+        return logic
     if op == "len":
         return f"BigInteger.valueOf({r(args[0])}.length)" if exact else f"((long) {r(args[0])}.length)"
     if op == "in":
@@ -751,7 +766,7 @@ def java_source(env: Mapping[str, Any]) -> str:
     for name in consts:
         value = constant(name, env)
         items = ", ".join(str(x - 256 if x > 127 else x) for x in value)
-        src += f"    private static final byte[] C_{name.replace('.', '_')} = {{{items}}};\n"
+        src += f"    private static final byte[] {_bytes_name(Const(name))} = {{{items}}};\n"
     src += "\n    private HeaderTable() {}\n\n"
     src += "    /**\n     * The verdict on a segment of {@code total} bytes whose first bytes are {@code b}: at least\n"
     src += "     * its declared header length held to HEADER_LENGTH..maxHeaderLength, or all {@code total} if\n"
@@ -775,3 +790,87 @@ def _consts_in(e: Expr | int) -> list[Const]:
     if isinstance(e, Const):
         return [e]
     return [c for a in e.args for c in _consts_in(a)] if isinstance(e, Op) else []
+
+
+# ----------------------------------------------------------------- C (the optional compiled decoder)
+# Every value is a signed 128-bit integer: each field fits 64 bits unsigned, so a sum, a difference
+# or a complement under ``band`` computes exactly what Python's integers compute.
+def c_expr(e: Expr | int, env: Mapping[str, Any]) -> str:
+    """``e`` as C over the locals ``f.<field>``, the derived names and the parameters."""
+
+    def r(x: Expr | int) -> str:
+        return c_expr(x, env)
+
+    if isinstance(e, int):
+        return f"((i128){e}ULL)"
+    if isinstance(e, Name):
+        return f"f->{e.name}" if e.name in FIELD or e.name in FROM_HEADER_FLAGS else e.name
+    if isinstance(e, Const):
+        value = constant(e.name, env)
+        return _bytes_name(e) if isinstance(value, bytes) else r(int(value))
+    op, args = e.op, e.args
+    logic = _c_logic(op, [r(a) for a in args] if op in _C_LOGIC else [])
+    if logic is not None:
+        return logic
+    if op == "bnot":
+        return f"(~{r(args[0])})"
+    if op == "len":
+        (a,) = args
+        assert isinstance(a, Name) and FIELD[a.name].kind == "bytes"
+        return r(FIELD[a.name].width)
+    if op == "in":
+        assert isinstance(args[1], Const)
+        return "(" + " || ".join(c_expr(eq(args[0], int(m.value)), env) for m in constant(args[1].name, env)) + ")"
+    a, b = args
+    if _is_bytes(a, env):
+        assert isinstance(a, Name) and op in ("eq", "ne")
+        return f"(memcmp({r(a)}, {r(b)}, {FIELD[a.name].width}) {_BINARY[op]} 0)"
+    return f"({r(a)} {_BINARY.get(op) or _BITS[op]} {r(b)})"
+
+
+def c_source(env: Mapping[str, Any]) -> str:
+    """``segmenter/_fastwire_table.h``: the fields and ``verdict``, every rule as C, for the optional
+    compiled decoder (``segmenter/_fastwire.c``). It accepts a segment only when every rule holds;
+    anything else goes to the Python decoder, whose error (the first rule that fails) is the one raised."""
+    i = "    "
+    consts = sorted(
+        {c.name for r in RULES for c in _consts_in(r.predicate) if isinstance(constant(c.name, env), bytes)}
+    )
+    src = "/* Generated from segmenter/header_table.py (c_source): edit the table, not this file. */\n"
+    src += f"#define PREFIX_LENGTH {PREFIX_LENGTH}\n#define FIXED_LENGTH {FIXED_LENGTH}\n"
+    src += f"#define HEADER_LENGTH {HEADER_LENGTH}\n#define CHECKSUM_WIDTH {CHECKSUM_FIELD.width}\n\n"
+    for name in consts:
+        value = constant(name, env)
+        items = ", ".join(map(str, value))
+        src += f"static const unsigned char {_bytes_name(Const(name))}[{len(value)}] = {{{items}}};\n"
+    src += "\ntypedef struct {\n"
+    for f in FIELDS:
+        src += f"{i}const unsigned char *{f.name};\n" if f.kind == "bytes" else f"{i}i128 {f.name};\n"
+    src += "".join(f"{i}int {name};\n" for name in FROM_HEADER_FLAGS)
+    src += "} fields;\n\n"
+
+    def read(group: Iterable[Field]) -> str:
+        at = {x: f"b + {x.offset}" if x.kind == "bytes" else f"be(b + {x.offset}, {x.width})" for x in group}
+        return "".join(f"{i}f->{x.name} = {value};\n" for x, value in at.items())
+
+    def checks(*stages: str) -> str:
+        return "".join(f"{i}if (!{c_expr(r.predicate, env)}) return 0;\n" for r in rules(*stages))
+
+    params = "".join(f", i128 {p}" for p in _PARAMS)
+    src += "/* 1 when every rule holds for the segment of ``length`` bytes at ``b`` (its fields in ``f``), else 0.\n"
+    src += "   Reads no byte past what the rules checked before it: the prefix once ``length`` holds it,\n"
+    src += "   the rest once the declared header length is in range and present. */\n"
+    src += f"static int verdict(const unsigned char *b, i128 length{params}, fields *f) {{\n"
+    src += checks("segment", "frame") + read(PREFIX_FIELDS) + checks("prefix", "header")
+    at = f"(Py_ssize_t)f->header_length - {-CHECKSUM_FIELD.offset}"
+    src += f"{i}i128 header_checksum = be(b + {at}, {CHECKSUM_FIELD.width});\n"
+    src += f"{i}i128 header_crc = crc32_ieee(b, {at});\n"
+    src += checks("checksum") + read(f for f in FIELDS if f not in PREFIX_FIELDS)
+    for name, e in FROM_HEADER_FLAGS.items():
+        src += f"{i}f->{name} = {c_expr(e, env)};\n"
+    for name, e in DERIVED.items():
+        src += f"{i}i128 {name} = {c_expr(e, env)};\n"
+    src += checks("raw", "fields", "data")
+    unused = [name for name in DERIVED if not any(name in names_in(r.predicate) for r in RULES)]
+    src += "".join(f"{i}(void){name};\n" for name in unused)
+    return src + f"{i}return 1;\n}}\n"

@@ -17,6 +17,7 @@ The fields and rules are one table, :mod:`segmenter.header_table`;
 
 from __future__ import annotations
 
+import os
 import struct
 import zlib
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -187,6 +188,44 @@ if TYPE_CHECKING:  # the generated functions' signatures, for type checkers
         verify: bool = True,
     ) -> Segment:
         """Decode one whole encoded segment; the data is a view into ``buf`` (no copy)."""
+
+
+python_decode_segment = decode_segment  # the generated Python decoder: every error is raised by it
+
+
+def _compiled_decoder() -> Any:
+    """The optional compiled ``decode_segment`` (segmenter/_fastwire.c), or ``None`` when it was not
+    built. It accepts what every rule of the same table accepts and hands anything else to
+    :func:`python_decode_segment`, so only the speed differs: a broker receive decodes one segment
+    per delivery, and the Python decoder's header work was a fifth of it.
+    ``SEGMENTER_PURE_PYTHON=1`` leaves it out (the tests run both)."""
+    if os.environ.get("SEGMENTER_PURE_PYTHON") == "1":
+        return None
+    try:
+        from . import _fastwire
+    except ImportError:
+        return None
+
+    def table(members: dict[int, Any]) -> tuple[Any, ...]:
+        return tuple(members.get(i) for i in range(max(members) + 1))
+
+    _fastwire.configure(
+        SegmentHeader,
+        Segment,
+        table(_CODECS),
+        table(_ALGORITHMS),
+        table(_DATA_CRC),
+        python_decode_segment,
+        DEFAULT_MAX_SEGMENT_SIZE,
+        MAX_LENGTH,
+        MAX_HEADER_LENGTH,
+    )
+    return _fastwire.decode_segment
+
+
+COMPILED_DECODER = _compiled_decoder()
+if COMPILED_DECODER is not None:
+    decode_segment = COMPILED_DECODER  # same signature and results, compiled
 
 
 def make_header(
