@@ -42,6 +42,7 @@ from reassembly import Assembler, Limits
 from reassembly.brokers import Receiver
 from segmenter import Segmenter
 from segmenter.brokers import open_consumer, open_sender
+from segmenter.wire import COMPILED_DECODER
 
 SIZES = {"64KiB": 64 << 10, "1MiB": 1 << 20}
 PER_MESSAGE = 8  # segments per logical message
@@ -114,10 +115,16 @@ CASES = ("floor", "bare", "segmented")
 
 
 def run(
-    urls: dict[str, str], mib: int, rounds: int, broker_pid: int | None = None, prefetch: int = 64
+    urls: dict[str, str],
+    mib: int,
+    rounds: int,
+    broker_pid: int | None = None,
+    prefetch: int = 64,
+    sizes: Iterable[str] = tuple(SIZES),
 ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
-    for label, size in SIZES.items():
+    for label in sizes:
+        size = SIZES[label]
         data = size - 84  # segment data per segment: an encoded segment is exactly `size` bytes
         payload = os.urandom(data * PER_MESSAGE)
         messages = max(1, (mib << 20) // (size * PER_MESSAGE))
@@ -146,6 +153,7 @@ def run(
                            "send_seg_s": n / ts, "recv_seg_s": n / tr,
                            "send_cpu_us": 1e6 * cs / n, "recv_cpu_us": 1e6 * cr / n,
                            "broker_send_cpu_us": 1e6 * bs / n, "broker_recv_cpu_us": 1e6 * br / n,
+                           "decoder": "python" if COMPILED_DECODER is None else "compiled",
                            "load1": os.getloadavg()[0]}  # fmt: skip
                     rows.append(row)
                     print(
@@ -252,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         default=64,
         help="every consumer's prefetch (default 64, the tables' setting; open_consumer's own default is 1000)",
     )
+    p.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES), help="segment sizes (default both)")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "broker.json"))
     p.add_argument("--table", nargs="+", metavar="JSON", help="only print the table of earlier runs' results, pooled")
     args = p.parse_args(argv)
@@ -261,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     start = os.getloadavg()
     if args.amqp or args.stomp:
         urls = {k: v for k, v in (("amqp", args.amqp), ("stomp", args.stomp)) if v}
-        rows = run(urls, args.mib, args.rounds, args.broker_pid, args.prefetch)
+        rows = run(urls, args.mib, args.rounds, args.broker_pid, args.prefetch, args.sizes)
     else:
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
         from activemq_server import activemq
@@ -269,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         with activemq(heap="1g", amqp_frame_size=1 << 20) as broker:
             urls = {"amqp": broker.amqp_url, "stomp": broker.stomp_url}
             chosen = {k: v for k, v in urls.items() if k in args.protocols}
-            rows = run(chosen, args.mib, args.rounds, broker.proc.pid, args.prefetch)
+            rows = run(chosen, args.mib, args.rounds, broker.proc.pid, args.prefetch, args.sizes)
     print(table(rows))
     load = ", ".join(f"{a:.1f}/{b:.1f}" for a, b in zip(start, os.getloadavg(), strict=True))
     print(f"load average (1, 5, 15 min) at start/end: {load}")

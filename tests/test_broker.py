@@ -378,3 +378,20 @@ def test_50_mib_through_a_1_mib_broker_limit(limited: ActiveMQ, scheme: str) -> 
     # the broker itself drops a connection that sends more
     with pytest.raises(BrokerError), open_sender(url, f"big.{scheme}") as s:
         s.send_bytes(bytes(limit + 1))
+
+
+def test_the_broker_benchmark_runs_one_size_and_records_the_decoder(broker: ActiveMQ, tmp_path: Path) -> None:
+    """``python -m bench.brokerbench`` against this broker, one round of 1 MiB per case at 64 KiB:
+    every case moved every message both ways, and each row says which segment decoder received."""
+    import json
+
+    from bench import brokerbench
+    from segmenter.wire import COMPILED_DECODER
+
+    out = tmp_path / "broker.json"
+    argv = ["--stomp", broker.stomp_url, "--broker-pid", str(broker.proc.pid), "--mib", "1", "--rounds", "1"]
+    assert brokerbench.main([*argv, "--sizes", "64KiB", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert sorted(r["case"] for r in rows) == ["bare", "floor", "segmented"]
+    assert {(r["segment"], r["protocol"], r["messages"]) for r in rows} == {("64KiB", "stomp", 16)}
+    assert {r["decoder"] for r in rows} == {"python" if COMPILED_DECODER is None else "compiled"}
