@@ -92,8 +92,9 @@ static PyObject *decode_segment(PyObject *Py_UNUSED(self), PyObject *const *args
         } else if (key == kw_max_message_size || PyUnicode_Compare(key, kw_max_message_size) == 0) {
             ok = int_arg(value, &max_message_size);
         } else if (key == kw_verify || PyUnicode_Compare(key, kw_verify) == 0) {
-            ok = (verify = PyObject_IsTrue(value)) >= 0;
-            PyErr_Clear();
+            /* True or False; anything else (whose truth is its own code's to say) goes to Python */
+            verify = value == Py_True;
+            ok = verify || value == Py_False;
         } else {
             ok = 0;
         }

@@ -222,6 +222,18 @@ def test_what_is_not_a_segment_argument_gets_the_python_decoder_s_error() -> Non
             raise RuntimeError("no truth")
 
     same(raw, verify=Falsy())
+
+    class Counted:
+        calls = 0
+
+        def __bool__(self) -> bool:
+            Counted.calls += 1
+            return True
+
+    for decoder in (PY, wire.decode_segment):  # asked once, by the Python decoder, whichever is called
+        Counted.calls = 0
+        decoder(raw, verify=Counted())
+        assert Counted.calls == 1
     with pytest.raises(TypeError):
         wire.decode_segment()  # type: ignore[call-arg]
 
