@@ -27,7 +27,9 @@ def _module_name(path: Path) -> str:
 
 
 def _sources(roots: tuple[str, ...]) -> dict[str, Path]:
-    return {_module_name(p): p for root in roots for p in sorted((REPO / root).rglob("*.py"))}
+    """Every module by name: its ``.py``, or for a compiled one (``segmenter._fastwire``) its ``.pyi``."""
+    paths = [p for root in roots for suffix in ("*.pyi", "*.py") for p in sorted((REPO / root).rglob(suffix))]
+    return {_module_name(p): p for p in paths}  # a .py after its .pyi: the source wins
 
 
 MODULES = _sources(OURS)
