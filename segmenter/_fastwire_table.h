@@ -61,7 +61,6 @@ static int verdict(const unsigned char *b, i128 length, i128 max_message_size, i
     i128 end = (f->offset + f->data_length);
     i128 segmented = ((f->msg_flags & (((i128)2ULL) | ((i128)4ULL))) != ((i128)0ULL));
     i128 last = (((f->msg_flags & ((i128)4ULL)) != ((i128)0ULL)) || ((f->msg_flags & ((i128)2ULL)) == ((i128)0ULL)));
-    i128 in_group = ((f->msg_flags & (((i128)8ULL) | ((i128)16ULL))) != ((i128)0ULL));
     if (!((f->reserved == ((i128)0ULL)) && ((f->header_flags & (~((i128)3ULL))) == ((i128)0ULL)))) return 0;
     if (!((f->algorithm == ((i128)1ULL)) || (f->algorithm == ((i128)2ULL)))) return 0;
     if (!((f->codec == ((i128)0ULL)) || (f->codec == ((i128)1ULL)))) return 0;
@@ -81,6 +80,5 @@ static int verdict(const unsigned char *b, i128 length, i128 max_message_size, i
     if (!((!last) || ((f->original_length != ((i128)18446744073709551615ULL)) && f->has_message_checksum))) return 0;
     if (!((f->codec != ((i128)0ULL)) || (f->original_length == ((i128)18446744073709551615ULL)) || (f->stored_length == ((i128)18446744073709551615ULL)) || (f->original_length == f->stored_length))) return 0;
     if (!((length - f->header_length) == f->data_length)) return 0;
-    (void)in_group;
     return 1;
 }

@@ -11,6 +11,9 @@ made here and nowhere else:
 * :func:`java_source` renders them as Java, ``HeaderTable.java`` of the bundled
   jar (its ``Decode``, the Spark fast path's decoder); ``tools/build_jar.py``
   writes it and CI checks the committed file is what the table renders.
+* :func:`c_source` renders them as C, ``segmenter/_fastwire_table.h`` of the
+  optional compiled ``decode_segment`` (``segmenter/_fastwire.c``);
+  ``tools/render_c_table.py`` writes it and a test checks the committed file.
 
 A rule is a predicate (a small expression tree over field names, derived
 names, parameters and named constants of :mod:`segmenter.wire` /
@@ -868,9 +871,7 @@ def c_source(env: Mapping[str, Any]) -> str:
     src += checks("checksum") + read(f for f in FIELDS if f not in PREFIX_FIELDS)
     for name, e in FROM_HEADER_FLAGS.items():
         src += f"{i}f->{name} = {c_expr(e, env)};\n"
+    used = set().union(*(names_in(r.predicate) for r in RULES))
     for name, e in DERIVED.items():
-        src += f"{i}i128 {name} = {c_expr(e, env)};\n"
-    src += checks("raw", "fields", "data")
-    unused = [name for name in DERIVED if not any(name in names_in(r.predicate) for r in RULES)]
-    src += "".join(f"{i}(void){name};\n" for name in unused)
-    return src + f"{i}return 1;\n}}\n"
+        src += f"{i}i128 {name} = {c_expr(e, env)};\n" if name in used else ""
+    return src + checks("raw", "fields", "data") + f"{i}return 1;\n}}\n"

@@ -12,7 +12,9 @@ failure is a :class:`~segmenter.errors.SegmentationError` subclass.
 The fields and rules are one table, :mod:`segmenter.header_table`;
 ``check_prefix``, ``decode_header``, ``decode_segment`` and
 ``_check_header_fields`` are generated from it and compiled once at import
-(``GENERATED_SOURCE`` holds their source), as the Spark SQL is.
+(``GENERATED_SOURCE`` holds their source), as the Spark SQL is. Where the optional compiled
+decoder was built (``segmenter/_fastwire.c``, from the same table), ``decode_segment`` is that one:
+same results, and the Python decoder raises every error.
 """
 
 from __future__ import annotations
