@@ -606,11 +606,11 @@ def sql_rules(stages: Iterable[str], env: Mapping[str, Any], params: Mapping[str
 _C_LOGIC = ("and", "or", "not")
 
 
-def _c_logic(op: str, args: list[str]) -> str | None:
-    """``and``, ``or`` and ``not`` over rendered operands, as Java and C both spell them; else None."""
-    if op in ("and", "or"):
-        return "(" + (" && " if op == "and" else " || ").join(args) + ")"
-    return f"(!{args[0]})" if op == "not" else None
+def _c_logic(op: str, args: list[str]) -> str:
+    """``and``, ``or`` or ``not`` (one of :data:`_C_LOGIC`) over rendered operands, as Java and C spell them."""
+    if op == "not":
+        return f"(!{args[0]})"
+    return "(" + (" && " if op == "and" else " || ").join(args) + ")"
 
 
 def _bytes_name(c: Const) -> str:
@@ -664,9 +664,8 @@ def java_expr(e: Expr | int, env: Mapping[str, Any], exact: bool) -> str:
         value = constant(e.name, env)
         return _bytes_name(e) if isinstance(value, bytes) else _java_int(int(value), exact)
     op, args = e.op, e.args
-    logic = _c_logic(op, [r(a) for a in args] if op in _C_LOGIC else [])
-    if logic is not None:
-        return logic
+    if op in _C_LOGIC:
+        return _c_logic(op, [r(a) for a in args])
     if op == "len":
         return f"BigInteger.valueOf({r(args[0])}.length)" if exact else f"((long) {r(args[0])}.length)"
     if op == "in":
@@ -812,9 +811,8 @@ def c_expr(e: Expr | int, env: Mapping[str, Any]) -> str:
         value = constant(e.name, env)
         return _bytes_name(e) if isinstance(value, bytes) else r(int(value))
     op, args = e.op, e.args
-    logic = _c_logic(op, [r(a) for a in args] if op in _C_LOGIC else [])
-    if logic is not None:
-        return logic
+    if op in _C_LOGIC:
+        return _c_logic(op, [r(a) for a in args])
     if op == "bnot":
         return f"(~{r(args[0])})"
     if op == "len":
