@@ -404,7 +404,7 @@ def test_object_changed_while_it_is_read(tmp_path: Path) -> None:
 def test_a_damaged_object_never_reaches_the_sink_whole(tmp_path: Path) -> None:
     payload = os.urandom(50_000)
     store, msg = reference(tmp_path, payload)
-    (tmp_path / "store" / "obj").write_bytes(payload[:-1] + b"!")
+    (tmp_path / "store" / "obj").write_bytes(payload[:-1] + bytes([payload[-1] ^ 1]))  # always a change
     sink = io.BytesIO()
     with pytest.raises(ChecksumError):
         resolve_into(msg, store, sink, chunk_size=10_000)
