@@ -13,13 +13,13 @@ drains it (every delivery acknowledged).
   consumer that accepts each delivery.
 * **bare**: the same without a group (what the floor was before), to show what groups cost.
 * **segmented**: 8-segment payloads cut by the ``Segmenter`` (each encoded segment is exactly the
-  size) sent with ``Sender.send``, received by the ``Receiver`` (decode, assemble, hand over,
+  size) sent with ``Sender.send``, received by the ``BrokerReceiver`` (decode, assemble, hand over,
   then acknowledge).
 
 The table gives each case's median MiB/s over the rounds (min-max) and the ratio as the median
 of the per-round ratios floor / segmented: a pair measured seconds apart shares the machine's
 load, which a ratio of two medians taken from different rounds does not. Starts a throwaway
-ActiveMQ (tests/activemq_server.py, AMQP frames of 1 MiB) unless ``--amqp``/``--stomp`` URLs are given.
+ActiveMQ (tests/support/activemq_server.py, AMQP frames of 1 MiB) unless ``--amqp``/``--stomp`` URLs are given.
 
     python -m bench.brokerbench --mib 64 --rounds 6
 """
@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from reassembly import Assembler, Limits
-from reassembly.brokers import Receiver
+from reassembly.brokers.receiver import BrokerReceiver
 from segmenter import Segmenter
 from segmenter.brokers import open_consumer, open_sender
 from segmenter.wire import COMPILED_DECODER
@@ -102,7 +102,7 @@ def _receive_floor(url: str, queue: str, count: int, prefetch: int) -> int:
 
 def _receive_segmented(url: str, queue: str, messages: int, prefetch: int) -> int:
     consumer = open_consumer(url, queue, prefetch=prefetch)
-    rx = Receiver(consumer, lambda ev: None, Assembler(Limits(), join=False))
+    rx = BrokerReceiver(consumer, lambda ev: None, Assembler(Limits(), join=False))
     try:
         while rx.stats.messages < messages:
             rx.poll(10.0)
@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = run(urls, args.mib, args.rounds, args.broker_pid, args.prefetch, args.sizes)
     else:
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-        from activemq_server import activemq
+        from tests.support.activemq_server import activemq
 
         with activemq(heap="1g", amqp_frame_size=1 << 20) as broker:
             urls = {"amqp": broker.amqp_url, "stomp": broker.stomp_url}

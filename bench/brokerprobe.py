@@ -1,13 +1,13 @@
 """Where the 64 KiB STOMP receive loses against its floor (issue 13): the floor's bare consumer
-and the ``Receiver`` next to consumers that do one part of the ``Receiver``'s work each, over
+and the ``BrokerReceiver`` next to consumers that do one part of the ``BrokerReceiver``'s work each, over
 queues filled the same way, in rotating order; the ratio is the median of the per-round ratios
 floor / case (as in :mod:`bench.brokerbench`).
 
 * **seg-bare**: the segmented queue drained by the floor's bare consumer (the broker's part);
 * **seg-hold8**: the same, accepting deliveries 8 at a time (the acknowledgements held as the
-  ``Receiver`` holds them, no decoding);
+  ``BrokerReceiver`` holds them, no decoding);
 * **seg-decode**: each segment decoded and verified (header, data CRC), then accepted (the
-  ``Receiver``'s decode without its assembly).
+  ``BrokerReceiver``'s decode without its assembly).
 
     python -m bench.brokerprobe --rounds 16 [--prefetch 64] [--mib 256]
 """
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mib", type=int, default=256, help="MiB per case and round")
     args = p.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    from activemq_server import activemq
+    from tests.support.activemq_server import activemq
 
     payload = os.urandom((SIZE - 84) * PER_MESSAGE)
     messages = (args.mib << 20) // (SIZE * PER_MESSAGE)

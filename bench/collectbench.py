@@ -30,15 +30,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from reassembly.collect_job import DurableCollector
 from reassembly.collector import Rule
-from reassembly.storage import Storage, open_storage
+from reassembly.collector.durable import DurableCollector
+from reassembly.collector.storage import Storage, open_storage
 
 HERE = Path(__file__).resolve().parent
 
 
 def _pg_server() -> Any:
-    """tests/pg_server.py's throwaway server (one copy of the start-up rules)."""
+    """tests/support/pg_server.py's throwaway server (one copy of the start-up rules)."""
     spec = importlib.util.spec_from_file_location("pg_server", HERE.parent / "tests" / "pg_server.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -139,8 +139,8 @@ def receiver_steps(size: int, messages: int, rounds: int = 5) -> dict[str, float
     """CPU µs per segment of each step of a broker receive, without the broker (issue 13): 8-segment
     messages of ``size``-byte encoded segments, in order, through ``decode_header``, the data CRC,
     ``decode_segment``, the join of a message, ``Assembler.receive`` (the 7 waiting segments, the
-    8th that completes the message) and the whole ``Receiver``; medians of ``rounds``."""
-    from reassembly.brokers import Receiver
+    8th that completes the message) and the whole ``BrokerReceiver``; medians of ``rounds``."""
+    from reassembly.brokers.receiver import BrokerReceiver
     from segmenter.wire import decode_header, decode_segment
 
     payload = os.urandom((size - 84) * 8)
@@ -178,10 +178,12 @@ def receiver_steps(size: int, messages: int, rounds: int = 5) -> dict[str, float
         t["Assembler.receive: segment 8 (judged, built, delivered)"] = completing
         t["Assembler.receive: all"] = waiting + completing
         # As a broker receiver builds it: the message handed over as views of its segments (no join).
-        rx = Receiver(_Deliveries([_Delivery(b) for b in bodies]), lambda ev: None, Assembler(Limits(), join=False))
+        rx = BrokerReceiver(
+            _Deliveries([_Delivery(b) for b in bodies]), lambda ev: None, Assembler(Limits(), join=False)
+        )
         start = clock()
         rx.poll(0)
-        t["Receiver (message as views, join=False): all"] = clock() - start
+        t["BrokerReceiver (message as views, join=False): all"] = clock() - start
         assert rx.stats.used == len(bodies)
         return t
 

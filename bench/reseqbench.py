@@ -30,8 +30,8 @@ import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
-from reassembly.resequence_model import EndAuto, ResequenceOptions, StartAt
 from reassembly.resequencer import Resequencer
+from reassembly.resequencer.model import EndAuto, ResequenceOptions, StartAt
 
 ITEM = b"small message"
 

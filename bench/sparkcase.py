@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from reassembly.jobs import first_line
-from reassembly.session import get_session
+from reassembly._plumbing import first_line
+from reassembly.spark.session import get_session
 
 from .sparkbench import approaches, write_result
 from .stages import stage_detail

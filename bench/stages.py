@@ -185,10 +185,10 @@ def profile(
     """
     from pyspark.sql import functions as F
 
-    from reassembly.session import get_session
     from reassembly.spark import ReassemblyOptions, jvm, reassemble
     from reassembly.spark.decode import decode_segments
     from reassembly.spark.jar import reassembler
+    from reassembly.spark.session import get_session
     from segmenter.digest import NO_POLICY
 
     from .sparkbench import write_result

@@ -4,7 +4,7 @@ Why: through a real broker (``bench.brokerbench``) the client's CPU and the wall
 the broker's JIT and garbage collector; this feeds the same client code a recorded-style stream
 of MESSAGE frames (headers as ActiveMQ sends them), in reads of ``--read`` bytes as a socket
 would give them, and times each consumer's whole loop: the parser, the deliveries, the
-settlements (encoded and queued, not sent), and for the segmented case the ``Receiver`` (decode,
+settlements (encoded and queued, not sent), and for the segmented case the ``BrokerReceiver`` (decode,
 verify, assemble, hand over, accept). The floor takes unsegmented bodies of the same size and
 accepts each. Medians of ``--rounds`` runs, CPU µs per message and minor page faults.
 
@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from reassembly import Assembler, Limits
-from reassembly.brokers import Receiver
+from reassembly.brokers.receiver import BrokerReceiver
 from segmenter import Segmenter
 from segmenter.brokers import Delivery
 from segmenter.brokers_stomp import StompFrame, StompParser
@@ -107,7 +107,7 @@ def _floor(c: _Replay) -> None:
 
 
 def _segmented(c: _Replay) -> None:
-    rx = Receiver(c, lambda ev: None, Assembler(Limits(), join=False))
+    rx = BrokerReceiver(c, lambda ev: None, Assembler(Limits(), join=False))
     while not c.done():
         rx.poll(0)
     assert rx.stats.held() == 0 and rx.stats.rejected == 0

@@ -16,11 +16,11 @@
 
 Each measurement records the load average before and after it (the machine
 may be shared: compare ratios and runs made side by side). ``--profile DIR``
-profiles the arrivals' state processors (``reassembly.spark.stream.PROFILE``)
+profiles the arrivals' state processors (``reassembly.spark.stream.reassemble.PROFILE``)
 and adds their summed calls and cumulative seconds: the state round trips
 (``round_trips``: every request to the JVM's state server) and what they were.
 
-Both use :func:`reassembly.spark.stream.configure` (state partitions = cores,
+Both use :func:`reassembly.spark.stream.reassemble.configure` (state partitions = cores,
 changelog checkpointing), as ``reassemble stream`` does.
 
     python -m bench.streambench --mib 1024 --files 20 --every 1 --json bench/results/stream.json
@@ -58,7 +58,7 @@ def _batch(spark: Any, data: Path, out: Path) -> float:
 
 
 def _available_now(spark: Any, data: Path, work: Path) -> float:
-    from reassembly.spark.stream import StreamOptions, file_source, reassemble_stream, start
+    from reassembly.spark.stream.reassemble import StreamOptions, file_source, reassemble_stream, start
 
     start_t = time.monotonic()
     rows = reassemble_stream(file_source(spark, str(data)), options=StreamOptions(watermark=0))
@@ -153,7 +153,7 @@ WARM_MESSAGES = 16  # per warm-up round: 8 MiB as two files
 
 
 def _arrivals(spark: Any, data: Path, work: Path, files: int, every: float, warm_rounds: int = 0) -> dict[str, Any]:
-    from reassembly.spark.stream import (
+    from reassembly.spark.stream.reassemble import (
         StreamOptions,
         committed_batches,
         file_source,
@@ -304,7 +304,7 @@ _PROFILED = {
 
 
 def profile_summary(directory: Path) -> dict[str, Any]:
-    """Sum the per-task profiles (see ``reassembly.spark.stream.PROFILE``): calls and cumulative seconds."""
+    """Sum the per-task profiles (see ``reassembly.spark.stream.reassemble.PROFILE``): calls and cumulative seconds."""
     import pstats
 
     files = sorted(directory.glob("*.prof"))
@@ -336,8 +336,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--floor-mib", type=int, default=0, help="also time the batch job on this many MiB")
     p.add_argument("--json", default=None, help="also write the result here (e.g. bench/results/stream.json)")
     args = p.parse_args(argv)
-    from reassembly.session import get_session
-    from reassembly.spark.stream import configure
+    from reassembly.spark.session import get_session
+    from reassembly.spark.stream.reassemble import configure
 
     work = Path(args.work or tempfile.mkdtemp(prefix="streambench-"))
     data = work / "data"
@@ -379,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
         result["load_average"] = load  # before the first round and after each
     if not args.no_arrivals:
         if args.profile:
-            from reassembly.spark.stream import PROFILE
+            from reassembly.spark.stream.reassemble import PROFILE
 
             os.environ[PROFILE] = args.profile  # read when the query is built (in _arrivals)
         result["arrivals"] = _arrivals(spark, data, work / "runs" / "arrivals", args.files, args.every, args.warm)

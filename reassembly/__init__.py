@@ -1,7 +1,7 @@
 """Consumer-side reassembly: the sans-I/O assembler and (in ``reassembly.spark``) the Spark functions."""
 
-from .assembler import Assembler, Limits, reassemble, reassemble_all
-from .events import (
+from reassembly.assembler.core import Assembler, Limits, reassemble, reassemble_all
+from reassembly.assembler.events import (
     Cause,
     ChecksumMismatch,
     ConflictingDuplicate,
@@ -17,9 +17,9 @@ from .events import (
     ScatteredPayload,
     Unfinished,
 )
-from .ordered import OrderedGroups
-from .reader import read_events
-from .resequence_model import (
+from reassembly.assembler.reader import read_events
+from reassembly.resequencer.core import Resequencer
+from reassembly.resequencer.model import (
     CloseCause,
     EndAt,
     EndAuto,
@@ -37,7 +37,7 @@ from .resequence_model import (
     StartAuto,
     StartWhen,
 )
-from .resequencer import Resequencer
+from reassembly.resequencer.ordered import OrderedGroups
 
 __all__ = [
     "Assembler",

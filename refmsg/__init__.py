@@ -20,6 +20,7 @@ from .claimcheck import (
     resolve,
     resolve_into,
 )
+from .core import ChunkRow, ObjectState, RangeSet, assemble_chunks
 from .errors import JournalError, PathError, RmhError, StoreError
 from .header import (
     ENCODING_BIG_ENDIAN,
@@ -34,7 +35,6 @@ from .header import (
 from .integrity import Integrity
 from .message import DecodedMessage, ReferenceMessage, decode_message
 from .receiver import DirectorySource, IncompleteObject, Outcome, RangeSource, Receipt, Receiver
-from .state import ChunkRow, ObjectState, RangeSet, assemble_chunks
 
 __all__ = [
     "CLAIM_CHECK_TYPE",

@@ -1,6 +1,6 @@
 """Receiver side, like MQ's receiving exit: write each chunk into its object under a root.
 
-File adapter over the sans-I/O :class:`~refmsg.state.ObjectState`. Under
+File adapter over the sans-I/O :class:`~refmsg.core.ObjectState`. Under
 ``root/.refmsg/objects/`` every object in transfer has a part file
 (``<key>.part``, the bytes so far, sparse) and a journal (``<key>.journal``,
 see :mod:`refmsg.journal`); ``<key>`` is the hex ObjectInstanceId (or a hash of
@@ -37,6 +37,7 @@ from segmenter.checksum import DEFAULT_ALGORITHM, ChecksumAlgorithm, checksum
 from segmenter.digest import NO_POLICY, DigestPolicy, parse_extension
 from segmenter.errors import ChecksumError, ConflictError, Reason, SegmentationError
 
+from .core import DEFAULT_MAX_OBJECT_SIZE, ObjectState, Plan, Span, verify_chunk
 from .errors import JournalError, PathError
 from .integrity import ObjectCheck
 from .journal import (
@@ -52,7 +53,6 @@ from .journal import (
 )
 from .message import ReferenceMessage, decode_message
 from .paths import RESERVED, check_final, open_parent, open_root, split_name
-from .state import DEFAULT_MAX_OBJECT_SIZE, ObjectState, Plan, Span, verify_chunk
 
 Buffer = bytes | bytearray | memoryview
 Clock = Callable[[], float]

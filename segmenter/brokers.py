@@ -28,7 +28,7 @@ works without it. STOMP needs nothing but the standard library: :mod:`segmenter.
 (a sans-I/O frame parser and one socket read in the caller's thread; it replaced stomp-py, whose
 reader thread cost more per 64 KiB message than our whole segment processing). This module is the
 transport only (connect, send with broker confirmation, fetch and settle deliveries); what a
-receiver does with a delivery is :mod:`reassembly.brokers`.
+receiver does with a delivery is :mod:`reassembly.brokers.receiver`.
 
 Size limits: ActiveMQ checks every incoming message against the connector's
 ``wireFormat.maxFrameSize`` (unlimited by default in 5.17; upstream's sample config sets
@@ -101,7 +101,7 @@ class Delivery(Protocol):
     ``body`` is the message as ``bytes``. A STOMP delivery also has ``view``: the same bytes
     without a copy, a read-only view of a pooled buffer (:mod:`segmenter.recycle`) that stays
     valid, and unchanged, for as long as anything refers to it; its ``body`` is copied from it when
-    asked for. :func:`body_view` gives whichever a delivery has without copying (the ``Receiver``
+    asked for. :func:`body_view` gives whichever a delivery has without copying (the ``BrokerReceiver``
     and the drain read that)."""
 
     @property

@@ -21,7 +21,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 def spark() -> Iterator[Any]:
     """One local Spark session shared by every test that asks for it."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from reassembly.session import get_session
+    from reassembly.spark.session import get_session
 
     session = get_session("local[2]", app_name="segmenter-tests")
     yield session

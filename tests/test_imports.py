@@ -2,7 +2,7 @@
 
 The rooms: ``segmenter`` is the ground floor and imports nothing of ours; ``refmsg`` is a codec
 and receiver that knows nothing of ``reassembly``, Spark or the command line; the command
-(``reassembly.cli``) imports the jobs and nothing imports it (only ``python -m reassembly``);
+(``reassembly.cli.main``) imports the jobs and nothing imports it (only ``python -m reassembly``);
 and no module of ours takes part in an import cycle, lazy imports included.
 """
 
@@ -101,8 +101,8 @@ def _offenders(roots: tuple[str, ...], forbidden: tuple[str, ...]) -> list[str]:
 
 
 def test_the_graph_sees_the_modules_it_must_judge() -> None:
-    assert {"segmenter", "refmsg", "reassembly", "reassembly.cli", "reassembly.jobs"} <= MODULES.keys()
-    assert "reassembly.jobs" in GRAPH["reassembly.cli"]  # the command imports the plumbing
+    assert {"segmenter", "refmsg", "reassembly", "reassembly.cli.main", "reassembly.spark.jobs"} <= MODULES.keys()
+    assert "reassembly.spark.jobs" in GRAPH["reassembly.cli.main"]  # the command imports the plumbing
 
 
 def test_no_import_cycles_among_our_modules() -> None:
@@ -110,7 +110,9 @@ def test_no_import_cycles_among_our_modules() -> None:
 
 
 def test_nothing_imports_the_command() -> None:
-    importers = {f"{m}:{line}" for m in MODULES for name, line in _imports(m) if _resolve(name) == "reassembly.cli"}
+    importers = {
+        f"{m}:{line}" for m in MODULES for name, line in _imports(m) if _resolve(name) == "reassembly.cli.main"
+    }
     assert {i.partition(":")[0] for i in importers} == {"reassembly.__main__"}, importers  # `python -m reassembly`
 
 
@@ -128,10 +130,12 @@ def test_the_library_imports_neither_tests_nor_bench(library: str) -> None:
 
 
 def test_the_checker_resolves_relative_imports_and_finds_a_planted_cycle() -> None:
-    assert "reassembly.cli" in GRAPH["reassembly.__main__"]  # `from .cli import main`
-    GRAPH["reassembly.jobs"].add("reassembly.cli")  # the command imports the plumbing: now a circle
+    assert "reassembly.cli.main" in GRAPH["reassembly.__main__"]  # `from .cli import main`
+    GRAPH["reassembly.spark.jobs"].add("reassembly.cli.main")  # the command imports the plumbing: now a circle
     try:
         found = _cycle()
     finally:
-        GRAPH["reassembly.jobs"].discard("reassembly.cli")
-    assert found is not None and found[0] == found[-1] and {"reassembly.cli", "reassembly.jobs"} <= set(found)
+        GRAPH["reassembly.spark.jobs"].discard("reassembly.cli.main")
+    assert (
+        found is not None and found[0] == found[-1] and {"reassembly.cli.main", "reassembly.spark.jobs"} <= set(found)
+    )

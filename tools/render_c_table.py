@@ -1,6 +1,6 @@
 """Write ``segmenter/_fastwire_table.h`` (the header table's rules as C, for the optional compiled
 decoder ``segmenter/_fastwire.c``) from ``segmenter/header_table.py``. ``--check`` only compares:
-tests/test_fastwire.py fails when the committed file is not what the table renders."""
+tests/segmenter/test_fastwire.py fails when the committed file is not what the table renders."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 ``transformWithState`` keyed by destination (RocksDB state store, event time, like
 :mod:`.stream`). Per destination the state holds the open batch (list state: payload and event
 time per member) and a small value (first event time, bytes, the batch counter, the timer).
-The rules are read from the rules database (:mod:`reassembly.storage`, SQLite path or
+The rules are read from the rules database (:mod:`reassembly.collector.storage`, SQLite path or
 PostgreSQL URL) when a task's processor starts, that is once per partition per micro-batch:
 a changed rule applies from the next micro-batch on. ``max_wait`` is an event-time timer on
 the first member; ``stranded_after`` has no role here, because Spark's checkpointed state
@@ -12,7 +12,7 @@ leaves no message behind a crash (the micro-batch is replayed), and ``shutdown``
 
 Output rows are segments: (``target``, ``destination``, ``batch_id``, ``cause``, ``segment``),
 each batch one MQ logical group exactly as the collector core emits it
-(:func:`reassembly.collector.batch_segments`), with the batch id ``<destination>#<n>`` (the
+(:func:`reassembly.collector.core.batch_segments`), with the batch id ``<destination>#<n>`` (the
 counter is state, so a replayed micro-batch names its batches the same). :func:`start` writes
 them with :class:`.stream.BatchWriter`-style commits into ``OUTPUT/batch=<N>/target=<t>``,
 which ``reassemble run 'OUTPUT/batch=*/target=<t>'`` reassembles.
@@ -26,12 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reassembly.collector.core import BatchReady, Cause, Held, Rule, batch_segments
+from reassembly.collector.storage import RuleCache, open_storage
+from reassembly.spark.stream.reassemble import ROCKSDB
+from reassembly.spark.writer import parquet_writer
 from segmenter.producer import DEFAULT_SEGMENT_SIZE, Segmenter
-
-from ..collector import BatchReady, Cause, Held, Rule, batch_segments
-from ..storage import RuleCache, open_storage
-from .stream import ROCKSDB
-from .writer import parquet_writer
 
 OUTPUT_DDL = "target string, destination string, batch_id string, cause string, segment binary"
 _HELD = "payload binary, event_ms long"

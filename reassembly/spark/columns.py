@@ -16,11 +16,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from reassembly.spark.schema import ColumnNames
 from segmenter.checksum import DEFAULT_ALGORITHM
 from segmenter.flags import Codec
 from segmenter.wire import GROUP_ID_LENGTH, UNKNOWN_LENGTH, SegmentHeader
-
-from .schema import ColumnNames
 
 
 def _encode(keep: tuple[str, ...] = ()) -> Any:

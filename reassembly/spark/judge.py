@@ -2,7 +2,7 @@
 
 A scalar Arrow UDF in its iterator form (one iterator per Spark task), so it
 sees the end of its task's input: large messages, streamed piece by piece into
-a :class:`~reassembly.bodies.FileBodyStore` as their rows arrive, are judged
+a :class:`~reassembly.assembler.bodies.FileBodyStore` as their rows arrive, are judged
 when the input ends and their rows attached to the task's last row (the input
 is read one batch ahead, so the last row is known when it is judged). Clean
 rows come in as NULL and go out as NULL (the JVM writes them); an element NULL
@@ -43,18 +43,18 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 
-from ..assembler import Assembler, Limits
-from ..bodies import FileBodyStore
-from ..events import Event
-from .jvm import SK_HEADER
-from .quarantine import ByReference, QuarantineFile
-from .rows import EventRows, Row, reassemble_group, reject_rows
-from .schema import OUTPUT_ARROW, OUTPUT_FIELDS
+from reassembly.assembler.bodies import FileBodyStore
+from reassembly.assembler.core import Assembler, Limits
+from reassembly.assembler.events import Event
+from reassembly.spark.jvm import SK_HEADER
+from reassembly.spark.quarantine import ByReference, QuarantineFile
+from reassembly.spark.rows import EventRows, Row, reassemble_group, reject_rows
+from reassembly.spark.schema import OUTPUT_ARROW, OUTPUT_FIELDS
 
 ROWS_ARROW = pa.list_(pa.struct(list(OUTPUT_ARROW)))
 FLUSH_BYTES = 16 << 20  # output gathered up to this many bytes goes to Spark as one batch
 ZSTD_WINDOW = 1 << 27  # zstd's default largest window (windowLog 27): a frame asking for more fails
-SINK_WINDOW = 1 << 20  # what a decompression into a file holds (reassembly.build._FileSink)
+SINK_WINDOW = 1 << 20  # what a decompression into a file holds (reassembly.assembler.build._FileSink)
 _GROUP, _LENGTH = struct.Struct(">BBi"), struct.Struct(">q")  # a side file's group head, a row's length
 ROWS_DDL = "array<struct<" + ", ".join(f"`{name}`: {ddl}" for name, ddl, _ in OUTPUT_FIELDS) + ">>"
 

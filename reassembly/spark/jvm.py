@@ -43,13 +43,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from reassembly.assembler.core import Limits
 from segmenter import header_table as table
 from segmenter.checksum import ChecksumAlgorithm
 from segmenter.digest import DigestPolicy, verify_sql
 from segmenter.flags import Codec
 from segmenter.wire import MAX_HEADER_LENGTH
-
-from ..assembler import Limits
 
 # Per-row facts the clean test reads (all small); Python needs sk, plen, far and is_null.
 _META = (
@@ -125,7 +124,7 @@ def decoded_in_jar(df: Any, raw_column: str, limits: Limits, large_message_bytes
     scan with nothing on top but the column's selection (a Parquet or ORC landing table), the decoder
     reads the scan's column batches, each segment a view of the reader's memory, instead of rows
     that hold two copies of it. Same values in every column the one pass and the judge read
-    (``tests/test_jvm_decode.py``, from rows and from batches). The jar must be loaded
+    (``tests/spark/test_jvm_decode.py``, from rows and from batches). The jar must be loaded
     (:func:`reassembly.spark.jar.reassembler`)."""
     from pyspark.sql import DataFrame
     from pyspark.sql import functions as F

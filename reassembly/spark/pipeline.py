@@ -6,7 +6,7 @@ Data path (one scan, one shuffle, one aggregate; see ``jvm.py`` and ``judge.py``
    its framing holds, else a hash of its bytes (``jvm.py``). Where the bundled
    jar runs, by its ``Decode`` (Java generated from ``segmenter.header_table``,
    ``jvm.decoded_in_jar``); elsewhere by SQL generated from the same table
-   (``decode.py``, ``jvm.route``). Same columns (tests/test_jvm_decode.py). With ``payload_dir``,
+   (``decode.py``, ``jvm.route``). Same columns (tests/spark/test_jvm_decode.py). With ``payload_dir``,
    rows at offsets from ``large_message_bytes`` on also get a per-offset key.
 2. One shuffle by GroupId; one aggregate concatenates each message's (or MQ
    group's) data in the JVM and collects its headers.
@@ -14,7 +14,7 @@ Data path (one scan, one shuffle, one aggregate; see ``jvm.py`` and ``judge.py``
    written from the JVM: its bytes never cross into Python.
 4. Everything else (gaps, duplicates, conflicts, bad checksums, zstd, MQ groups,
    rows that are not segments, NULL rows, large messages) goes to the same
-   :class:`~reassembly.assembler.Assembler` the in-process consumer uses, in a
+   :class:`~reassembly.assembler.core.Assembler` the in-process consumer uses, in a
    scalar Arrow UDF: one implementation of the rules, so the Spark output is what
    a Python consumer would report, and ``jvm_fast_path=False`` (everything through
    the assembler) gives identical rows.
@@ -30,7 +30,7 @@ The JVM one pass (default; ``use_jar=False`` turns it off), with the bundled jar
 (``jar.py``, ``jvm.fast_aggregate``): steps 2-3 as one walk over each message's
 pieces, sorted within the shuffle's partitions, copying each piece once and
 folding the segments' verified CRCs into the message CRC, with the per-row rules
-from the header table as one SQL column. Same rows (tests/test_jvm_jar.py). On
+from the header table as one SQL column. Same rows (tests/spark/test_jvm_jar.py). On
 Spark Connect (no py4j), where the jar cannot be loaded, or under a digest policy
 that demands a digest, the SQL path runs (``listagg`` + the SQL clean test).
 The pass reads Spark's internal rows (no ``Row`` encoder) and stays lazy.
@@ -49,14 +49,13 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from reassembly.assembler.core import Limits
+from reassembly.spark import jar, jvm
+from reassembly.spark.decode import decode_segments
+from reassembly.spark.judge import make_judge, make_side_judge
+from reassembly.spark.save import Saved, Split, save
+from reassembly.spark.schema import MESSAGE_COLUMNS, OUTPUT_DDL, OUTPUT_FIELDS, QUARANTINE_COLUMNS, ColumnNames
 from segmenter.digest import NO_POLICY, REDACT_KEYS, DigestPolicy
-
-from ..assembler import Limits
-from . import jar, jvm
-from .decode import decode_segments
-from .judge import make_judge, make_side_judge
-from .save import Saved, Split, save
-from .schema import MESSAGE_COLUMNS, OUTPUT_DDL, OUTPUT_FIELDS, QUARANTINE_COLUMNS, ColumnNames
 
 
 @dataclass(frozen=True)
@@ -148,7 +147,7 @@ def reassemble(
 
     opts = options or ReassemblyOptions()
     if not encoded:
-        from .columns import encode_columns
+        from reassembly.spark.columns import encode_columns
 
         df = encode_columns(df, columns or ColumnNames())
         raw_column = "segment"

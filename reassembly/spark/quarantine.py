@@ -25,9 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from reassembly.assembler.bodies import StoredOriginal
 from segmenter.errors import Reason, SegmentationError
-
-from ..bodies import StoredOriginal
 
 QUARANTINE_DIR = "quarantine"  # under payload_dir
 BLOCK = 1 << 20  # what one copy step holds in memory

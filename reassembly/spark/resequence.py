@@ -1,8 +1,8 @@
 """The resequencer on Spark: ``resequence_stream`` (Structured Streaming) and ``resequence`` (a finished table).
 
-Both run the in-process :class:`~reassembly.resequencer.Resequencer`, one per
+Both run the in-process :class:`~reassembly.resequencer.core.Resequencer`, one per
 group key, with the event time (milliseconds) as its clock; durations in
-:class:`~reassembly.resequence_model.ResequenceOptions` are given in seconds
+:class:`~reassembly.resequencer.model.ResequenceOptions` are given in seconds
 and predicates (``StartWhen`` / ``EndWhen``) as SQL boolean expressions over
 the input row. Each output row is an input row plus ``instance``,
 ``terminal`` (``out``, ``expire``, ``missing``, ``failure``), ``position``
@@ -46,7 +46,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple
 
-from ..resequence_model import (
+from reassembly.resequencer.core import Resequencer
+from reassembly.resequencer.model import (
     EndAuto,
     EndWhen,
     Event,
@@ -60,7 +61,6 @@ from ..resequence_model import (
     StartAuto,
     StartWhen,
 )
-from ..resequencer import Resequencer
 
 EXTRA_FIELDS = (
     ("instance", "bigint"),
@@ -283,9 +283,9 @@ def resequence_stream(
     counted toward the byte limits) name columns of ``df``; ``watermark`` is
     how far (seconds) event time may run behind the newest seen (Spark drops
     older rows before they reach the state). The session must use the RocksDB
-    state store provider (:data:`reassembly.spark.stream.ROCKSDB`).
+    state store provider (:data:`reassembly.spark.stream.reassemble.ROCKSDB`).
     """
-    from .stream import ROCKSDB
+    from reassembly.spark.stream.reassemble import ROCKSDB
 
     if df.sparkSession.conf.get("spark.sql.streaming.stateStore.providerClass", "") != ROCKSDB:
         raise ValueError(f"resequence_stream needs spark.sql.streaming.stateStore.providerClass={ROCKSDB}")

@@ -1,6 +1,6 @@
 """From the assembler's events to output rows: pure Python, no Spark, shared by every Spark path.
 
-One group's segments go into an :class:`~reassembly.assembler.Assembler`; its
+One group's segments go into an :class:`~reassembly.assembler.core.Assembler`; its
 events become rows of one combined schema (``kind`` = ``message`` or
 ``quarantine``). The accounting identity holds by construction: every input
 segment is used (``segments_used``), counted as a duplicate (``duplicates``)
@@ -15,12 +15,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from segmenter.errors import Reason, SegmentationError
-from segmenter.wire import UNKNOWN_LENGTH, Buffer, Segment, SegmentHeader, decode_header
-
-from ..assembler import Assembler, Limits
-from ..bodies import BodyStore, StoredBody, StoredOriginal
-from ..events import (
+from reassembly.assembler.bodies import BodyStore, StoredBody, StoredOriginal
+from reassembly.assembler.core import Assembler, Limits
+from reassembly.assembler.events import (
     ConflictingDuplicate,
     Duplicate,
     Event,
@@ -32,6 +29,8 @@ from ..events import (
     ScatteredPayload,
     Unfinished,
 )
+from segmenter.errors import Reason, SegmentationError
+from segmenter.wire import UNKNOWN_LENGTH, Buffer, Segment, SegmentHeader, decode_header
 
 Row = dict[str, Any]
 Original = bytes | StoredOriginal  # a segment's original bytes, or a handle on them left in a store

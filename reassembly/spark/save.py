@@ -8,7 +8,7 @@ again, and every task starts Python workers whether or not a row needs them (iss
 straight from the JVM, and every other group to a side file (one per task, in the output's
 hidden ``_side`` folder, ``SideFile.java``); only if a side file exists does a second job judge
 those groups in Python (the same per-task judge as the UDF, ``judge._Task``) and write its
-messages and quarantine rows beside the first job's. Same rows as ``combined`` (tests/test_save.py).
+messages and quarantine rows beside the first job's. Same rows as ``combined`` (tests/spark/test_save.py).
 
 Where the split cannot run (Spark Connect, no jar, a digest policy that demands digests,
 ``jvm_fast_path=False``, an output that is not a local path), :func:`save` writes ``combined``
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..jobs import empty_folder, write_split
-from .writer import parquet_writer
+from reassembly.spark.jobs import empty_folder, write_split
+from reassembly.spark.writer import parquet_writer
 
 FOLDERS = {"message": "messages", "quarantine": "quarantine"}
 SIDE = "_side"

@@ -1,0 +1,132 @@
+"""``reassemble collect INPUT OUTPUT --rules DB``: batch a landing directory of messages by destination.
+
+INPUT receives Parquet files of rows with a destination and a payload column (write each file
+under a hidden or ``_`` name and rename it into place: a half-written file is only retried).
+Batches are written as ``OUTPUT/<target>/<batch_id>.parquet`` (column ``segment``, one MQ
+logical group each), which ``reassemble run`` reassembles with Unit-of-Work semantics. One line
+per batch goes to stdout. Ctrl-C (or SIGTERM) stops cleanly: leases are given back, open
+batches stay in the database for the next run. Errors are one line (exit 2 usage, 1 runtime).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from reassembly._plumbing import JobError, UsageError, first_line, overlap
+from reassembly.cli.stream import seconds
+from reassembly.collector.core import BatchReady
+from reassembly.collector.durable import DurableCollector, collect_directory
+from reassembly.collector.storage import is_postgres, open_storage
+from segmenter.producer import DEFAULT_SEGMENT_SIZE, Segmenter
+
+
+def add_collect_parser(sub: Any) -> argparse.ArgumentParser:
+    """The ``collect`` subcommand on the ``reassemble`` parser's subparsers."""
+    p: argparse.ArgumentParser = sub.add_parser("collect", help="batch messages by destination under database rules")
+    p.add_argument("input", help="landing directory of Parquet files (destination and payload columns)")
+    p.add_argument("output", help="directory the batches are written under (OUTPUT/<target>/<batch>.parquet)")
+    p.add_argument("--rules", required=True, metavar="DB", help="SQLite file or postgresql:// URL (rules and state)")
+    p.add_argument(
+        "--once", action="store_true", help="collect what is there, close every batch, exit (1 if a file is unreadable)"
+    )
+    p.add_argument("--lease", type=seconds, default=30.0, help="how long a stopped collector keeps its destinations")
+    p.add_argument("--rules-ttl", type=seconds, default=5.0, help="how long rules are cached (default 5s)")
+    p.add_argument("--poll", type=seconds, default=0.5, help="how often INPUT is listed (default 0.5s)")
+    p.add_argument("--segment-size", type=int, default=DEFAULT_SEGMENT_SIZE, help="bytes per segment, header included")
+    p.add_argument("--destination-column", default="destination")
+    p.add_argument("--payload-column", default="payload")
+    p.add_argument("--owner", default=None, help="this collector's name in the lease table (default host:pid:random)")
+    p.add_argument("--quiet", action="store_true", help="no line per batch")
+    return p
+
+
+def _check(args: argparse.Namespace) -> tuple[Path, Path]:
+    landing, output = Path(args.input), Path(args.output)
+    if not landing.is_dir():
+        raise UsageError(f"input is not a directory: {args.input}")
+    why = overlap(output.resolve(), landing.resolve())
+    if why:
+        raise UsageError(f"output {args.output} {why} {args.input}: choose an output outside the input")
+    if not is_postgres(args.rules):
+        # The SQLite file (and its -wal/-journal siblings) is written to: never inside the input, and
+        # never over the output's batches.
+        rules = Path(args.rules).resolve()
+        for name, path in (("input", landing), ("output", output)):
+            why = overlap(rules, path.resolve())
+            if why:
+                raise UsageError(f"--rules {args.rules} {why.replace('input', name)} {path}: keep the database apart")
+        if not rules.parent.is_dir():
+            raise UsageError(f"--rules: directory does not exist: {Path(args.rules).parent}")
+    if args.segment_size <= 200 or args.lease <= 0 or args.poll <= 0:
+        raise UsageError("--segment-size must exceed 200 bytes; --lease and --poll must be positive")
+    return landing, output
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def run_collect(args: argparse.Namespace) -> int:
+    landing, output = _check(args)
+    storage = open_storage(args.rules)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)  # a service manager's stop is a clean stop too
+
+    def line(batch: BatchReady, path: Path) -> None:
+        if not args.quiet:
+            n, cause = len(batch.messages), batch.cause.value
+            print(f"batch {batch.batch_id} {batch.destination!r} {n} messages {cause} -> {path}")
+            sys.stdout.flush()
+
+    def warn(path: Path, exc: Exception) -> None:
+        print(f"reassemble: warning: cannot read {path} yet: {first_line(exc)} (retried)", file=sys.stderr)
+
+    def changed(path: Path) -> None:
+        print(
+            f"reassemble: warning: {path} changed after it was collected under this name; not collected again"
+            " (land new content under a new name)",
+            file=sys.stderr,
+        )
+
+    collector = DurableCollector(
+        storage,
+        output,
+        segmenter=Segmenter(max_segment_size=args.segment_size),
+        owner=args.owner,
+        lease=args.lease,
+        rules_ttl=args.rules_ttl,
+        on_batch=line,
+    )
+    try:
+        left = collect_directory(
+            collector,
+            landing,
+            destination_column=args.destination_column,
+            payload_column=args.payload_column,
+            poll=args.poll,
+            once=args.once,
+            on_unreadable=warn,
+            on_replaced=changed,
+        )
+    finally:
+        try:
+            collector.stop()
+        finally:
+            storage.close()
+    print(f"collect: {collector.emitted} batches written under {output}")
+    if left.unreadable:
+        raise JobError(
+            f"{len(left.unreadable)} input files could not be read, e.g. {left.unreadable[0]} (left in place)"
+        )
+    if left.replaced:
+        raise JobError(
+            f"{len(left.replaced)} input files changed after they were collected under their name, e.g."
+            f" {left.replaced[0]} (not collected again: land new content under a new name)"
+        )
+    return 0

