@@ -1,7 +1,7 @@
 """Run the benchmark suite: ``python -m bench [--quick] [--out DIR]``.
 
-``python -m bench --only issue14 [--rounds 3] [...]`` runs issue 14's benchmark instead
-(:mod:`bench.jvmbench`; the other arguments go to it).
+``python -m bench --only matrix [--rounds 3] [...]`` runs the batch-job matrix instead: ours
+against the shuffle floor and ``listagg`` (:mod:`bench.jvmbench`; the other arguments go to it).
 
 Writes ``results.json``, PNG plots and ``table.md`` into ``--out`` (default
 ``bench/results``); with the default it also rewrites the results section of
@@ -26,7 +26,7 @@ HERE = Path(__file__).parent
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:2] == ["--only", "issue14"]:
+    if argv[:2] == ["--only", "matrix"]:
         from . import jvmbench
 
         return jvmbench.main(argv[2:])
@@ -36,7 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", default=None, help="scratch directory for generated data (default: a temp dir)")
     p.add_argument("--skip-spark", action="store_true")
     p.add_argument(
-        "--only", choices=["issue14"], help="only issue 14's benchmark (must come first: --only issue14 ...)"
+        "--only",
+        choices=["matrix"],
+        help="only the batch-job matrix of bench.jvmbench (must come first: --only matrix ...)",
     )
     p.add_argument(
         "--digests",

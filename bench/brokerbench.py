@@ -1,5 +1,5 @@
 """Segments through a real broker against the floor: the same broker moving unsegmented messages
-of the same size (issue 13's performance goal: within 1.2x of that floor).
+of the same size (the performance goal: within 1.2x of that floor).
 
 Three cases per segment size, protocol and round, in an order that rotates from round to round
 (a loaded machine hurts all alike): each sends over a queue (the clock stops when ``close()``
@@ -11,7 +11,7 @@ drains it (every delivery acknowledged).
   8-segment message): the broker does the same message-group work (assign each new group to the
   consumer, route by it), so the only difference left is segmentation itself. Received by a bare
   consumer that accepts each delivery.
-* **bare**: the same without a group (what the floor was before), to show what groups cost.
+* **bare**: the same without a group, to show what groups cost.
 * **segmented**: 8-segment payloads cut by the ``Segmenter`` (each encoded segment is exactly the
   size) sent with ``Sender.send``, received by the ``BrokerReceiver`` (decode, assemble, hand over,
   then acknowledge).

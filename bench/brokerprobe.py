@@ -1,4 +1,4 @@
-"""Where the 64 KiB STOMP receive loses against its floor (issue 13): the floor's bare consumer
+"""Where the 64 KiB STOMP receive loses against its floor: the floor's bare consumer
 and the ``BrokerReceiver`` next to consumers that do one part of the ``BrokerReceiver``'s work each, over
 queues filled the same way, in rotating order; the ratio is the median of the per-round ratios
 floor / case (as in :mod:`bench.brokerbench`).

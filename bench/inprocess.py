@@ -136,7 +136,7 @@ class _Deliveries:
 
 
 def receiver_steps(size: int, messages: int, rounds: int = 5) -> dict[str, float]:
-    """CPU µs per segment of each step of a broker receive, without the broker (issue 13): 8-segment
+    """CPU µs per segment of each step of a broker receive, without the broker: 8-segment
     messages of ``size``-byte encoded segments, in order, through ``decode_header``, the data CRC,
     ``decode_segment``, the join of a message, ``Assembler.receive`` (the 7 waiting segments, the
     8th that completes the message) and the whole ``BrokerReceiver``; medians of ``rounds``."""

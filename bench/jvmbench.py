@@ -1,7 +1,7 @@
-"""Issue 14's benchmark in one run: ours (validated) next to what a user would write, and the floor.
+"""The batch job's benchmark in one run: ours (validated) next to what a user would write, and the floor.
 
 ``python -m bench.jvmbench --rounds 3 --work /tmp/bench-work --readme`` (also
-``python -m bench --only issue14 --rounds 3``):
+``python -m bench --only matrix --rounds 3``):
 
 * the matrix: 1 GiB at 16 KiB, 64 KiB and 1 MiB segments and 4 GiB at 64 KiB, 8 segments per
   message; ours, (a) SQL ``listagg``, (b) ``collect_list`` + concat, (c) ``applyInPandas``

@@ -1,4 +1,4 @@
-"""Resequencer throughput and memory (issue 11's goal: >= 1 million small messages/s, 1,000 open groups, one core).
+"""Resequencer throughput and memory (the goal: >= 1 million small messages/s, 1,000 open groups, one core).
 
     python -m bench.reseqbench [--messages 2000000] [--groups 1000] [--runs 5]
 

@@ -144,7 +144,7 @@ def approaches(spark: Any, payload_dir: Path) -> dict[str, Callable[[Any], Any]]
 def write_result(target: Any, out: Path | str) -> None:
     """An approach's result written as ``reassemble run`` writes: ours by ``save()``, every other one
     with the same Parquet writer settings (``parquet_writer``), so no approach pays for the writer's
-    defaults where another does not (bench/README.md, "Session 29")."""
+    defaults where another does not."""
     from reassembly.spark import ReassemblyResult
     from reassembly.spark.writer import parquet_writer
 
@@ -269,8 +269,8 @@ def interleaved(
     load over every approach alike instead of charging it to whichever ran last.
     ``warmup_rounds`` whole rounds go first, numbered 0, -1, ... and marked ``warmup``: on a VM
     whose guest hands freed memory back to the host, the first processes to touch memory pay
-    the host's page faults (bench/README.md, "Session 33"), and without a discarded round that
-    cost fell on round 1, whose first case on every data set was always the same approach.
+    the host's page faults, and without a discarded round that cost falls on round 1, whose
+    first case on every data set is always the same approach.
     """
     sets, approaches_ = list(datasets), list(names)
     for r in range(1 - warmup_rounds, rounds + 1):

@@ -71,10 +71,9 @@ def main(argv: list[str] | None = None) -> int:
 def page_in(data: Path) -> None:
     """Read every file of ``data`` once, untimed, so that the timed run finds it in the page cache.
 
-    This machine's page cache is small and reclaimed by its host between cases: whichever case came
-    first after another data set read it from disk (seconds per GiB), always ours in the matrix's
-    fixed order until session 29. The landing table's read costs every approach the same; it is
-    left out of all of them alike."""
+    A small page cache, reclaimed by the host between cases, makes whichever case comes first
+    after another data set read it from disk (seconds per GiB). The landing table's read costs
+    every approach the same; it is left out of all of them alike."""
     for f in sorted(data.rglob("*") if data.is_dir() else [data]):
         if f.is_file():
             with open(f, "rb", buffering=0) as src:

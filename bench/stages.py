@@ -27,7 +27,7 @@ run 2 on (``jfr print --events jdk.ExecutionSample FILE`` for the hot methods).
   aggregate, the SQL clean test, the Python UDF operator and the row explode);
 * ``ours-split``: the one pass in two branches over one reused shuffle, clean rows written from
   the JVM, the rest behind their own small exchange into the judge (:func:`one_pass_split`);
-* ``split``: the plan split after the shuffle (issue 14's candidate, measured and not adopted):
+* ``split``: the plan split after the shuffle (a candidate, measured and not adopted):
   clean messages written by a JVM-only branch, the rest through the judge UDF in a second
   branch over the same (reused) exchange; each branch runs the aggregate and the clean test.
 """
@@ -180,7 +180,7 @@ def profile(
     Each record's ``detail`` has every stage's CPU, GC, spill and shuffle bytes (:func:`stage_detail`).
     ``jfr_file``: a JFR recording of the JVM over every run after the first (JIT warm-up) goes there.
 
-    A variant whose building blocks a newer ``jvm`` module no longer offers is recorded with its
+    A variant whose building blocks the ``jvm`` module does not offer is recorded with its
     error instead of stopping the profile.
     """
     from pyspark.sql import functions as F

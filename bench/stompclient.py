@@ -24,8 +24,8 @@ from reassembly import Assembler, Limits
 from reassembly.brokers.receiver import BrokerReceiver
 from segmenter import Segmenter
 from segmenter.brokers import Delivery
-from segmenter.brokers_stomp import StompFrame, StompParser
-from segmenter.recycle import BufferPool
+from segmenter.brokers.recycle import BufferPool
+from segmenter.brokers.stomp_client import StompFrame, StompParser
 
 PER_MESSAGE = 8
 

@@ -57,7 +57,7 @@ __all__ = [
     "ScatteredPayload",
     "Unfinished",
     "read_events",
-    # resequencer (issue 11)
+    # the resequencer
     "CloseCause",
     "EndAt",
     "EndAuto",

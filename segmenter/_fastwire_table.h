@@ -1,4 +1,4 @@
-/* Generated from segmenter/header_table.py (c_source): edit the table, not this file. */
+/* Generated from segmenter/header_table.py by tools/render.py: edit the table, not this file. */
 #define PREFIX_LENGTH 10
 #define FIXED_LENGTH 80
 #define HEADER_LENGTH 84

@@ -4,7 +4,7 @@ Why: CPython 3.11 compares two ``memoryview``s (and ``bytes`` with a ``memoryvie
 item, unpacking every byte: 2.6 ms per MiB here, against about 0.1 ms for ``bytes == bytes``
 (``memcmp``) after one copy of each side. Segment data are views (of a delivery, of an Arrow
 buffer), and the assembler compares them whenever a copy arrives twice: with ``==`` one duplicate
-1 MiB segment cost 3.3 ms, twenty times the segment itself (``bench/README.md``, session 23).
+1 MiB segment costs 3.3 ms, twenty times the segment itself (``bench/README.md``, "Broker").
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 Buffer = bytes | bytearray | memoryview  # what every bytes-taking call here accepts
 
 # Compared a chunk at a time: a copy this small reuses memory just freed (still mapped and cached),
-# where a copy of a whole 1 MiB view is page-faulted in (segmenter/recycle.py says why).
+# where a copy of a whole 1 MiB view is page-faulted in (segmenter/brokers/recycle.py says why).
 _CHUNK = 64 << 10
 
 

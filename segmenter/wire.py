@@ -9,197 +9,84 @@ Decoding validates everything before trusting anything: lengths are checked
 against the buffer and the configured limits before any allocation, and every
 failure is a :class:`~segmenter.errors.SegmentationError` subclass.
 
-The fields and rules are one table, :mod:`segmenter.header_table`;
-``check_prefix``, ``decode_header``, ``decode_segment`` and
-``_check_header_fields`` are generated from it and compiled once at import
-(``GENERATED_SOURCE`` holds their source), as the Spark SQL is. Where the optional compiled
-decoder was built (``segmenter/_fastwire.c``, from the same table), ``decode_segment`` is that one:
-same results, and the Python decoder raises every error.
+The fields and rules are one table, :mod:`segmenter.header_table`; ``check_prefix``,
+``decode_header``, ``decode_segment`` and ``_check_header_fields`` are rendered from it into
+``segmenter/_decoder.py`` (a committed module: ``python tools/render.py`` writes it), as the Spark
+SQL is rendered at run time. Where the optional compiled decoder was built (``segmenter/_fastwire.c``,
+from the same table), ``decode_segment`` is that one: same results, and the Python decoder raises
+every error. This module is where callers import all of it from: the values and constants of
+:mod:`segmenter.model`, the decoders, and the stream decoder and ``make_header`` defined here.
 """
 
 from __future__ import annotations
 
 import os
-import struct
-import zlib
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any
 
-from . import flags, header_table
-from .checksum import ChecksumAlgorithm, checksum, checksum_function
-from .errors import (  # noqa: F401 (the generated decoder raises these)
-    ChecksumError,
-    FlagsError,
-    HeaderError,
-    MessageTooBigError,
-    OffsetError,
-    OriginalLengthError,
-    Reason,
-    SegmentLengthZeroError,
-    SequenceError,
+from ._decoder import _ALGORITHMS, _CODECS, _DATA_CRC, check_prefix, decode_header, decode_segment
+from ._decoder import _check_header_fields as _check_header_fields
+from .buffers import Buffer
+from .checksum import ChecksumAlgorithm, checksum
+from .errors import HeaderError, MessageTooBigError, Reason
+from .flags import Codec
+from .model import (
+    DEFAULT_MAX_SEGMENT_SIZE,
+    GROUP_ID_LENGTH,
+    HAS_MESSAGE_CHECKSUM,
+    HEADER,
+    HEADER_LENGTH,
+    KNOWN_HEADER_FLAGS,
+    LENGTH_DEFERRED,
+    MAGIC,
+    MAX_HEADER_LENGTH,
+    MAX_LENGTH,
+    MAX_SEQ_NUMBER,
+    PREFIX_LENGTH,
+    UNKNOWN_LENGTH,
+    VERSION,
+    Segment,
+    SegmentHeader,
+    table_constants,
+    verify_data,
 )
-from .flags import KNOWN_FLAGS, Codec, MsgFlags, is_last_segment  # noqa: F401 (named by the header table)
-from .sources import byte_view  # noqa: F401 (the generated decoder flattens its input with it)
 
-Buffer = bytes | bytearray | memoryview
+__all__ = [
+    "COMPILED_DECODER",
+    "DEFAULT_MAX_SEGMENT_SIZE",
+    "GROUP_ID_LENGTH",
+    "HAS_MESSAGE_CHECKSUM",
+    "HEADER",
+    "HEADER_LENGTH",
+    "KNOWN_HEADER_FLAGS",
+    "LENGTH_DEFERRED",
+    "MAGIC",
+    "MAX_HEADER_LENGTH",
+    "MAX_LENGTH",
+    "MAX_SEQ_NUMBER",
+    "PREFIX_LENGTH",
+    "UNKNOWN_LENGTH",
+    "VERSION",
+    "Buffer",
+    "Segment",
+    "SegmentHeader",
+    "SegmentStreamDecoder",
+    "check_prefix",
+    "decode_header",
+    "decode_segment",
+    "make_header",
+    "python_decode_segment",
+    "table_constants",
+    "verify_data",
+]
 
-MAGIC = b"SGMT"
-VERSION = 1
-HEADER = struct.Struct(header_table.struct_format(header_table.FIELDS))  # the fixed fields (no header checksum)
-HEADER_LENGTH = header_table.HEADER_LENGTH  # 84: fixed fields and header checksum, no extension
-PREFIX_LENGTH = header_table.PREFIX_LENGTH  # 10: magic .. header_length, enough to frame a header
-MAX_HEADER_LENGTH = 4096  # a v1 reader skips extension bytes up to this
-UNKNOWN_LENGTH = 0xFFFF_FFFF_FFFF_FFFF  # like MQOL_UNDEFINED: not known when this segment was cut
-MAX_LENGTH = (1 << 63) - 1  # lengths above this are refused (signed 64-bit in Spark/Arrow)
-MAX_SEQ_NUMBER = 999_999_999  # MQ's range for MsgSeqNumber
-GROUP_ID_LENGTH = 24
-HAS_MESSAGE_CHECKSUM = 0x01  # header_flags bit: message_checksum is meaningful
-LENGTH_DEFERRED = 0x02  # header_flags bit: the producer did not know the length up front (streaming)
-KNOWN_HEADER_FLAGS = HAS_MESSAGE_CHECKSUM | LENGTH_DEFERRED
-DEFAULT_MAX_SEGMENT_SIZE = 100 * 1024 * 1024  # MQ's largest MAXMSGL
-_HEADER_CRC = checksum_function(ChecksumAlgorithm.CRC32)
-_PREFIX = struct.Struct(header_table.struct_format(header_table.PREFIX_FIELDS))
-_FIXED = HEADER
-_CODECS = {int(c): c for c in Codec}
-_ALGORITHMS = {int(a): a for a in ChecksumAlgorithm}
-_DATA_CRC = {int(a): checksum_function(a) for a in ChecksumAlgorithm}
-_tuple_new = tuple.__new__  # builds a NamedTuple without calling its (Python) __new__
-_pack_body = HEADER.pack
-_pack_u32 = struct.Struct(">I").pack
-# Same CRC-32/IEEE as _HEADER_CRC: for 80 bytes the per-call overhead dominates, and zlib's is lower than isal's.
-_small_crc32 = zlib.crc32
-
-
-class SegmentHeader(NamedTuple):
-    """The decoded header of one segment."""
-
-    group_id: bytes
-    msg_seq_number: int
-    offset: int
-    data_length: int
-    original_length: int  # decoded message length, or UNKNOWN_LENGTH
-    stored_length: int  # sum of all segment data of the message, or UNKNOWN_LENGTH
-    msg_flags: int
-    codec: Codec
-    algorithm: ChecksumAlgorithm
-    data_checksum: int
-    message_checksum: int | None  # None when this segment does not carry it
-    header_length: int = HEADER_LENGTH
-    # Set in every segment of a message whose OriginalLength was not known when it was cut;
-    # without it every segment declares OriginalLength, so a consumer can route by size per row.
-    length_deferred: bool = False
-    # Header bytes between the fixed fields and the header checksum (header_length > 84): carried
-    # opaquely by v1 readers and written back by pack (header_length = 84 + len(extension)).
-    extension: bytes = b""
-
-    @property
-    def end(self) -> int:
-        """Offset one past this segment's data."""
-        return self.offset + self.data_length
-
-    @property
-    def is_last_segment(self) -> bool:
-        return is_last_segment(self.msg_flags)
-
-    def pack(self) -> bytes:
-        """The header bytes (version 1 layout, header checksum included)."""
-        # One unpack instead of thirteen attribute loads: pack runs once per segment on the send path.
-        gid, seq, offset, length, original, stored, flags, codec, algo, data_crc, message_crc, _, deferred, ext = self
-        if message_crc is None:
-            hflags = 0
-            message_crc = 0
-        else:
-            hflags = HAS_MESSAGE_CHECKSUM
-        if deferred:
-            hflags |= LENGTH_DEFERRED
-        body = _pack_body(
-            MAGIC,
-            VERSION,
-            algo,
-            codec,
-            hflags,
-            HEADER_LENGTH + len(ext),
-            0,
-            flags,
-            gid,
-            seq,
-            length,
-            offset,
-            original,
-            stored,
-            data_crc,
-            message_crc,
-        )
-        if ext:
-            body += ext
-        return body + _pack_u32(_small_crc32(body))
-
-
-class Segment(NamedTuple):
-    """One segment: header plus data (a zero-copy view where possible)."""
-
-    header: SegmentHeader
-    data: Buffer
-
-    def encode(self) -> bytes:
-        """Header and data as one ``bytes`` (the only copy on the send path)."""
-        header = self.header.pack()
-        try:
-            return header + self.data  # one copy; bytes(data) first would be a second
-        except TypeError:  # a non-contiguous view: bytes() gathers it
-            return header + bytes(self.data)
-
-    def __len__(self) -> int:
-        return self.header.header_length + self.header.data_length
-
-
-def verify_data(header: SegmentHeader, data: Buffer) -> None:
-    """Raise :class:`ChecksumError` unless ``data`` matches the header's data checksum."""
-    actual = checksum(header.algorithm, data)
-    if actual != header.data_checksum:
-        raise ChecksumError(
-            f"data checksum mismatch in segment at offset {header.offset} of message {header.msg_seq_number}",
-            reason=Reason.DATA_CHECKSUM_ERROR,
-            offset=header.offset,
-            msg_seq_number=header.msg_seq_number,
-            expected=header.data_checksum,
-            actual=actual,
-        )
-
-
-GENERATED_SOURCE = header_table.python_source(globals())
-exec(compile(GENERATED_SOURCE, "<segmenter.header_table>", "exec"), globals())  # our own table, compiled once
-
-if TYPE_CHECKING:  # the generated functions' signatures, for type checkers
-
-    def _check_header_fields(h: SegmentHeader, max_message_size: int) -> None:
-        """Range and consistency rules that need no data."""
-
-    def check_prefix(buf: Buffer, max_header_length: int = MAX_HEADER_LENGTH) -> int:
-        """Check magic, version and header length (the first 10 bytes); return the header length."""
-
-    def decode_header(
-        buf: Buffer, *, max_message_size: int = MAX_LENGTH, max_header_length: int = MAX_HEADER_LENGTH
-    ) -> SegmentHeader:
-        """Parse and validate a header from the start of ``buf`` (data not needed)."""
-
-    def decode_segment(
-        buf: Buffer,
-        *,
-        max_segment_size: int = DEFAULT_MAX_SEGMENT_SIZE,
-        max_message_size: int = MAX_LENGTH,
-        verify: bool = True,
-    ) -> Segment:
-        """Decode one whole encoded segment; the data is a view into ``buf`` (no copy)."""
-
-
-python_decode_segment = decode_segment  # the generated Python decoder: every error is raised by it
+python_decode_segment = decode_segment  # the rendered Python decoder: every error is raised by it
 
 
 def _compiled_decoder() -> Any:
     """The optional compiled ``decode_segment`` (segmenter/_fastwire.c), or ``None`` when it was not
     built. It accepts what every rule of the same table accepts and hands anything else to
     :func:`python_decode_segment`, so only the speed differs: a broker receive decodes one segment
-    per delivery, and the Python decoder's header work was a fifth of it.
+    per delivery, and decoding its header in Python is a fifth of that.
     ``SEGMENTER_PURE_PYTHON=1`` leaves it out (the tests run both)."""
     if os.environ.get("SEGMENTER_PURE_PYTHON") == "1":
         return None
@@ -315,7 +202,7 @@ class SegmentStreamDecoder:
 
     def _next(self) -> Segment | None:
         buf = self._buf
-        if len(buf) < _PREFIX.size:
+        if len(buf) < PREFIX_LENGTH:
             if len(buf) >= len(MAGIC) and bytes(buf[:4]) != MAGIC:
                 raise HeaderError(f"bad magic {bytes(buf[:4])!r}", reason=Reason.BAD_MAGIC)
             return None
@@ -353,11 +240,3 @@ class SegmentStreamDecoder:
                 reason=Reason.TRUNCATED,
                 pending=len(self._buf),
             )
-
-
-def table_constants() -> dict[str, Any]:
-    """The names the header table's rules resolve in (for SQL): this module's constants and segmenter.flags'.
-
-    Here, not in the table, so the table imports nothing of ours and wire -> table stays one-way.
-    """
-    return {**vars(flags), **globals()}

@@ -90,30 +90,157 @@ def _cycle() -> list[str] | None:
     return None
 
 
+# ------------------------------------------------------------------ the layers
+# From the bottom; a module may import its own room and any room below it, never one beside or above.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("segmenter",),
+    ("refmsg",),
+    ("reassembly._checks",),
+    ("reassembly._framing", "reassembly._plumbing"),
+    ("reassembly.assembler",),
+    ("reassembly.resequencer", "reassembly.collector"),
+    ("reassembly.spark", "reassembly.brokers"),
+    ("reassembly.cli",),
+    ("reassembly", "reassembly.__main__"),  # the public face and `python -m reassembly`
+)
+
+
+def _room(module: str) -> tuple[int, str] | None:
+    """(floor, room) of a library module: the longest room name that is the module or a package above it."""
+    best: tuple[int, str] | None = None
+    for floor, rooms in enumerate(LAYERS):
+        for room in rooms:
+            if (module == room or module.startswith(room + ".")) and (best is None or len(room) > len(best[1])):
+                best = (floor, room)
+    return best
+
+
+# The sans-I/O modules: the cores' state machines, their models, rules, events and snapshot codecs. They
+# take bytes and a clock and return events; files, sockets, processes, threads, clocks and Spark belong
+# to the adapters above them.
+SANS_IO = (
+    "reassembly._checks",
+    "reassembly._framing",
+    "reassembly.assembler.core",
+    "reassembly.assembler.model",
+    "reassembly.assembler.events",
+    "reassembly.assembler.rules",
+    "reassembly.assembler.build",
+    "reassembly.assembler.bodies",
+    "reassembly.assembler._state",
+    "reassembly.assembler.snapshot",
+    "reassembly.assembler.positions",
+    "reassembly.resequencer.core",
+    "reassembly.resequencer.model",
+    "reassembly.resequencer.snapshot",
+    "reassembly.resequencer.ordered",
+    "reassembly.resequencer.ordered_snapshot",
+    "reassembly.collector.core",
+    "reassembly.spark.stream.core",
+    "reassembly.spark.collect.core",
+    "reassembly.spark.resequence.core",
+)
+IO_MODULES = (
+    "os",
+    "io",
+    "pathlib",
+    "shutil",
+    "tempfile",
+    "glob",
+    "socket",
+    "select",
+    "selectors",
+    "ssl",
+    "subprocess",
+    "signal",
+    "threading",
+    "multiprocessing",
+    "asyncio",
+    "time",
+    "sqlite3",
+    "psycopg",
+    "pyspark",
+    "py4j",
+    "pyarrow",
+    "proton",
+    "argparse",
+    "reassembly.assembler.filestore",
+    "reassembly.collector.storage",
+    "reassembly.collector.durable",
+    "reassembly._plumbing",
+    "segmenter.brokers",
+)
+
+
 def _offenders(roots: tuple[str, ...], forbidden: tuple[str, ...]) -> list[str]:
     return [
         f"{m}:{line} imports {name}"
         for m in MODULES
-        if m.split(".")[0] in roots
+        if m.split(".")[0] in roots or m in roots or any(m.startswith(r + ".") for r in roots if "." in r)
         for name, line in _imports(m)
         if any(name == f or name.startswith(f + ".") for f in forbidden)
     ]
 
 
+def _upward() -> list[str]:
+    """Every import (lazy ones included) from a library module to a room beside or above its own."""
+    found = []
+    for m in MODULES:
+        if m.split(".")[0] not in LIBRARY or (source := _room(m)) is None:
+            continue
+        for name, line in _imports(m):
+            target = _room(_resolve(name)) if _resolve(name) else None
+            if target is None or target[1] == source[1]:
+                continue
+            if target[0] >= source[0]:
+                found.append(f"{m}:{line} imports {name} ({target[1]} is not below {source[1]})")
+    return found
+
+
 def test_the_graph_sees_the_modules_it_must_judge() -> None:
-    assert {"segmenter", "refmsg", "reassembly", "reassembly.cli.main", "reassembly.spark.jobs"} <= MODULES.keys()
-    assert "reassembly.spark.jobs" in GRAPH["reassembly.cli.main"]  # the command imports the plumbing
+    expected = {
+        "segmenter",
+        "refmsg",
+        "reassembly",
+        "reassembly.cli.main",
+        "reassembly.spark.jobs",
+        "reassembly._plumbing",
+        *SANS_IO,
+    }
+    assert expected - {"reassembly._framing"} <= MODULES.keys()
+    assert "reassembly.spark.jobs" in GRAPH["reassembly.cli.run"]  # the command imports the plumbing
+    assert all(_room(m) for m in MODULES if m.split(".")[0] in LIBRARY), [
+        m for m in MODULES if m.split(".")[0] in LIBRARY and not _room(m)
+    ]
 
 
 def test_no_import_cycles_among_our_modules() -> None:
     assert _cycle() is None, " -> ".join(_cycle() or [])
 
 
+def test_every_import_points_down_the_layers() -> None:
+    assert _upward() == []
+
+
 def test_nothing_imports_the_command() -> None:
     importers = {
-        f"{m}:{line}" for m in MODULES for name, line in _imports(m) if _resolve(name) == "reassembly.cli.main"
+        f"{m}:{line}"
+        for m in MODULES
+        for name, line in _imports(m)
+        if _resolve(name).startswith("reassembly.cli") and not m.startswith(("reassembly.cli", "tests."))
     }
-    assert {i.partition(":")[0] for i in importers} == {"reassembly.__main__"}, importers  # `python -m reassembly`
+    # `python -m reassembly`; the command's own tests may call its functions in-process
+    assert {i.partition(":")[0] for i in importers} == {"reassembly.__main__"}, importers
+
+
+def test_the_cores_import_no_adapter() -> None:
+    cores = ("reassembly.assembler", "reassembly.resequencer", "reassembly.collector")
+    assert _offenders(cores, ("reassembly.spark", "reassembly.brokers", "reassembly.cli", "pyspark")) == []
+
+
+def test_the_sans_io_modules_import_no_io() -> None:
+    present = tuple(m for m in SANS_IO if m in MODULES)
+    assert _offenders(present, IO_MODULES) == []
 
 
 def test_segmenter_imports_nothing_of_ours() -> None:
@@ -130,12 +257,28 @@ def test_the_library_imports_neither_tests_nor_bench(library: str) -> None:
 
 
 def test_the_checker_resolves_relative_imports_and_finds_a_planted_cycle() -> None:
-    assert "reassembly.cli.main" in GRAPH["reassembly.__main__"]  # `from .cli import main`
-    GRAPH["reassembly.spark.jobs"].add("reassembly.cli.main")  # the command imports the plumbing: now a circle
+    assert "reassembly.cli.main" in GRAPH["reassembly.__main__"]
+    GRAPH["reassembly.spark.jobs"].add("reassembly.cli.run")  # the plumbing imports the command: a circle
     try:
         found = _cycle()
     finally:
-        GRAPH["reassembly.spark.jobs"].discard("reassembly.cli.main")
-    assert (
-        found is not None and found[0] == found[-1] and {"reassembly.cli.main", "reassembly.spark.jobs"} <= set(found)
-    )
+        GRAPH["reassembly.spark.jobs"].discard("reassembly.cli.run")
+    assert found is not None and found[0] == found[-1] and {"reassembly.cli.run", "reassembly.spark.jobs"} <= set(found)
+
+
+def test_the_checker_finds_a_planted_upward_import(tmp_path: Path) -> None:
+    """A lazy import from the assembler up to Spark is caught, as is one between rooms on one floor."""
+    assert _room("reassembly.assembler.core") == (4, "reassembly.assembler")
+    assert _room("reassembly.spark.stream.core") == (6, "reassembly.spark")
+    source = "def f():\n    from reassembly.spark.jobs import open_session\n    from reassembly.collector import Rule\n"
+    planted = tmp_path / "planted.py"
+    planted.write_text(source)
+    MODULES["reassembly.resequencer.planted"] = planted
+    try:
+        found = _upward()
+    finally:
+        del MODULES["reassembly.resequencer.planted"]
+    assert [f.split(" (")[0] for f in found if f.startswith("reassembly.resequencer.planted")] == [
+        "reassembly.resequencer.planted:2 imports reassembly.spark.jobs.open_session",
+        "reassembly.resequencer.planted:3 imports reassembly.collector.Rule",
+    ]

@@ -8,10 +8,10 @@ directory and compares the class files with the committed jar: a difference
 fails, unless this javac's major differs from the one recorded in the jar's
 manifest (``X-Javac-Major``), in which case it is reported and passes, because
 another javac major may legitimately emit other bytes for the same source.
-``HeaderTable.java`` is generated from ``segmenter/header_table.py`` (the rules the
-Python decoder and the SQL are generated from too): the build writes it first, and
-``--check`` fails when the committed file is not what the table renders.
-Users never need this: the wheel carries the jar.
+``HeaderTable.java`` is rendered from ``segmenter/header_table.py`` (the rules the
+Python decoder and the SQL are rendered from too) by ``tools/render.py``: the build writes it
+first, so no jar is built from a stale one, and ``--check`` fails when the committed file is not
+what the table renders. Users never need this: the wheel carries the jar.
 """
 
 from __future__ import annotations
@@ -25,21 +25,14 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+import render  # tools/render.py: this script's own directory is first on sys.path
+
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ROOT / "jvm" / "src"
 JAR = ROOT / "reassembly" / "spark" / "jars" / "segmenter-jvm.jar"
-GENERATED = SOURCES / "segmenter" / "jvm" / "HeaderTable.java"
+GENERATED = render.HEADER_TABLE_JAVA
 RELEASE = "17"  # the oldest Java Spark 4 runs on
 EPOCH = (1980, 1, 1, 0, 0, 0)  # zip's earliest timestamp: every entry gets it
-
-
-def header_table_java() -> str:
-    """``HeaderTable.java`` as the header table renders it."""
-    sys.path.insert(0, str(ROOT))
-    from segmenter.header_table import java_source
-    from segmenter.wire import table_constants
-
-    return java_source(table_constants())
 
 
 def javac_major() -> str:
@@ -92,12 +85,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python tools/build_jar.py")
     p.add_argument("--check", action="store_true", help="rebuild and compare with the committed jar")
     args = p.parse_args(argv)
-    generated = header_table_java()
+    generated = render.java_source()
     if not args.check:
         GENERATED.write_text(generated)
     elif GENERATED.read_text() != generated:
         stale = f"{GENERATED.relative_to(ROOT)} is not what the header table renders"
-        print(f"{stale}: run python tools/build_jar.py", file=sys.stderr)
+        print(f"{stale}: run python tools/render.py (or python tools/build_jar.py)", file=sys.stderr)
         return 1
     major = javac_major()
     with tempfile.TemporaryDirectory() as tmp:

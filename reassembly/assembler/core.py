@@ -20,6 +20,7 @@ from operator import attrgetter
 from typing import Any
 
 from reassembly.assembler import rules
+from reassembly.assembler import snapshot as codec
 from reassembly.assembler._state import GroupInput, GroupState, transition
 from reassembly.assembler.bodies import BodyStore, MessageKey, StoredBody, StoredOriginal
 from reassembly.assembler.build import build
@@ -51,7 +52,6 @@ from reassembly.assembler.model import (
     missing_numbers,
 )
 from reassembly.assembler.positions import Checkpoint, Ledger, Origin, Track
-from reassembly.assembler.snapshot import restore, snapshot
 from segmenter.coverage import Arbitration, Outcome, RangeSet
 from segmenter.errors import ChecksumError, ConflictError, IncompleteError, LimitError, Reason, SegmentationError
 from segmenter.flags import Codec, in_group, is_last_in_group
@@ -341,8 +341,8 @@ class Assembler:
         if not self.batch:  # streaming: the group's rules as known so far, first come first served
             err = rules.group_refusal(group.grouped, group.last_seq, group.messages.keys(), seq, h.msg_flags)
             if err is not None:
-                # The group stays as it was, with what it delivered: dropping one that held no
-                # message forgot its delivered messages, and a different copy of one was delivered again.
+                # The group stays as it was, with what it delivered: dropping one that holds no
+                # message would forget its delivered messages, and deliver a different copy of one again.
                 self._reject(events, piece, err)
                 return
         if opened:
@@ -751,7 +751,7 @@ class Assembler:
         """Serialise the open state (held segments with their positions, ages, counters, finished
         ids, each partition's positions)."""
         self._flush()
-        return snapshot(self._groups, self._closed, self._ledger)
+        return codec.encode(self._groups, self._closed, self._ledger)
 
     @classmethod
     def restore(
@@ -772,7 +772,7 @@ class Assembler:
         whole messages, which restore only into a batch assembler."""
         asm = cls(limits, clock=clock, unit_of_work=unit_of_work, second_chance=second_chance, bodies=bodies,
                   batch=batch, join=join)  # fmt: skip
-        asm._closed = restore(blob, asm._feed, asm._groups, asm._ledger)
+        asm._closed = codec.decode(blob, asm._feed, asm._groups, asm._ledger)
         return asm
 
     def _feed(self, raw: bytes, origin: Origin | None, live: bool) -> None:

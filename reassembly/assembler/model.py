@@ -89,7 +89,7 @@ class Piece:
         self.header, self.data, self.head = header, data, head
         self.origin, self.track = origin, track  # where it was read (None: no position given)
         # One unpack, and offset/end/last kept as plain slots: judging reads them of every piece
-        # several times, and a property per read was a measurable share of a 64 KiB segment's cost.
+        # several times, and a property per read would be a measurable share of a 64 KiB segment's cost.
         _, _, offset, length, original, stored, flags, codec, algorithm, _, message_crc, _, deferred, _ = header
         self.offset: int = offset
         self.end: int = offset + length
@@ -190,7 +190,7 @@ class Message:
         # The streaming search runs again only if this piece can change its outcome: one it never
         # visits (unreachable from 0) changes nothing unless it ends the pieces' agreement (the
         # search's mode) or makes the message ready (no search ran before). Searching at every
-        # arrival made a message of n held pieces O(n^2).
+        # arrival would make a message of n held pieces O(n^2).
         self.search = self._note_reach(piece) or flipped or not was_ready
 
     def _note_bytes(self, piece: Piece, overlaps: bool) -> bool:
@@ -321,7 +321,7 @@ class Run:
     one before ends) and not yet filed in a :class:`Group`: the broker receiver's common case.
 
     Filing a waiting segment (group and message records, the group's rules, coverage, the search's
-    bookkeeping, the limits) was most of a 64 KiB segment's receive cost, and for such a prefix it
+    bookkeeping, the limits) would be most of a 64 KiB segment's receive cost, and for such a prefix it
     decides nothing: no rule refuses it, nothing overlaps it, no limit is reached by it (the
     assembler checks each before extending a run) and no candidate exists before the LAST segment.
     So the assembler only collects it here and files the whole run, as one arrival after another

@@ -37,8 +37,8 @@ class Checkpoint(NamedTuple):
     read again after a crash; ``None`` when nothing is held (continue after ``safe``). ``high``:
     the highest position received (where a consumer restored from a snapshot resumes, after it);
     ``None`` while a rewound position has not been read again: that position is neither settled
-    nor in a snapshot, so a restored consumer resumes at ``restart`` (resuming after ``high`` lost
-    the forgotten message).
+    nor in a snapshot, so a restored consumer resumes at ``restart`` (resuming after ``high`` would
+    lose the forgotten message).
     """
 
     partition: Hashable

@@ -83,7 +83,7 @@ def canonical(msg: Message) -> dict[int, list[Piece]]:
 
 class _Lazy(Mapping[int, list[Piece]]):
     """:func:`canonical`, each offset put in order only when the search reaches it: the search
-    visits the offsets reachable from 0, and building the whole map at every arrival made a
+    visits the offsets reachable from 0, and building the whole map at every arrival would make a
     message of n held pieces cost O(n) per segment."""
 
     def __init__(self, at: dict[int, list[Piece]]) -> None:

@@ -1,31 +1,33 @@
-"""Snapshot and restore of an assembler's open state: a JSON header, then every held segment's original bytes.
+"""Snapshot and restore of an assembler's open state: a JSON document, then every held segment's original bytes.
 
-Layout: ``b"SGAS\\x01"``, u64 length of the JSON, the JSON (groups: id, age,
-duplicate counters, delivered numbers with the fingerprints of their segments,
-the last number when known, segment count, and where each segment was read
-when positions were given; closed groups with the fingerprints they delivered,
-their last number and whether they may start again; each partition's
-positions), then per group its segments as u64 length + original bytes.
+Framed by :mod:`reassembly._framing` (magic ``b"SGAS"``, version 1): the first
+part is the JSON document (groups: id, age, duplicate counters, delivered
+numbers with the fingerprints of their segments, the last number when known,
+segment count, and where each segment was read when positions were given;
+closed groups with the fingerprints they delivered, their last number and
+whether they may start again; each partition's positions), then one part per
+held segment, group after group, its original bytes; no tail.
 Restore feeds the segments back through the assembler, so they are verified
 again, and checks each group got exactly its own segments back. A group may
 hold no segment at all: one of a logical group delivered message by message
 (``unit_of_work=False``) between two messages; it is rebuilt from its record,
 what it delivered and its last number included (without them a copy of a
 delivered segment would be Late instead of a Duplicate, and the group would
-never complete). Keys absent from an older snapshot take their defaults.
-Partitions and positions are stored as JSON: they must be JSON values
-(``str``, ``int``, ``float``, tuples of them; tuples come back as tuples).
+never complete). Keys a document lacks take their defaults, so documents
+written without them restore. Partitions and positions are stored as JSON:
+they must be JSON values (``str``, ``int``, ``float``, tuples of them; tuples
+come back as tuples).
 """
 
 from __future__ import annotations
 
 import json
-import struct
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
-from reassembly._checks import Corrupt, check, integer, opt_integer, time
+from reassembly._checks import check, integer, opt_integer, restoring, time
+from reassembly._framing import LENGTH_SIZE, Reader, frame, unframe
 from reassembly.assembler._state import GroupState
 from reassembly.assembler.model import Closed, Fingerprint, Group
 from reassembly.assembler.positions import Ledger, Origin, origin_from_json
@@ -33,11 +35,11 @@ from segmenter.errors import Reason, SegmentationError
 from segmenter.flags import is_last_in_group
 from segmenter.wire import decode_header
 
-MAGIC = b"SGAS\x01"
-_LEN = struct.Struct(">Q")
+MAGIC = b"SGAS"
+VERSION = 1
 
 
-def snapshot(groups: Mapping[bytes, Group], closed: Mapping[bytes, Closed], ledger: Ledger) -> bytes:
+def encode(groups: Mapping[bytes, Group], closed: Mapping[bytes, Closed], ledger: Ledger) -> bytes:
     """Serialise open groups (with their segments' original bytes and positions), the closed records
     and the partitions' positions."""
     raws = {gid: g.raws() for gid, g in groups.items()}
@@ -62,16 +64,12 @@ def snapshot(groups: Mapping[bytes, Group], closed: Mapping[bytes, Closed], ledg
         "partitions": ledger.state(),
     }
     try:
-        blob = json.dumps(meta).encode()
+        doc = json.dumps(meta).encode()
     except (TypeError, ValueError) as exc:
         raise SegmentationError(
             f"partitions and positions must be JSON values to be snapshotted: {exc}", reason=Reason.STATE_ERROR
         ) from None
-    parts = [MAGIC, _LEN.pack(len(blob)), blob]
-    for group_raws in raws.values():
-        for raw in group_raws:
-            parts += [_LEN.pack(len(raw)), raw]
-    return b"".join(parts)
+    return frame(MAGIC, VERSION, doc, *(raw for group_raws in raws.values() for raw in group_raws))
 
 
 def _origins(g: Group) -> list[list[object] | None]:
@@ -85,7 +83,7 @@ def _origins(g: Group) -> list[list[object] | None]:
     ]
 
 
-def restore(
+def decode(
     blob: bytes,
     feed: Callable[[bytes, Origin | None, bool], None],
     groups: MutableMapping[bytes, Group],
@@ -94,48 +92,35 @@ def restore(
     """Restore the partitions' positions, feed every saved segment back (``feed``, with where it was
     read and whether that partition is still assigned), restore the groups' counters; return the
     closed records."""
-    view = memoryview(blob)
-    try:
-        if bytes(view[: len(MAGIC)]) != MAGIC:
-            raise SegmentationError("not an assembler snapshot", reason=Reason.STATE_ERROR)
-        (n,) = _LEN.unpack_from(view, len(MAGIC))
-        start = len(MAGIC) + _LEN.size
-        check(n <= len(view) - start, "document length")
-        meta = json.loads(bytes(view[start : start + n]))
+    with restoring("assembler snapshot"):
+        parts = unframe(blob, MAGIC, (VERSION,))
+        meta = json.loads(bytes(parts.part("document")))
         check(isinstance(meta, dict) and isinstance(meta["groups"], list), "document")
-        pos = start + n
         ledger.load(meta.get("partitions", []))
         for g in meta["groups"]:
             check(isinstance(g, dict), "group")
-            pos = _group(view, pos, g, feed, groups)
-        check(pos == len(view), "trailing bytes")
+            _group(parts, g, feed, groups)
+        parts.end()
         return OrderedDict((bytes.fromhex(c[0]), _closed(c)) for c in meta["closed"])
-    except (Corrupt, ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError, struct.error) as exc:
-        raise SegmentationError(f"corrupt snapshot: {exc}", reason=Reason.STATE_ERROR) from None
 
 
 def _group(
-    view: memoryview,
-    pos: int,
+    parts: Reader,
     g: dict[str, Any],
     feed: Callable[[bytes, Origin | None, bool], None],
     groups: MutableMapping[bytes, Group],
-) -> int:
-    """Feed one group's segments back, then its record; where its segments end."""
+) -> None:
+    """Feed one group's segments (its next parts) back, then its record."""
     gid = bytes.fromhex(g["id"])
     count = integer(g["segments"], "segment count")
-    check(count <= (len(view) - pos) // _LEN.size, "segment count")  # each needs its length: before any list
+    check(count <= parts.left // LENGTH_SIZE, "segment count")  # each part needs its length: before any list
     check(gid not in groups, "group id repeated")
     origins = g.get("origins") or [None] * count
     check(isinstance(origins, list) and len(origins) == count, "origins")
     saved = []
     for o in origins:
-        (size,) = _LEN.unpack_from(view, pos)
-        check(size <= len(view) - pos - _LEN.size, "segment length")
-        saved.append(
-            (bytes(view[pos + _LEN.size : pos + _LEN.size + size]), origin_from_json(o), o is None or len(o) == 2)
-        )
-        pos += _LEN.size + size
+        raw = bytes(parts.part("segment"))
+        saved.append((raw, origin_from_json(o), o is None or len(o) == 2))
     # Segments flagged LAST_MSG_IN_GROUP go back last: streaming admitted every held segment in its
     # arrival order, which is not saved, and a segment of the last message without the flag is
     # refused once the flag fixed the last number. Fed after the others, every one is admitted again.
@@ -153,7 +138,6 @@ def _group(
         group.last_seq = opt_integer(g["last_seq"], "last number")
     for s, d in g["duplicates"].items():
         group.messages[int(s)].duplicates = integer(d, "duplicate count")
-    return pos
 
 
 def _last_in_group(raw: bytes) -> bool:

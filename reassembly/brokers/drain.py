@@ -18,19 +18,15 @@ judges and quarantines it with the original bytes.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
-import signal
 import socket
-import sys
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 from segmenter.brokers import Consumer, Delivery, body_view
 
@@ -210,57 +206,3 @@ class Drain:
 
     def close(self) -> None:
         self.consumer.close()
-
-
-# ------------------------------------------------------------------------------ the command
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def add_drain_parser(sub: Any) -> None:
-    """``reassemble drain URL QUEUE LANDING-DIR``."""
-    d = sub.add_parser("drain", help="land segments from a broker queue as Parquet files (AMQP or STOMP)")
-    d.add_argument("url", help="broker URL: amqp://host:5672 or stomp://host:61613")
-    d.add_argument("queue", help="queue to drain")
-    d.add_argument("landing", help="directory the Parquet files appear in (what `reassemble run` reads)")
-    d.add_argument("--max-file-bytes", type=_positive, default=128 << 20, help="roll after this many bytes")
-    d.add_argument("--max-file-seconds", type=float, default=60.0, help="roll a file this old (default 60)")
-    d.add_argument(
-        "--prefetch", type=_positive, default=1000, help="deliveries in flight; also the segments per file cap"
-    )
-    d.add_argument("--idle-exit", type=float, default=None, help="exit after this many seconds with nothing received")
-
-
-def run_drain(args: argparse.Namespace) -> int:
-    """The command: Ctrl-C or SIGTERM finishes and publishes the current file, then exits 0; a
-    second Ctrl-C abandons it (its segments are redelivered)."""
-    from segmenter.brokers import open_consumer
-
-    stopping: list[int] = []
-
-    def on_signal(signum: int, frame: object) -> None:
-        if stopping:
-            raise KeyboardInterrupt
-        stopping.append(signum)
-        print("reassemble drain: finishing the current file (Ctrl-C again to abandon it)", file=sys.stderr)
-
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    rolling = Rolling(args.max_file_bytes, args.max_file_seconds, args.prefetch)
-    drain = Drain(open_consumer(args.url, args.queue, prefetch=args.prefetch), Path(args.landing), rolling)
-
-    def landed(path: Path, n: int) -> None:
-        print(f"reassemble drain: {path.name}: {n} segments", file=sys.stderr)
-
-    drain.on_file = landed
-    try:
-        st = drain.run(lambda: bool(stopping), idle_exit=args.idle_exit)
-    finally:
-        drain.close()
-        for s, h in old.items():
-            signal.signal(s, h)
-    print(f"drained {st.segments} segments ({st.bytes / (1 << 20):.1f} MiB, {st.redelivered} redelivered) "
-          f"into {st.files} files in {args.landing}")  # fmt: skip
-    return 0

@@ -186,7 +186,7 @@ class BrokerReceiver:
                     self._reject(self._take(gid, None, ev.raw).delivery, ev.reason, str(ev.error))
             # A failed message, a failed or unfinished group: every delivery held for it goes, matched
             # by MsgSeqNumber / GroupId, not by bytes (a store keeping failed bodies hands back
-            # handles, not bytes: those deliveries were never settled).
+            # handles, not bytes: matched by bytes, those deliveries would never be settled).
             elif isinstance(ev, MessageFailed):
                 self._quarantine(ev, ev.group_id, ev.msg_seq_number, ev.reason, str(ev.error))
             elif isinstance(ev, GroupFailed):

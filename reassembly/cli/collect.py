@@ -11,24 +11,24 @@ batches stay in the database for the next run. Errors are one line (exit 2 usage
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
 from pathlib import Path
-from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING
 
 from reassembly._plumbing import JobError, UsageError, first_line, overlap
-from reassembly.cli.stream import seconds
+from reassembly.cli._common import seconds
 from reassembly.collector.core import BatchReady
 from reassembly.collector.durable import DurableCollector, collect_directory
 from reassembly.collector.storage import is_postgres, open_storage
 from segmenter.producer import DEFAULT_SEGMENT_SIZE, Segmenter
 
+if TYPE_CHECKING:
+    from reassembly.cli._common import Subparsers
 
-def add_collect_parser(sub: Any) -> argparse.ArgumentParser:
-    """The ``collect`` subcommand on the ``reassemble`` parser's subparsers."""
-    p: argparse.ArgumentParser = sub.add_parser("collect", help="batch messages by destination under database rules")
+
+def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
+    """The ``collect`` subcommand."""
+    p = sub.add_parser("collect", help="batch messages by destination under database rules")
     p.add_argument("input", help="landing directory of Parquet files (destination and payload columns)")
     p.add_argument("output", help="directory the batches are written under (OUTPUT/<target>/<batch>.parquet)")
     p.add_argument("--rules", required=True, metavar="DB", help="SQLite file or postgresql:// URL (rules and state)")
@@ -68,15 +68,14 @@ def _check(args: argparse.Namespace) -> tuple[Path, Path]:
     return landing, output
 
 
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
+def run(args: argparse.Namespace) -> int:
+    """Collect until interrupted (or, with --once, until INPUT is done); 0, or JobError naming skipped files.
 
-
-def run_collect(args: argparse.Namespace) -> int:
+    Ctrl-C and SIGTERM (the command's interrupt, exit 130) unwind through the ``finally`` below:
+    the collector gives its leases back and open batches stay in the database for the next run.
+    """
     landing, output = _check(args)
     storage = open_storage(args.rules)
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _interrupt)  # a service manager's stop is a clean stop too
 
     def line(batch: BatchReady, path: Path) -> None:
         if not args.quiet:

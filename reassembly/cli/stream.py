@@ -3,7 +3,7 @@
 Reads Parquet files as they land (event time: each file's modification time,
 or ``--event-time COLUMN``), writes OUTPUT/messages, OUTPUT/quarantine and
 OUTPUT/duplicates in committed ``batch=N`` folders (see
-:class:`~reassembly.spark.stream.reassemble.BatchWriter`), prints one status line per
+:class:`~reassembly.spark.stream.functions.BatchWriter`), prints one status line per
 micro-batch, and on Ctrl-C stops at the next batch boundary. Errors are
 :class:`~reassembly._plumbing.JobError` (one line, exit code 1) or
 :class:`~reassembly._plumbing.UsageError` (exit code 2, checked before Spark starts):
@@ -14,31 +14,19 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import signal
 import sys
 import threading
 from collections import Counter
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from reassembly._plumbing import JobError, UsageError, first_line, hadoop_literal, linked_overlap, overlap
+from reassembly.cli._common import seconds
 from reassembly.spark.jobs import SparkSettings, master_endpoints, open_session
 
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
-_WORDS = {"millisecond": "ms", "second": "s", "minute": "m", "hour": "h", "day": "d"}
-
-
-def seconds(text: str) -> float:
-    """``90``, ``30s``, ``10m``, ``1h``, ``2d``, ``500ms`` or ``10 minutes`` -> seconds."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", text.lower())
-    if m is None:
-        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 30s, 10m, 1h, 2d)")
-    unit = m.group(2).rstrip("s") if len(m.group(2)) > 2 else m.group(2)
-    unit = _WORDS.get(unit, unit) or "s"
-    if unit not in _UNITS:
-        raise argparse.ArgumentTypeError(f"unknown unit in {text!r} (ms, s, m, h, d)")
-    return float(m.group(1)) * _UNITS[unit]
+if TYPE_CHECKING:
+    from reassembly.cli._common import Subparsers
 
 
 def _trigger(text: str) -> str:
@@ -47,9 +35,9 @@ def _trigger(text: str) -> str:
     return f"{int(seconds(text) * 1000)} milliseconds"
 
 
-def add_stream_parser(sub: Any) -> argparse.ArgumentParser:
-    """The ``stream`` subcommand on the ``reassemble`` parser's subparsers."""
-    p: argparse.ArgumentParser = sub.add_parser("stream", help="reassemble a landing directory as it fills")
+def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
+    """The ``stream`` subcommand."""
+    p = sub.add_parser("stream", help="reassemble a landing directory as it fills")
     p.add_argument("input", help="directory that Parquet files of segments land in")
     p.add_argument("output", help="directory for messages/, quarantine/, duplicates/ (created; reused on restart)")
     p.add_argument("--checkpoint", required=True, help="Spark checkpoint directory (keep it to resume exactly once)")
@@ -167,7 +155,7 @@ class _Lines:
         self.idle = -1  # the batch an idle line was printed for (once)
 
     def flush(self, query: Any) -> None:
-        from reassembly.spark.stream.reassemble import batch_counts
+        from reassembly.spark.stream.functions import batch_counts
 
         for p in query.recentProgress:
             if p.batchId > self.printed:
@@ -195,11 +183,11 @@ def _quiet_stdout() -> TextIO:
     return ours
 
 
-def run_stream(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """The ``stream`` command: exit code 0, or JobError / UsageError for the command to report."""
     from reassembly._plumbing import digest_policy
     from reassembly.spark.pipeline import ReassemblyOptions
-    from reassembly.spark.stream.reassemble import (
+    from reassembly.spark.stream.functions import (
         CheckpointMismatch,
         StreamOptions,
         bind_checkpoint,
@@ -243,6 +231,8 @@ def run_stream(args: argparse.Namespace) -> int:
     except Exception as exc:  # a bad column name, an unusable checkpoint: one line, not a Java stack trace
         raise JobError(f"cannot start the stream: {first_line(exc)}") from None
     stop = threading.Event()
+    # Ctrl-C waits for the batch boundary; before the query runs and after it stops, the command's
+    # interrupt (an exit 130) applies again. SIGTERM keeps that interrupt throughout.
     previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
         while query.isActive:
@@ -263,4 +253,4 @@ def run_stream(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["add_stream_parser", "check_args", "run_stream", "seconds", "status_line"]
+__all__ = ["add_parser", "check_args", "run", "status_line"]

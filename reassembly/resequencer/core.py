@@ -42,6 +42,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
+from reassembly.resequencer import snapshot as codec
 from reassembly.resequencer.model import (
     ALWAYS,
     NEVER,
@@ -66,7 +67,6 @@ from reassembly.resequencer.model import (
     Step,
     step,
 )
-from reassembly.resequencer.snapshot import dump, load
 from segmenter.errors import Reason, SegmentationError
 
 _MAX_SEQ = (1 << 63) - 1  # sequence numbers are 64-bit (a snapshot writes them as JSON numbers)
@@ -81,7 +81,7 @@ def _predicate(p: Any, what: str) -> Callable[[int, Any], bool] | None:
     if p is None or callable(p):
         return p  # type: ignore[no-any-return]
     raise SegmentationError(
-        f"{what} predicate must be callable in-process (SQL text is for reassembly.spark.resequence)",
+        f"{what} predicate must be callable in-process (SQL text is for reassembly.spark.resequence.functions)",
         reason=Reason.STATE_ERROR,
     )
 
@@ -486,11 +486,11 @@ class Resequencer:
 
     # ------------------------------------------------------------------ persistence
     def snapshot(self, encode: Callable[[Any], bytes] | None = None) -> bytes:
-        """The whole state as bytes (see :mod:`.resequence_snapshot`); ``encode`` turns an item into bytes
+        """The whole state as bytes (see :mod:`reassembly.resequencer.snapshot`); ``encode`` turns an item into bytes
         (default: items must be bytes-like). Deadlines are stored as clock values: use a wall clock if a
         snapshot must outlive the process."""
         live = sorted(e for e in self._heap if self._live(e[0], e[2]))
-        return dump(self._groups, self._waiting, self._closed, [g for _, _, g in live], encode)
+        return codec.encode(self._groups, self._waiting, self._closed, [g for _, _, g in live], encode)
 
     @classmethod
     def restore(
@@ -503,9 +503,9 @@ class Resequencer:
     ) -> Resequencer:
         """A resequencer in the snapshot's state; a malformed or hostile snapshot is a STATE_ERROR."""
         r = cls(options, clock=clock)
-        r._groups, r._waiting, r._closed, timers = load(blob, r.limits, decode)
+        r._groups, r._waiting, r._closed, timers = codec.decode(blob, r.limits, decode)
         for g in timers:  # in the order they fire: equal deadlines keep their order
-            assert g.armed is not None  # load() checked it
+            assert g.armed is not None  # codec.decode() checked it
             r._serial += 1
             heapq.heappush(r._heap, (g.armed, r._serial, g))
         for g in (*r._groups.values(), *r._closed.values()):

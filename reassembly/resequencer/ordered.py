@@ -38,9 +38,9 @@ from reassembly.assembler.core import Assembler
 from reassembly.assembler.events import Event as AssemblerEvent
 from reassembly.assembler.events import GroupFailed, MessageComplete, Unfinished
 from reassembly.assembler.model import Limits
+from reassembly.resequencer import ordered_snapshot as codec
 from reassembly.resequencer.core import Resequencer
 from reassembly.resequencer.model import EndWhen, Event, ResequenceLimits, ResequenceOptions, StartAt
-from reassembly.resequencer.ordered_snapshot import decode_complete, encode_complete, join, split
 from segmenter.flags import in_group, is_last_in_group
 from segmenter.wire import Buffer, Segment
 
@@ -94,18 +94,18 @@ class OrderedGroups:
     def snapshot(self) -> bytes:
         """Both parts' state as bytes. Deadlines and ages are clock values: use a wall clock if a
         snapshot must outlive the process."""
-        return join(self.assembler.snapshot(), self.resequencer.snapshot(encode_complete))
+        return codec.encode(self.assembler.snapshot(), self.resequencer.snapshot(codec.encode_complete))
 
     @classmethod
     def restore(cls, blob: bytes, *args: Any, **kwargs: Any) -> OrderedGroups:
         """An instance in the state :meth:`snapshot` saved. ``args``/``kwargs`` are the constructor's (the
         limits, clock, timeouts and body store: configuration, not state, so given again). A malformed
         snapshot is a STATE_ERROR."""
-        parts = split(blob)
+        assembler, resequencer = codec.decode(blob)
         og = cls(*args, **kwargs)
-        asm, clock = og.assembler, og._clock
-        og.assembler = Assembler.restore(parts[0], asm.limits, clock=clock, unit_of_work=False, bodies=asm.bodies)
-        og.resequencer = Resequencer.restore(parts[1], og.resequencer.options, clock=clock, decode=decode_complete)
+        asm, options, clock = og.assembler, og.resequencer.options, og._clock
+        og.assembler = Assembler.restore(assembler, asm.limits, clock=clock, unit_of_work=False, bodies=asm.bodies)
+        og.resequencer = Resequencer.restore(resequencer, options, clock=clock, decode=codec.decode_complete)
         return og
 
     def _route(self, events: list[AssemblerEvent]) -> list[AssemblerEvent | Event]:

@@ -1,18 +1,22 @@
 """Snapshot and restore of :class:`~reassembly.resequencer.ordered.OrderedGroups`: its two parts side by side.
 
-Layout: ``b"SGOG"``, a version byte (1), u64 length of the assembler's
-snapshot (:mod:`reassembly.assembler.snapshot`: the segments of messages not yet
-whole, re-verified on restore), that snapshot, then the resequencer's
-(:mod:`reassembly.resequencer.snapshot`: the whole messages waiting for an
-earlier one, each encoded by :func:`encode_complete`). Each part is checked
-as its own module checks it; anything wrong is a STATE_ERROR
-:class:`~segmenter.errors.SegmentationError`, never another exception.
+Framed by :mod:`reassembly._framing` (magic ``b"SGOG"``, version 1): one part,
+the assembler's snapshot (:mod:`reassembly.assembler.snapshot`: the segments
+of messages not yet whole, re-verified on restore), then as the tail the
+resequencer's (:mod:`reassembly.resequencer.snapshot`: the whole messages
+waiting for an earlier one, each an item encoded by :func:`encode_complete`).
+Each snapshot is checked as its own codec checks it; anything wrong is a
+STATE_ERROR :class:`~segmenter.errors.SegmentationError`, never another
+exception.
 
 A waiting message is kept whole (its bytes), not as segments: it was verified
 once and is handed on as it was. A payload that lives in a
 :class:`~reassembly.assembler.bodies.BodyStore` is kept by reference (its
 :class:`~reassembly.assembler.bodies.StoredBody`): the store's file must still be there
 when the snapshot is restored, as it must for the message to be read at all.
+An item is not a snapshot of its own (no magic, no version: the resequencer's
+snapshot frames it), so it keeps its compact layout, a u32 length of its JSON
+fields, the fields, the payload.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ import json
 import struct
 from typing import Any
 
-from reassembly._checks import check, integer, opt_integer
+from reassembly._checks import check, integer, opt_integer, restoring
+from reassembly._framing import frame, unframe
 from reassembly.assembler.bodies import StoredBody
 from reassembly.assembler.events import MessageComplete
 from reassembly.assembler.positions import origin_from_json
@@ -29,28 +34,19 @@ from segmenter.errors import Reason, SegmentationError
 
 MAGIC = b"SGOG"
 VERSION = 1
-_LEN = struct.Struct(">Q")
 _HEAD = struct.Struct(">I")
 
 
-def join(assembler: bytes, resequencer: bytes) -> bytes:
-    return b"".join([MAGIC, bytes([VERSION]), _LEN.pack(len(assembler)), assembler, resequencer])
+def encode(assembler: bytes, resequencer: bytes) -> bytes:
+    """The assembler's and the resequencer's snapshots as one."""
+    return frame(MAGIC, VERSION, assembler, tail=resequencer)
 
 
-def split(blob: bytes) -> tuple[bytes, bytes]:
-    """The assembler's and the resequencer's snapshots."""
-    view = memoryview(blob)
-    head = len(MAGIC) + 1 + _LEN.size
-    if len(view) < head or bytes(view[: len(MAGIC)]) != MAGIC:
-        raise SegmentationError("not an ordered-groups snapshot", reason=Reason.STATE_ERROR)
-    if view[len(MAGIC)] != VERSION:
-        raise SegmentationError(
-            "unsupported ordered-groups snapshot version", reason=Reason.STATE_ERROR, version=view[len(MAGIC)]
-        )
-    (n,) = _LEN.unpack_from(view, len(MAGIC) + 1)
-    if n > len(view) - head:
-        raise SegmentationError("ordered-groups snapshot truncated", reason=Reason.STATE_ERROR, length=n)
-    return bytes(view[head : head + n]), bytes(view[head + n :])
+def decode(blob: bytes) -> tuple[bytes, bytes]:
+    """The assembler's and the resequencer's snapshots (each still to be checked by its own codec)."""
+    with restoring("ordered-groups snapshot"):
+        parts = unframe(blob, MAGIC, (VERSION,))
+        return bytes(parts.part("assembler snapshot")), bytes(parts.rest())
 
 
 def encode_complete(m: MessageComplete) -> bytes:
@@ -82,6 +78,7 @@ def decode_complete(raw: bytes) -> MessageComplete:
     """The inverse of :func:`encode_complete`; a failed check raises (the resequencer's restore makes
     it a STATE_ERROR)."""
     view = memoryview(raw)
+    check(len(view) >= _HEAD.size, "message length")
     (n,) = _HEAD.unpack_from(view)
     check(n <= len(view) - _HEAD.size, "message length")
     doc = json.loads(bytes(view[_HEAD.size : _HEAD.size + n]))

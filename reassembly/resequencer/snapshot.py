@@ -1,15 +1,15 @@
 """Snapshot and restore of a :class:`~reassembly.resequencer.core.Resequencer`: versioned, checked field by field.
 
-Layout: ``b"RSEQ"``, a version byte (2), u64 length of a JSON document, the
-JSON, then every held item's bytes back to back (lengths in the JSON). The
-JSON has the open groups in age order (each with its phase, start, end,
-next, position, counters, skipped ranges, deadline and held ``[seq, size,
-length]``), the order in which groups began waiting, the closed groups
-kept for their instance numbers, and the live timers in firing order
-(``["o"|"c", index, armed]``): deadlines that are equal fire in the order
-they were armed, so without them a restored resequencer could report two
-groups' timeouts in the other order (version 1 had none; it still restores,
-its timers armed in age order).
+Framed by :mod:`reassembly._framing` (magic ``b"RSEQ"``, version 2): one part,
+a JSON document, then as the tail every held item's bytes back to back (their
+lengths are in the document). The document has the open groups in age order
+(each with its phase, start, end, next, position, counters, skipped ranges,
+deadline and held ``[seq, size, length]``), the order in which groups began
+waiting, the closed groups kept for their instance numbers, and the live
+timers in firing order (``["o"|"c", index, armed]``): deadlines that are equal
+fire in the order they were armed, so without them a restored resequencer
+could report two groups' timeouts in the other order. Version 1 is the same
+document without the timers; it restores, its timers armed in age order.
 
 Restore trusts nothing: every field is type-checked, every number range- and
 consistency-checked (held numbers above ``next`` and within start/end,
@@ -22,11 +22,11 @@ totals are recomputed, never read. Anything wrong is a STATE_ERROR
 from __future__ import annotations
 
 import json
-import struct
 from collections.abc import Callable
 from typing import Any
 
-from reassembly._checks import Corrupt, check, integer, opt_integer, opt_time
+from reassembly._checks import Corrupt, check, integer, opt_integer, opt_time, restoring
+from reassembly._framing import Reader, frame, unframe
 from reassembly.resequencer.model import Group, Phase, ResequenceLimits
 from segmenter.errors import Reason, SegmentationError
 
@@ -35,7 +35,6 @@ Groups = dict[Any, Group]
 MAGIC = b"RSEQ"
 VERSION = 2
 VERSIONS = (1, 2)
-_LEN = struct.Struct(">Q")
 
 
 def _key_out(key: Any) -> list[Any]:
@@ -74,16 +73,16 @@ def _bytes_of(item: Any) -> bytes:
     raise SegmentationError("items are not bytes: give snapshot() an encode function", reason=Reason.STATE_ERROR)
 
 
-def dump(
+def encode(
     open_groups: Groups,
     waiting: dict[Any, None],
     closed: Groups,
     timers: list[Group],
-    encode: Callable[[Any], bytes] | None,
+    encode_item: Callable[[Any], bytes] | None,
 ) -> bytes:
     """The open groups (age order), the order they began waiting in, the closed groups, the groups
     whose timer is live in the order it fires (each group's ``armed`` is its time)."""
-    enc = encode or _bytes_of
+    enc = encode_item or _bytes_of
     blobs: list[bytes] = []
     groups = []
     for g in open_groups.values():
@@ -119,47 +118,32 @@ def dump(
                    for g in timers],
     }  # fmt: skip
     doc = json.dumps(meta, separators=(",", ":")).encode()
-    return b"".join([MAGIC, bytes([VERSION]), _LEN.pack(len(doc)), doc, *blobs])
+    return frame(MAGIC, VERSION, doc, tail=b"".join(blobs))
 
 
 Loaded = tuple[Groups, dict[Any, None], Groups, list[Group]]
 
 
-def load(blob: bytes, limits: ResequenceLimits, decode: Callable[[bytes], Any] | None) -> Loaded:
+def decode(blob: bytes, limits: ResequenceLimits, decode_item: Callable[[bytes], Any] | None) -> Loaded:
     """Open groups, waiting order, closed groups, the timers in firing order (each group's
     ``armed`` set; push them in this order); deadlines are in ``Group.deadline``."""
-    try:
-        return _load(memoryview(blob), limits, decode)
-    except SegmentationError:
-        raise
-    except (Corrupt, ValueError, TypeError, KeyError, IndexError, struct.error, RecursionError) as exc:
-        raise SegmentationError(f"corrupt resequencer snapshot: {exc}", reason=Reason.STATE_ERROR) from None
+    with restoring("resequencer snapshot"):
+        return _decode(unframe(blob, MAGIC, VERSIONS), limits, decode_item)
 
 
-def _load(view: memoryview, lim: ResequenceLimits, decode: Callable[[bytes], Any] | None) -> Loaded:
+def _decode(parts: Reader, lim: ResequenceLimits, decode_item: Callable[[bytes], Any] | None) -> Loaded:
     groups: Groups = {}
     waiting: dict[Any, None] = {}
     closed_groups: Groups = {}
-    head = len(MAGIC) + 1
-    check(bytes(view[: len(MAGIC)]) == MAGIC, "magic: not a resequencer snapshot")
-    version = view[len(MAGIC)]
-    if version not in VERSIONS:
-        raise SegmentationError(
-            "unsupported resequencer snapshot version", reason=Reason.STATE_ERROR, version=view[len(MAGIC)]
-        )
-    (n,) = _LEN.unpack_from(view, head)
-    pos = head + _LEN.size
-    check(n <= len(view) - pos, "document length")
-    meta = json.loads(bytes(view[pos : pos + n]))
-    pos += n
-    names = {"groups", "waiting", "closed"} | ({"timers"} if version > 1 else set())
+    meta = json.loads(bytes(parts.part("document")))
+    names = {"groups", "waiting", "closed"} | ({"timers"} if parts.version > 1 else set())
     check(isinstance(meta, dict) and set(meta) == names, "document")
     check(isinstance(meta["groups"], list) and len(meta["groups"]) <= lim.max_groups, "groups")
     for doc in meta["groups"]:
-        g, pos = _group(lim, doc, view, pos, decode)
+        g = _group(lim, doc, parts, decode_item)
         check(g.key not in groups, "duplicate group id")
         groups[g.key] = g
-    check(pos == len(view), "trailing bytes")
+    parts.end()
     held = sum(len(g.held) for g in groups.values())
     check(held <= lim.max_messages and sum(g.nbytes for g in groups.values()) <= lim.max_bytes, "totals")
     keys = list(groups)
@@ -201,9 +185,8 @@ def _timers(doc: Any, opened: list[Group], closed: Groups) -> list[Group]:
     return timers
 
 
-def _group(
-    lim: ResequenceLimits, d: Any, view: memoryview, pos: int, decode: Callable[[bytes], Any] | None
-) -> tuple[Group, int]:
+def _group(lim: ResequenceLimits, d: Any, parts: Reader, decode_item: Callable[[bytes], Any] | None) -> Group:
+    """One open group; its held items are the next bytes of the tail."""
     fields = {"key", "instance", "phase", "start", "end", "next", "expiring", "position"}
     fields |= {"counts", "gaps", "floor", "deadline", "held"}
     check(isinstance(d, dict) and set(d) == fields, "group")
@@ -240,13 +223,12 @@ def _group(
     for entry in held:
         check(isinstance(entry, list) and len(entry) == 3, "held message")
         seq, size, length = (integer(v, "held message") for v in entry)
-        check(size >= 0 and 0 <= length <= len(view) - pos and seq not in g.held, "held message")
+        check(size >= 0 and seq not in g.held, "held message")
         check((not running or seq > g.next) and (start is None or seq >= start), "held number")
         check(end is None or seq <= end, "held number above the end")
-        raw = bytes(view[pos : pos + length])
-        pos += length
+        raw = bytes(parts.take(length, "held message"))
         try:
-            g.held[seq] = decode(raw) if decode is not None else raw
+            g.held[seq] = decode_item(raw) if decode_item is not None else raw
         except Exception as exc:  # the caller's decoder: its failure is a corrupt snapshot, not a crash
             raise Corrupt(f"item does not decode: {exc}") from None
         if size:
@@ -255,4 +237,4 @@ def _group(
     check(g.nbytes <= lim.max_group_bytes, "held bytes above the limit")
     g.deadline = opt_time(d["deadline"], "deadline")
     check(phase is not Phase.GATHERING or g.deadline is not None, "gathering without a deadline")
-    return g, pos
+    return g

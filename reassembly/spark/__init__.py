@@ -12,10 +12,10 @@ bytes of any quarantine row, in-row or by reference.
 from reassembly.spark.decode import decode_segments
 from reassembly.spark.pipeline import ReassemblyOptions, ReassemblyResult, reassemble
 from reassembly.spark.quarantine import read_quarantined
-from reassembly.spark.resequence import resequence, resequence_stream  # resequencer (issue 11)
+from reassembly.spark.resequence import resequence, resequence_stream
 from reassembly.spark.save import Saved
 from reassembly.spark.schema import MESSAGE_COLUMNS, OUTPUT_ARROW, OUTPUT_DDL, QUARANTINE_COLUMNS, ColumnNames
-from reassembly.spark.stream.reassemble import StreamOptions, reassemble_stream  # streaming (issue 10)
+from reassembly.spark.stream.functions import StreamOptions, reassemble_stream  # streaming
 
 __all__ = [
     "MESSAGE_COLUMNS",

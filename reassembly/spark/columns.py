@@ -79,7 +79,7 @@ def encode_columns(df: Any, names: ColumnNames, keep: tuple[str, ...] = ()) -> A
         "algorithm": names.algorithm,
     }
     # try_cast, every number as a bigint: a value out of a field's range reaches _encode as itself and
-    # is kept as garbage there (Spark's ANSI cast to int failed the whole job on one 3,000,000,000);
+    # is kept as garbage there (Spark's ANSI cast to int would fail the whole job on one 3,000,000,000);
     # what no bigint holds (text, a wide decimal) arrives as NULL, garbage too.
     types = {"group_id": "binary", "data": "binary"}
     cols = [F.col(src).try_cast(types.get(dst, "bigint")).alias(dst) for dst, src in picks.items() if src is not None]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from segmenter import header_render
 from segmenter import header_table as table
 from segmenter.checksum import ChecksumAlgorithm
 from segmenter.wire import DEFAULT_MAX_SEGMENT_SIZE, MAX_HEADER_LENGTH, MAX_LENGTH, table_constants
@@ -19,7 +20,7 @@ _TYPES = {"msg_seq_number": "INT"}  # output column types other than BIGINT
 
 def routable_sql(env: dict[str, Any]) -> str:
     """Framing rules only: a row passing them has a GroupId that can be trusted for routing."""
-    return table.sql_rules(table.ROUTING_STAGES, env, {"max_header_length": MAX_HEADER_LENGTH})
+    return header_render.sql_rules(table.ROUTING_STAGES, env, {"max_header_length": MAX_HEADER_LENGTH})
 
 
 def decode_segments(
@@ -40,13 +41,13 @@ def decode_segments(
     from pyspark.sql import functions as F
 
     env = table_constants()
-    fields = table.sql_fields("raw")
+    fields = header_render.sql_fields("raw")
     ints = [f.name for f in table.FIELDS if f.kind == "int"]
     d = df.select(F.col(raw_column).cast("binary").alias("raw"))  # a string column: its UTF-8 bytes
     d = d.select("raw", F.expr(fields["header_length"]).alias("header_length"))
     exact = [F.expr(sql).alias(name) for name, sql in fields.items() if name != "header_length"]
     d = d.select("*", *exact)
-    d = d.select("*", *[F.expr(sql).alias(name) for name, sql in table.sql_derived(env).items()])
+    d = d.select("*", *[F.expr(sql).alias(name) for name, sql in header_render.sql_derived(env).items()])
     params = {
         "max_message_size": max_message_size,
         "max_header_length": MAX_HEADER_LENGTH,
@@ -65,7 +66,7 @@ def decode_segments(
         "in_group",
         F.expr("substring(raw, header_length + 1)").alias("data"),
         F.coalesce(F.expr(routable_sql(env)), F.lit(False)).alias("routable"),
-        F.coalesce(F.expr(table.sql_rules(stages, env, params)), F.lit(False)).alias("header_ok"),
+        F.coalesce(F.expr(header_render.sql_rules(stages, env, params)), F.lit(False)).alias("header_ok"),
     ]
     d = d.select(*out)
     data_ok = f"CASE WHEN NOT header_ok THEN false WHEN algorithm = {crc32} THEN crc32(data) = data_checksum END"

@@ -46,7 +46,7 @@ def reassembler(spark: Any) -> Any | None:
 def _loadable(jvm: Any, name: str = CLASS) -> bool:
     """Whether ``name`` loads, asked first without a Java exception: pyspark converts one under an
     ``except BaseException: pass`` (``CapturedException.__str__``), so a Ctrl-C that lands while it does
-    is lost, and the expected ClassNotFoundException before ``ADD JAR`` made that window every job's."""
+    is lost, and the expected ClassNotFoundException before ``ADD JAR`` would make that window every job's."""
     from py4j.protocol import Py4JError  # type: ignore[import-untyped]
 
     loader = jvm.Thread.currentThread().getContextClassLoader()

@@ -260,8 +260,8 @@ def has_parquet(directory: Path) -> bool:
 def totals_by_status(messages: Any) -> Any:
     """Messages, bytes, segments used and duplicates per status of a ``messages`` table. A complete
     message's bytes are its verified original length, in the row or in payloads/: read from that
-    column, never from ``payload`` (measuring those values read them: batches of 100 MiB payloads
-    took the JVM's heap, and the job failed at its summary after writing everything)."""
+    column, never from ``payload`` (measuring those values would read them: batches of 100 MiB
+    payloads would take the JVM's heap and fail the job at its summary, after writing everything)."""
     from pyspark.sql import functions as F
 
     return (

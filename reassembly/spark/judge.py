@@ -2,7 +2,7 @@
 
 A scalar Arrow UDF in its iterator form (one iterator per Spark task), so it
 sees the end of its task's input: large messages, streamed piece by piece into
-a :class:`~reassembly.assembler.bodies.FileBodyStore` as their rows arrive, are judged
+a :class:`~reassembly.assembler.filestore.FileBodyStore` as their rows arrive, are judged
 when the input ends and their rows attached to the task's last row (the input
 is read one batch ahead, so the last row is known when it is judged). Clean
 rows come in as NULL and go out as NULL (the JVM writes them); an element NULL
@@ -26,7 +26,7 @@ the task attempt's quarantine file under ``payload_dir``; the row carries ``raw_
 (past Spark's 2 GiB per value too) costs the worker one copy block, never its size.
 
 Which quarantine rows go by reference (with a ``payload_dir``; without one, all stay
-in-row as before): every row of the task's large assembler (they all leave with the
+in-row): every row of the task's large assembler (they all leave with the
 task's last row, so in-row their sum would be unbounded), and every segment of a
 message built in the store on the ordinary path (e.g. a small zstd frame declaring a
 huge size). The other rows of the ordinary path keep ``raw``: each is no bigger than
@@ -43,9 +43,9 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 
-from reassembly.assembler.bodies import FileBodyStore
 from reassembly.assembler.core import Assembler, Limits
 from reassembly.assembler.events import Event
+from reassembly.assembler.filestore import FileBodyStore
 from reassembly.spark.jvm import SK_HEADER
 from reassembly.spark.quarantine import ByReference, QuarantineFile
 from reassembly.spark.rows import EventRows, Row, reassemble_group, reject_rows

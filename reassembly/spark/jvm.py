@@ -120,7 +120,7 @@ def decoded_in_jar(df: Any, raw_column: str, limits: Limits, large_message_bytes
     """What :func:`route` gives over :func:`~reassembly.spark.decode.decode_segments`, for the one pass:
     the jar's ``Decode`` (the header table's rules generated into Java, ``HeaderTable.java``) in one
     compiled function per row instead of some forty SQL expressions, which a fresh JVM generates,
-    compiles and warms up in every query (issue 14, ``bench/README.md``). When ``df`` is a columnar
+    compiles and warms up in every query. When ``df`` is a columnar
     scan with nothing on top but the column's selection (a Parquet or ORC landing table), the decoder
     reads the scan's column batches, each segment a view of the reader's memory, instead of rows
     that hold two copies of it. Same values in every column the one pass and the judge read

@@ -23,8 +23,8 @@ Why one branch: a plan split after the shuffle (clean rows written by a JVM-only
 branch, the rest judged in a second branch over the same, reused, exchange) keeps
 clean messages out of the Python operator and the explode, but Spark runs the
 aggregate and the clean test once per branch, and that measured slower than the
-Python operator it saves (issue 14, ``bench/README.md``; ``bench.stages`` keeps it
-as the ``split`` variant).
+Python operator it saves (``python -m bench.stages DATA --variants ours,split`` measures
+both).
 
 The JVM one pass (default; ``use_jar=False`` turns it off), with the bundled jar
 (``jar.py``, ``jvm.fast_aggregate``): steps 2-3 as one walk over each message's
@@ -34,9 +34,10 @@ from the header table as one SQL column. Same rows (tests/spark/test_jvm_jar.py)
 Spark Connect (no py4j), where the jar cannot be loaded, or under a digest policy
 that demands a digest, the SQL path runs (``listagg`` + the SQL clean test).
 The pass reads Spark's internal rows (no ``Row`` encoder) and stays lazy.
-Measured (``bench/README.md``, issue 14, "Session 21"): the one pass costs what the
-bare shuffle does; what remains over it in ``combined`` is the Python operator after
-it (every row passes through it, clean ones with a NULL argument) and the row explode.
+Measured by ``python -m bench.stages DATA --runs 3 --variants floor,listagg,onepass,ours``:
+the one pass costs what the bare shuffle does; what remains over it in ``combined`` is the
+Python operator after it (every row passes through it, clean ones with a NULL argument) and
+the row explode.
 :meth:`ReassemblyResult.save` (what ``reassemble run`` does) removes both: the clean
 messages are written by a JVM-only job and the rest judged by a second job that runs
 only when there is a rest (``save.py``).

@@ -3,16 +3,17 @@
 Why two jobs: in one plan (``ReassemblyResult.combined``) every row, clean ones included, passes
 the Python UDF operator after the JVM's one pass: Spark queues each row with its payload while
 its argument (NULL for a clean message) goes to Python and back, the explode copies the payload
-again, and every task starts Python workers whether or not a row needs them (issue 14,
-``bench/README.md``). Here the one pass (``Reassemble.split`` in the jar) writes the clean messages
-straight from the JVM, and every other group to a side file (one per task, in the output's
-hidden ``_side`` folder, ``SideFile.java``); only if a side file exists does a second job judge
-those groups in Python (the same per-task judge as the UDF, ``judge._Task``) and write its
-messages and quarantine rows beside the first job's. Same rows as ``combined`` (tests/spark/test_save.py).
+again, and every task starts Python workers whether or not a row needs them
+(``python -m bench.stages`` compares the variants ``ours`` and ``save``). Here the one pass
+(``Reassemble.split`` in the jar) writes the clean messages straight from the JVM, and every
+other group to a side file (one per task, in the output's hidden ``_side`` folder,
+``SideFile.java``); only if a side file exists does a second job judge those groups in Python
+(the same per-task judge as the UDF, ``judge._Task``) and write its messages and quarantine rows
+beside the first job's. Same rows as ``combined`` (tests/spark/test_save.py).
 
 Where the split cannot run (Spark Connect, no jar, a digest policy that demands digests,
 ``jvm_fast_path=False``, an output that is not a local path), :func:`save` writes ``combined``
-partitioned by kind in one job, as before.
+partitioned by kind in one job.
 
 The side folder is inside the output, so it is wherever the output is: on a cluster the output
 (like ``payload_dir``) must be a directory every executor sees.

@@ -28,8 +28,9 @@ from reassembly import (
     Unfinished,
 )
 from reassembly.assembler import Limits
-from reassembly.assembler.bodies import FileBodyStore, StoredBody
+from reassembly.assembler.bodies import StoredBody
 from reassembly.assembler.events import Event
+from reassembly.assembler.filestore import FileBodyStore
 from reassembly.assembler.model import MAX_MISSING_LISTED
 from reassembly.spark.rows import reassemble_group
 from segmenter import ChecksumAlgorithm, Codec, MsgFlags, Reason, Segment, segment, segment_group
@@ -370,8 +371,8 @@ def test_a_declared_size_above_the_limit_makes_it_too_big_in_any_order() -> None
 # ---------------------------------------------------------------- original bytes
 @pytest.mark.parametrize("unit_of_work", [True, False])
 def test_a_forged_last_msg_seq_number_lists_a_bounded_number_of_missing_messages(unit_of_work: bool) -> None:
-    """A LAST message claiming MsgSeqNumber 999,999,999 once made the report walk (and allocate) every
-    number below it: the listing is the lowest MAX_MISSING_LISTED, in any order, rows bounded alike."""
+    """A LAST message claiming MsgSeqNumber 999,999,999 must not make the report walk (and allocate)
+    every number below it: the listing is the lowest MAX_MISSING_LISTED, in any order, rows bounded alike."""
     first, _ = segment_group([b"one", b"two"], 4096, group_id=GID)
     forged = resealed(segment_group([b"x"], 4096, group_id=GID)[0], msg_seq_number=999_999_999).encode()
     landing = [first.encode(), forged]

@@ -253,8 +253,8 @@ def shapes(raw: bytes) -> list[memoryview]:
 
 
 def test_any_buffer_shape_is_read_as_its_bytes() -> None:
-    """A strided read-only view made the decoders raise BufferError (not our exception) and a typed
-    one was counted in items; every shape now decodes, judges and fails as its bytes do."""
+    """A strided read-only view must not make the decoders raise BufferError (not our exception),
+    nor a typed one be counted in items: every shape decodes, judges and fails as its bytes do."""
     from segmenter.wire import check_prefix, decode_header, decode_segment
 
     payload = os.urandom(400)
@@ -474,8 +474,8 @@ def _forged_snapshot(blob: bytes, change: Any) -> bytes:
 
 
 def test_a_forged_snapshot_document_is_refused_at_restore_never_later() -> None:
-    """A segment count no blob could hold is refused before anything is sized by it (it made a list
-    of 2^40 entries: MemoryError; 2^63: OverflowError); positions that could not have been written
+    """A segment count no blob could hold is refused before anything is sized by it (a list of 2^40
+    entries would be a MemoryError; 2^63 an OverflowError); positions that could not have been written
     (a missing settled position, positions of one partition that do not compare) are refused at
     restore, not by a later receive."""
     segs = encoded(os.urandom(3000))
@@ -627,7 +627,7 @@ def test_deferred_flag_disagreeing_within_a_message_is_a_header_mismatch() -> No
 
 def test_a_snapshot_restored_under_lower_limits_is_refused_not_thinned() -> None:
     """Restore holds every saved segment again; limits that would evict some of them make restore
-    fail loudly (the evicted groups' segments went nowhere before)."""
+    fail loudly (thinned silently, the evicted groups' segments would go nowhere)."""
     asm = Assembler()
     for _ in range(3):
         asm.receive(encoded(os.urandom(3000))[0])
@@ -642,8 +642,8 @@ def test_a_snapshot_restored_under_lower_limits_is_refused_not_thinned() -> None
 def test_a_deferred_length_segment_ending_past_the_size_limit_is_refused_before_any_store(tmp_path: Any) -> None:
     """A segment whose message length was deferred declares no size, so its offset is the only
     claim: past ``max_message_size`` it is a 2030 rejection, never a write at 2**62 into a body
-    file (that was an OSError out of ``receive`` and a file left behind)."""
-    from reassembly.assembler.bodies import FileBodyStore
+    file (an OSError out of ``receive`` and a file left behind)."""
+    from reassembly.assembler.filestore import FileBodyStore
     from segmenter.wire import UNKNOWN_LENGTH
 
     def deferred(offset: int) -> bytes:
@@ -663,8 +663,8 @@ def test_a_deferred_length_segment_ending_past_the_size_limit_is_refused_before_
 def test_a_refused_segment_never_makes_a_group_forget_what_it_delivered(between: list[int]) -> None:
     """unit_of_work=False: message 2 (the group's last) delivered, message 1 still missing, then a
     segment the group refuses (3: beyond the last), then another copy of message 2 with other bytes.
-    The refusal dropped the group (it held no message) with what it had delivered, and the copy was
-    delivered a second time; it is a conflict whatever came between."""
+    The refusal must not drop the group (it holds no message) with what it delivered, which would
+    deliver the copy a second time; it is a conflict whatever came between."""
     gid, s = b"R" * 24, Segmenter(200)
 
     def msg(seq: int, data: bytes, last: bool = False) -> list[bytes]:
@@ -684,8 +684,8 @@ def test_a_refused_segment_never_makes_a_group_forget_what_it_delivered(between:
 
 
 def test_a_batch_assembler_snapshot_restores_into_a_batch_assembler() -> None:
-    """``restore`` had no ``batch`` keyword: a batch assembler holding a whole message (judged only at
-    close) could not be restored at all (9016, with a hint about limits)."""
+    """A batch assembler holding a whole message (judged only at close) is restored with
+    ``restore(blob, batch=True)``; without it the restore is refused, naming ``batch=False``."""
     payload = os.urandom(3000)
     segs = [s.encode() for s in segment(payload, 1100)]
     asm = Assembler(batch=True)

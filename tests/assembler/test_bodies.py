@@ -21,8 +21,9 @@ from reassembly import (
     MessageFailed,
     Unfinished,
 )
-from reassembly.assembler import bodies
-from reassembly.assembler.bodies import FileBodyStore, StoredBody
+from reassembly.assembler import filestore
+from reassembly.assembler.bodies import StoredBody
+from reassembly.assembler.filestore import FileBodyStore
 from segmenter import ChecksumAlgorithm, Codec, Reason, Segment, SegmentationError, Segmenter, segment
 from segmenter.checksum import checksum
 from segmenter.producer import new_group_id
@@ -159,8 +160,9 @@ def test_any_payload_order_and_duplicates_give_the_same_bytes_as_in_memory(
 
 def test_work_files_are_created_never_opened_through_what_is_planted(tmp_path: Path, monkeypatch: Any) -> None:
     """Work-file names derive from the GroupId, which the segment carries: a symlink planted under
-    one made the store truncate and fill a file outside its directory. Names now end in a random
-    part and are created exclusively: a planted name is refused (9018), nothing outside is touched."""
+    one must not make the store truncate and fill a file outside its directory. Names end in a
+    random part and are created exclusively: a planted name is refused (9018), nothing outside is
+    touched."""
     import uuid as uuid_module
 
     victim = tmp_path / "victim.txt"
@@ -168,7 +170,7 @@ def test_work_files_are_created_never_opened_through_what_is_planted(tmp_path: P
     store_dir = tmp_path / "store"
     store_dir.mkdir()
     gid = b"P" * 24
-    (store_dir / f".{gid.hex()}-1.part-t").symlink_to(victim)  # the name before stop 25
+    (store_dir / f".{gid.hex()}-1.part-t").symlink_to(victim)  # an older layout's name (no random part)
     payload = os.urandom(500)
     segs = [s.encode() for s in segment(payload, 200, group_id=gid)]
     events = Assembler(bodies=FileBodyStore(store_dir, "t", threshold=0)).receive_many(segs)
@@ -184,22 +186,23 @@ def test_work_files_are_created_never_opened_through_what_is_planted(tmp_path: P
 
 def failing_to_put_in_place(monkeypatch: Any, stem: str) -> None:
     """A disk error (EIO) whenever a body whose name starts with ``stem`` is put in place."""
-    real = bodies._put_in_place
+    real = filestore._put_in_place
 
     def put(done: Any, target: Path) -> None:
         if target.name.startswith(stem):
             raise OSError(errno.EIO, "Input/output error (injected)", str(target))
         real(done, target)
 
-    monkeypatch.setattr(bodies, "_put_in_place", put)
+    monkeypatch.setattr(filestore, "_put_in_place", put)
 
 
 def test_a_store_that_cannot_put_a_body_in_place_raises_our_error_and_the_assembler_goes_on(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
-    """The store fails to put a body in place (a directory planted at its name made the rename raise
-    IsADirectoryError; such a name is now skipped, so a disk error stands in): after it, every call
-    on that message, and close(), raised EBADF (the work files were closed too early)."""
+    """The store fails to put a body in place (a disk error stands in: a directory planted at the
+    body's name is skipped): it raises our error, and the assembler goes on. The work files
+    stay open until the message is done with, so no later call on that message, nor close(),
+    meets EBADF."""
     payload = os.urandom(3000)
     gid = b"Q" * 24
     segs = [s.encode() for s in segment(payload, 1100, group_id=gid)]
@@ -217,9 +220,10 @@ def test_a_store_that_cannot_put_a_body_in_place_raises_our_error_and_the_assemb
 
 
 def test_kept_handles_survive_a_group_that_starts_again_and_die_loudly_after_purge(tmp_path: Path) -> None:
-    """keep_failed: a revoked group read again reopened the same work file (truncating what the kept
-    handles point at) and purge() then deleted the new message's file (FileNotFoundError at delivery);
-    a purged handle read whatever file had reused its descriptor number."""
+    """keep_failed: a revoked group read again must open its own work file, not reopen the one the
+    kept handles point at (truncating it), and purge() must not delete the new message's file
+    (FileNotFoundError at delivery); a purged handle raises our error, never reads whatever file
+    reused its descriptor number."""
     payload = os.urandom(500)
     segs = [s.encode() for s in segment(payload, 200)]
     store = FileBodyStore(tmp_path, "t", threshold=0, keep_failed=True)
@@ -244,8 +248,8 @@ def test_kept_handles_survive_a_group_that_starts_again_and_die_loudly_after_pur
 def test_a_group_member_the_store_could_not_put_in_place_is_reported_never_dropped(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
-    """unit_of_work=False: message 1 was marked delivered before the store failed to put it in place,
-    and when message 2 completed the group, message 1 left without any event."""
+    """unit_of_work=False: the store fails to put message 1 in place, so it is not delivered; when
+    message 2 completes the group, message 1 leaves with an event (Unfinished), never silently."""
     from segmenter.wire import decode_segment as decode
 
     gid = b"G" * 24
@@ -266,9 +270,9 @@ def test_a_group_member_the_store_could_not_put_in_place_is_reported_never_dropp
 @pytest.mark.parametrize("codec", [Codec.NONE, Codec.ZSTD])
 def test_a_body_with_the_same_crc_under_a_reused_group_id_never_replaces_another(tmp_path: Path, codec: Codec) -> None:
     """A stream reusing a GroupId delivers a second message whose bytes were made to have the
-    first one's CRC (4 bytes suffice): the file name holds the CRC, so it came out the same and
-    the rename replaced the first delivery's body, which committed rows still named. Now the
-    second takes the next free name; a replay of either finds its own file (idempotent)."""
+    first one's CRC (4 bytes suffice): the file name holds the CRC, so both want the same name,
+    and a rename over it would replace the first delivery's body, which committed rows still name.
+    The second takes the next free name; a replay of either finds its own file (idempotent)."""
     from tests.assembler.test_arbitration import forge_same_crc
 
     first = bytes(range(256)) * 64
@@ -293,8 +297,8 @@ def test_a_body_with_the_same_crc_under_a_reused_group_id_never_replaces_another
 
 def test_two_writers_placing_other_bytes_under_one_name_never_replace_each_other(tmp_path: Path) -> None:
     """Two stores in one directory (two consumers, two task attempts) verify different bodies with
-    the same CRC under one GroupId: both find the name free, and the second rename replaced the
-    first writer's file. Now the second is refused with 9018 (its message stays held, reported);
+    the same CRC under one GroupId: both find the name free, and a second rename would replace the
+    first writer's file. The second is refused with 9018 (its message stays held, reported);
     a second writer with the same bytes (a retried attempt) still puts its copy in place."""
     from tests.assembler.test_arbitration import forge_same_crc
 
@@ -325,8 +329,8 @@ def test_two_writers_placing_other_bytes_under_one_name_never_replace_each_other
 def test_anything_but_the_same_bytes_at_a_bodys_name_is_left_alone_and_the_body_takes_the_next(
     tmp_path: Path, planted: str
 ) -> None:
-    """A directory at the final name failed the message with 9018 (the rename refused), a link there
-    was replaced by the rename; what the store did not put there is now kept as it is, like a file
+    """A directory, a link or a FIFO at the final name is not the message's failure (9018) and is
+    never replaced by the rename: what the store did not put there is kept as it is, like a file
     with other bytes, and the body goes to the next free name. A FIFO is never opened."""
     payload = os.urandom(5000)
     gid = new_group_id()

@@ -578,8 +578,9 @@ def test_the_fake_log_really_crashes_and_rebalances() -> None:
 
 def test_a_restore_never_resumes_past_a_rewind_not_yet_read() -> None:
     """forget + rewind (the README recipe for a message the application failed to process), then
-    snapshot and crash: resuming after ``high`` as documented skipped the rewound position, which is
-    neither settled nor in the snapshot, and the forgotten message was lost."""
+    snapshot and crash: resuming after ``high`` would skip the rewound position, which is neither
+    settled nor in the snapshot, and lose the forgotten message: the checkpoint has no ``high`` and
+    its ``restart`` is the rewound position."""
     part = ("t", 0)
     log = [s.encode() for s in segment(b"order #1", 200)] + [s.encode() for s in segment(b"order #2", 200)]
     asm = Assembler()

@@ -190,8 +190,8 @@ def pair(limits: Limits, clock: Clock) -> tuple[Assembler, Assembler]:
 
 @pytest.mark.parametrize("broken", [math.nan, math.inf])
 def test_a_clock_reading_nan_expires_a_run_as_it_expires_a_group(broken: float) -> None:
-    """The loop over groups expires one unless its age is within the expiry; the run was filed only
-    when its age was above it: with NaN neither holds, and the run stayed (a helper's probe)."""
+    """The loop over groups expires one unless its age is within the expiry; the run is judged by
+    the same test, not by "age above the expiry", under which a NaN age would keep it forever."""
     raws = [s.encode() for s in segment(bytes(600), 200, group_id=b"n" * 24)]
     clock = Clock()
     clock.now = broken

@@ -1,5 +1,6 @@
-"""Issue 14's benchmark harness without Spark: medians over interleaved runs, the section it
-writes, and the single-message generator and payload check (real files, a real assembler).
+"""The batch job's benchmark harness (``bench.jvmbench``) without Spark: medians over interleaved
+runs, the section it writes, and the single-message generator and payload check (real files, a
+real assembler).
 
 The Spark runs themselves are exercised by ``python -m bench --quick`` in CI (same runner).
 """

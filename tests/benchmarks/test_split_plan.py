@@ -1,4 +1,4 @@
-"""Issue 14's split-plan candidate (``bench.stages`` variant ``split``, measured, not adopted) is a fair comparison.
+"""The split-plan candidate (``bench.stages`` variant ``split``, measured, not adopted) is a fair comparison.
 
 It must give exactly ``reassemble``'s rows, write the shuffle once (Spark reuses the exchange)
 and keep every clean message out of the Python operator, or its measurement says nothing.

@@ -1,4 +1,4 @@
-"""Segments through a real ActiveMQ Classic broker, over AMQP 1.0 and STOMP (issue 13).
+"""Segments through a real ActiveMQ Classic broker, over AMQP 1.0 and STOMP.
 
 One broker per module (tests/support/activemq_server.py), a queue per test. Competing consumers are
 real processes (tests/support/broker_consumer.py); one is SIGKILLed while it holds half a message.
@@ -28,15 +28,8 @@ pytest.importorskip("proton")
 from reassembly import Assembler, Limits, Unfinished
 from reassembly.brokers.receiver import BrokerReceiver, Delivered, Quarantined
 from segmenter import Segment, segment, segment_group
-from segmenter.brokers import (
-    AMQP_FRAME_SIZE,
-    BrokerError,
-    _amqp_data_section,
-    _amqp_envelope,
-    open_consumer,
-    open_sender,
-    segment_size_for,
-)
+from segmenter.brokers import AMQP_FRAME_SIZE, BrokerError, open_consumer, open_sender, segment_size_for
+from segmenter.brokers.amqp import _amqp_data_section, _amqp_envelope
 from segmenter.errors import Reason, SegmentationError
 from tests.support.activemq_server import ActiveMQ, activemq, available, free_env
 

@@ -3,8 +3,8 @@
 The consumer here is an in-process list of deliveries (the ``Consumer`` protocol, no broker: the
 settling is the BrokerReceiver's own logic; tests/brokers/test_activemq.py runs it against ActiveMQ). A store that
 keeps failed bodies (``FileBodyStore(keep_failed=True)``) hands the events handles instead of
-bytes: the BrokerReceiver matched held deliveries by bytes, so those were never settled, took prefetch
-slots until the consumer stalled, and were never dead-lettered.
+bytes: a BrokerReceiver matching held deliveries by bytes would never settle those, and they would
+take prefetch slots until the consumer stalls, never dead-lettered.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from reassembly import Assembler, Limits
-from reassembly.assembler.bodies import FileBodyStore
+from reassembly.assembler.filestore import FileBodyStore
 from reassembly.brokers.receiver import BrokerReceiver
 from segmenter import MsgFlags, Segment, segment, segment_group
 from segmenter.wire import decode_segment

@@ -58,9 +58,9 @@ def test_run_writes_messages_and_quarantine_and_prints_a_summary(landing: Path, 
 def test_the_summary_counts_bytes_without_reading_a_payload(
     landing: Path, tmp_path: Path, spark: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The summary measured each inline payload with length(payload), which read every payload
-    value into the JVM: batches of 100 MiB messages ran it out of heap and the job failed after
-    writing everything. Its bytes are now the complete messages' original lengths, the same sum."""
+    """The summary's bytes are the complete messages' original lengths, the same sum as measuring each
+    inline payload with length(payload), which would read every payload value into the JVM: batches of
+    100 MiB messages would run it out of heap and fail the job after everything was written."""
     from reassembly.spark.jobs import totals_by_status
 
     out = tmp_path / "out"
@@ -153,7 +153,7 @@ SIZE_OPTIONS = [
 
 
 def test_every_size_and_count_option_rejects_zero_negative_and_junk(tmp_path: Path) -> None:
-    """Argparse refuses them (exit 2, one line) before anything starts: -1 used to quarantine everything."""
+    """Argparse refuses them (exit 2, one line) before anything starts: a size of -1 would quarantine everything."""
     for command, option in SIZE_OPTIONS:
         places = [str(tmp_path / "in"), str(tmp_path / "out")] if command != "demo" else []
         for value in ("-1", "0", "12x", "-9223372036854775808"):
@@ -369,8 +369,9 @@ def test_ctrl_c_cleans_up_the_hidden_output_and_exits_130(tmp_path: Path) -> Non
 
 def test_a_ctrl_c_that_pyspark_swallowed_still_ends_the_job_as_interrupted(tmp_path: Path) -> None:
     """pyspark converts a Java exception under ``except BaseException: pass``: a Ctrl-C landing there
-    raised nothing, and the job ran on to exit 0 with its output (test_ctrl_c_... above, 1 run in 7).
-    The handler's flag still says it came: the job's output is removed and the error is an interruption."""
+    raises nothing, and the job would run on to exit 0 with its output (test_ctrl_c_... above lands
+    there about 1 run in 7). The handler's flag still says it came: the job's output is removed and
+    the error is an interruption."""
     from reassembly._plumbing import INTERRUPTED
     from reassembly.spark.jobs import Job, SparkSettings
 
@@ -378,7 +379,7 @@ def test_a_ctrl_c_that_pyspark_swallowed_still_ends_the_job_as_interrupted(tmp_p
     try:
         with pytest.raises(KeyboardInterrupt), job.writing() as tmp:
             (tmp / "part-0.parquet").write_bytes(b"written before the Ctrl-C was noticed")
-            INTERRUPTED.set()  # what jobs._interrupt does before its KeyboardInterrupt is swallowed
+            INTERRUPTED.set()  # what _plumbing.on_interrupt does before its KeyboardInterrupt is swallowed
     finally:
         INTERRUPTED.clear()
     assert list(tmp_path.iterdir()) == []  # neither OUTPUT nor the hidden temporary

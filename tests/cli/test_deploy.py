@@ -224,7 +224,7 @@ def test_no_java_on_the_machine_uses_the_jre_from_pip(tmp_path: Path) -> None:
                 target.symlink_to(entry)
     env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
     env["PATH"] = f"{Path(sys.executable).parent}:{bin_dir}"
-    script = SCRIPT.format(builder='__import__("reassembly.spark.session").session.get_session("local[1]")')
+    script = SCRIPT.format(builder='__import__("reassembly.spark.session").spark.session.get_session("local[1]")')
     script += "\nimport os; print('JAVA_HOME', os.environ['JAVA_HOME'])"
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-3000:]

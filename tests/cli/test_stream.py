@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from reassembly._plumbing import JobError, UsageError
-from reassembly.cli.stream import add_stream_parser, check_args, seconds
+from reassembly.cli._common import seconds
+from reassembly.cli.stream import add_parser, check_args
 
 
 @pytest.mark.parametrize(
@@ -42,7 +43,7 @@ def reassemble(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def stream_args(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    add_stream_parser(parser.add_subparsers(dest="command"))
+    add_parser(parser.add_subparsers(dest="command"))
     return parser.parse_args(["stream", *argv])
 
 
@@ -167,9 +168,9 @@ def test_payload_dir_inside_the_input_or_the_checkpoint_is_refused(tmp_path: Pat
     ],
 )
 def test_nothing_is_written_where_a_link_inside_the_input_leads(landing: Path, options: tuple[str, ...]) -> None:
-    """landing/ext -> elsewhere: Spark reads through the link, so an output there was read back as
-    input (the second run failed for good: CONFLICTING_DIRECTORY_STRUCTURES). `run` refused it; now
-    the stream does too."""
+    """landing/ext -> elsewhere: Spark reads through the link, so an output there would be read back
+    as input (the second run would fail for good: CONFLICTING_DIRECTORY_STRUCTURES). The stream
+    refuses it, as `run` does."""
     (landing.parent / "elsewhere").mkdir()
     (landing / "ext").symlink_to(landing.parent / "elsewhere")
     with pytest.raises(UsageError, match=r"linked from .*landing/ext"):
@@ -177,9 +178,9 @@ def test_nothing_is_written_where_a_link_inside_the_input_leads(landing: Path, o
 
 
 def test_an_idle_trigger_is_one_line_never_a_batch_that_did_not_run(tmp_path: Path) -> None:
-    """A restart with no new files reported Spark's idle progress as a batch that ran ("held unknown
-    (checkpoint begun by an older version)"); an idle trigger is now one 'idle' line, and the batch
-    that then runs gets its own line."""
+    """A restart with no new files gets Spark's progress for an idle trigger: that is one 'idle' line,
+    never a status line for a batch that did not run (it would say "held unknown (checkpoint begun by
+    an older version)"), and the batch that then runs gets its own line."""
     import io
     from types import SimpleNamespace
 

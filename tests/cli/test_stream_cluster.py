@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from reassembly.spark.stream.reassemble import read_committed
+from reassembly.spark.stream.functions import read_committed
 from reassembly.spark.testdata import generate
 from tests.cli.test_deploy import cluster  # noqa: F401  (the fixture: a master and two workers, stopped by PID)
 from tests.spark.test_stream import land, stream_command

@@ -93,8 +93,8 @@ def test_lowered_rule_applies_to_an_open_batch() -> None:
 @pytest.mark.parametrize("cause", [Cause.TIMEOUT, Cause.RECYCLED, Cause.SHUTDOWN])
 def test_a_batch_closed_under_a_lowered_rule_is_cut_to_its_limits(cause: Cause) -> None:
     """The rule is lowered while a batch is open and the batch is closed for another cause before a
-    tick splits it (the timeout checks come first; a shutdown never split): one batch of 7 used to
-    leave, over the new max_messages."""
+    tick splits it (the timeout checks come first; a shutdown does not tick): whatever the cause,
+    the batch leaves cut to the new limits, never as one batch of 7 over the new max_messages."""
     clock = Clock(1000.0)
     rules = {"a": Rule("a", "ta", max_messages=100, max_wait=50.0, stranded_after=80.0)}
     c = make(rules, clock)
@@ -115,7 +115,7 @@ def test_a_batch_closed_under_a_lowered_rule_is_cut_to_its_limits(cause: Cause) 
 def test_rule_validation() -> None:
     for bad in (
         {"max_messages": 0},
-        {"max_bytes": float("inf")},  # accepted once, then the stored row could not be read back
+        {"max_bytes": float("inf")},  # if accepted, the stored row could not be read back
         {"max_bytes": 10**30},  # beyond a BIGINT
         {"max_bytes": 1.5},
         {"max_messages": True},
@@ -275,5 +275,5 @@ def test_every_message_in_exactly_one_batch_many(ops: list[tuple[str, object, in
 def test_a_payload_that_is_not_binary_is_its_text_never_zero_bytes_sized_by_it() -> None:
     from reassembly.collector.durable import _body
 
-    assert _body(3) == b"3" and _body(2**33) == b"8589934592"  # bytes(3) was three zero bytes
+    assert _body(3) == b"3" and _body(2**33) == b"8589934592"  # not bytes(3): three zero bytes
     assert _body("é") == "é".encode() and _body(b"\x00\x01") == b"\x00\x01" and _body(None) == b""

@@ -151,9 +151,9 @@ def test_ctrl_c_is_a_clean_stop(tmp_path: Path) -> None:
 
 
 def test_a_file_replaced_under_a_collected_name_is_reported_once(tmp_path: Path) -> None:
-    """The input key is the file's name: a new file renamed over a stored one used to be ignored
-    without a word (its messages never collected). It is now reported once, and still not collected
-    (the same messages landed again would be collected twice)."""
+    """The input key is the file's name: a new file renamed over a stored one is not collected (the
+    same messages landed again would be collected twice), but reported once, never ignored without a
+    word (its messages never collected)."""
     import time
 
     landing, out, db = tmp_path / "landing", tmp_path / "out", str(tmp_path / "c.db")

@@ -180,7 +180,7 @@ def test_chunks_contradicting_the_object_length_are_a_conflict_in_either_order(
     tmp_path: Path, other: Any, reverse: bool
 ) -> None:
     """Each chunk is consistent in itself; which one tells the object's true end is no guess, so
-    neither order delivers (the first used to win, the second was refused)."""
+    neither order delivers (the first to arrive does not win)."""
     payload = os.urandom(300)
     pair = [make(200, payload[200:], last=True, whole=payload), other(payload)]
     with Receiver(tmp_path) as rx:

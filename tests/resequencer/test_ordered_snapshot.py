@@ -16,10 +16,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reassembly import Assembler, Duplicate, Limits, MessageComplete
-from reassembly.assembler.bodies import FileBodyStore, StoredBody
+from reassembly.assembler.bodies import StoredBody
+from reassembly.assembler.filestore import FileBodyStore
 from reassembly.resequencer.model import GroupClosed, Released, ResequenceLimits
 from reassembly.resequencer.ordered import OrderedGroups
-from reassembly.resequencer.ordered_snapshot import decode_complete, encode_complete, join
+from reassembly.resequencer.ordered_snapshot import decode_complete, encode, encode_complete
 from segmenter import segment, segment_group
 from segmenter.errors import Reason, SegmentationError
 from tests.support.collect_helpers import Clock
@@ -99,11 +100,11 @@ def replay(
     return calls
 
 
-# ---------------------------------------------------------------- the assembler alone (the restore bug)
+# ---------------------------------------------------------------- the assembler alone (a group holding nothing)
 def test_a_group_delivering_one_by_one_restores_with_nothing_held() -> None:
-    """unit_of_work=False: message 3 (the last) delivered, nothing held. The restore used to fail (the group
-    was only rebuilt from its segments), and without its delivered fingerprints and last number a copy of a
-    delivered segment came back Late and the group never completed."""
+    """unit_of_work=False: message 3 (the last) delivered, nothing held. The restore rebuilds the group
+    from more than its segments: without its delivered fingerprints and last number a copy of a
+    delivered segment would come back Late and the group would never complete."""
     clock = Clock()
     segs = segment_group([b"a" * 300, b"b" * 300, b"c" * 300], 200, group_id=b"g" * 24)
     by_seq = {k: [s.encode() for s in segs if s.header.msg_seq_number == k] for k in (1, 2, 3)}
@@ -288,4 +289,4 @@ def test_hostile_waiting_message_fields_are_a_state_error_or_harmless(data: st.D
     og = OrderedGroups(clock=Clock())
     og.resequencer.offer(held.group_id, 3, held)
     hostile = struct.pack(">I", len(doc)) + doc + raw[4 + n :]
-    _survives(join(og.assembler.snapshot(), og.resequencer.snapshot(lambda _: hostile)), _genuine()[1])
+    _survives(encode(og.assembler.snapshot(), og.resequencer.snapshot(lambda _: hostile)), _genuine()[1])

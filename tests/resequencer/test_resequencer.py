@@ -74,7 +74,7 @@ def test_any_permutation_of_a_complete_sequence_releases_it_sorted(perm: list[in
 
 # ---------------------------------------------------------------- property: gaps and a clock vs a model
 def reference(arrivals: list[tuple[float, int]], start: int, timeout: float) -> dict[int, str]:
-    """The rules of the issue, as plainly as possible: one group, literal start, no end.
+    """The resequencer's rules, as plainly as possible: one group, literal start, no end.
 
     Before a message at time t is looked at, every timeout due at or before t
     fires: the group waits for ``nxt`` from the moment it began waiting for it;
@@ -306,7 +306,8 @@ def _equal_deadlines(cut: bool, version: int = 2) -> list[tuple[Any, ...]]:
 
 
 def test_timers_due_at_the_same_instant_fire_in_the_same_order_after_a_restore() -> None:
-    """A restore armed every timer again in group age order, so "a" fired before "b"."""
+    """A restore arms every timer again in the order they were armed, not in group age order (under
+    which "a" would fire before "b")."""
     straight = _equal_deadlines(cut=False)
     assert [row[1] for row in straight if row[0] == "Skipped"] == ["b", "a"]
     assert _equal_deadlines(cut=True) == straight
@@ -521,7 +522,7 @@ def test_offer_many_equals_offer_one_by_one_at_the_same_clock(
 
 
 def test_spark_refuses_in_all_limits_it_cannot_enforce_across_keys() -> None:
-    from reassembly.spark.resequence import core_options
+    from reassembly.spark.resequence.core import core_options
 
     core_options(ResequenceOptions(limits=ResequenceLimits(max_group_messages=5, max_messages=5)))  # per key: fine
     with pytest.raises(ValueError, match="in all"):
@@ -531,10 +532,10 @@ def test_spark_refuses_in_all_limits_it_cannot_enforce_across_keys() -> None:
 
 
 def test_sizes_and_numbers_no_snapshot_could_hold_are_failures_and_limits_are_checked() -> None:
-    """A size that is not a whole number >= 0 (a negative one lifted the byte limits; NaN, True or
-    text made a snapshot its own restore refused) and a number beyond 64 bits (json.dumps then
-    refused the snapshot with a ValueError) are Failed events; impossible limits are refused when
-    made (max_groups=0 raised StopIteration at the first offer)."""
+    """A size that is not a whole number >= 0 (a negative one would lift the byte limits; NaN, True
+    or text would make a snapshot its own restore refuses) and a number beyond 64 bits (json.dumps
+    would refuse the snapshot with a ValueError) are Failed events; impossible limits are refused
+    when made (max_groups=0 would raise StopIteration at the first offer)."""
     clock = Clock()
     limits = ResequenceLimits(max_bytes=1000, max_group_bytes=1000)
     r = Resequencer(ResequenceOptions(start=StartAt(1), missing_timeout=1.0, limits=limits), clock=clock)
@@ -552,8 +553,8 @@ def test_sizes_and_numbers_no_snapshot_could_hold_are_failures_and_limits_are_ch
 
 
 def test_missing_numbers_splitting_a_skipped_range_keep_the_gap_bound() -> None:
-    """Each Missing inside a skipped range splits it in two: ``max_gaps`` applies there too (200,000
-    Missing made 200,000 ranges, and a snapshot its own restore refused)."""
+    """Each Missing inside a skipped range splits it in two: ``max_gaps`` applies there too (else 200,000
+    Missing would make 200,000 ranges, and a snapshot its own restore refuses)."""
     clock = Clock()
     limits = ResequenceLimits(max_gaps=2)
     options = ResequenceOptions(start=StartAt(0), end=None, missing_timeout=1, limits=limits)
@@ -570,7 +571,8 @@ def test_missing_numbers_splitting_a_skipped_range_keep_the_gap_bound() -> None:
 
 
 def test_a_timer_later_than_its_deadline_is_a_corrupt_snapshot() -> None:
-    """A forged timer (armed at 1e300 for a deadline of 6) was accepted and the timeout never fired."""
+    """A forged timer (armed at 1e300 for a deadline of 6) is refused at restore: accepted, the
+    timeout would never fire."""
     clock = Clock()
     opts = ResequenceOptions(start=StartAt(0), missing_timeout=5.0)
     r = Resequencer(opts, clock=clock)

@@ -333,8 +333,8 @@ def test_a_stream_that_goes_bad_gives_the_same_segments_however_it_is_chunked(
     payload: bytes, size: int, garbage: bytes, data: st.DataObject
 ) -> None:
     """Whole segments framed before the bytes that cannot be framed are handed over first, then the
-    error: fed in one chunk, the good segments framed in that call were dropped with the error (a 1 MiB
-    read lost the message a 1-byte read delivered)."""
+    error, however the bytes are chunked: dropping the segments a call framed with its error would make a
+    1 MiB read lose the message a 1-byte read delivers."""
     from reassembly import read_events
 
     segs = [s.encode() for s in segment(payload, size)]

@@ -1,4 +1,7 @@
-"""The header table is the one description of the header: the Python decoder and the Spark SQL both come from it."""
+"""The header table is the one description of the header: the Python decoder and the Spark SQL both come from it.
+
+The Python decoder is a committed module, ``segmenter/_decoder.py``; it must be exactly what the table renders.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +12,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from segmenter import ChecksumAlgorithm, Codec, SegmentationError, Segmenter, errors
+from segmenter import ChecksumAlgorithm, Codec, SegmentationError, Segmenter, _decoder, errors, header_render, wire
 from segmenter import header_table as table
 from segmenter.checksum import checksum
 from segmenter.flags import in_group, is_last_segment, is_segment
 from segmenter.wire import (
-    GENERATED_SOURCE,
     HEADER,
     HEADER_LENGTH,
     Segment,
@@ -24,7 +26,19 @@ from segmenter.wire import (
     table_constants,
 )
 
-SPARK = Path(__file__).parents[2] / "reassembly" / "spark"
+ROOT = Path(__file__).resolve().parents[2]
+SPARK = ROOT / "reassembly" / "spark"
+
+
+def test_the_committed_python_decoder_is_what_the_header_table_renders() -> None:
+    committed = (ROOT / "segmenter" / "_decoder.py").read_text()
+    assert committed == header_render.python_source(table_constants()), "run python tools/render.py"
+
+
+def test_wire_decodes_with_the_committed_decoder() -> None:
+    assert wire.python_decode_segment is _decoder.decode_segment
+    assert (wire.decode_header, wire.check_prefix) == (_decoder.decode_header, _decoder.check_prefix)
+    assert wire._check_header_fields is _decoder._check_header_fields
 
 
 def test_fields_tile_the_fixed_header_and_the_struct_comes_from_them() -> None:
@@ -44,15 +58,14 @@ def test_every_rule_names_a_real_reason_error_and_known_names() -> None:
         assert issubclass(getattr(errors, rule.error), errors.SegmentationError), rule.name
         assert table.names_in(rule.predicate) <= known, rule.name
         assert rule.stage in ("segment", "frame", "prefix", "header", "checksum", "raw", "fields", "data")
-        table.sql_expr(rule.predicate, env)  # renders
-    assert "def decode_header" in GENERATED_SOURCE and "def _check_header_fields" in GENERATED_SOURCE
+        header_render.sql_expr(rule.predicate, env)  # renders
 
 
 @given(flags=st.integers(0, 63))
 def test_derived_names_mean_what_the_flag_helpers_mean(flags: int) -> None:
     env = table_constants()
     derived = {
-        name: eval(table.python_expr(e, env), {}, {"msg_flags": flags})
+        name: eval(header_render.python_expr(e, env), {}, {"msg_flags": flags})
         for name, e in table.DERIVED.items()
         if name != "end"
     }

@@ -175,8 +175,9 @@ def test_a_refused_group_member_uses_up_no_sequence_number() -> None:
 
 
 def test_offload_counts_bytes_and_refuses_the_reference_format_inline(tmp_path: Any) -> None:
-    """An 800,000-byte array('Q') view was stored under a claim declaring 100,000 bytes (resolve
-    refused it, 9019) and a 320,000-byte one went inline past the 256 KiB threshold."""
+    """A typed view is measured in bytes, not items: an array('Q') of 100,000 items is 800,000 bytes,
+    which its claim must declare (100,000 would make resolve refuse it, 9019), and 40,000 items
+    (320,000 bytes) are past the 256 KiB inline threshold, so they go to the store too."""
     store = DirectoryStore(tmp_path, fsync=False)
     for n in (40_000, 100_000):
         buf = memoryview(array("Q", range(n)))

@@ -1,4 +1,4 @@
-"""Pooled receive buffers (segmenter.recycle) and messages handed over as views (ScatteredPayload).
+"""Pooled receive buffers (segmenter.brokers.recycle) and messages handed over as views (ScatteredPayload).
 
 The pool's one promise: a buffer is lent again only when nothing can see it, so no body anybody
 still holds ever changes. Tested from every kind of holder: the view itself, a slice of it, a
@@ -19,9 +19,10 @@ from hypothesis import strategies as st
 from reassembly import Assembler, Limits, MessageComplete, ScatteredPayload
 from reassembly.brokers.receiver import BrokerReceiver
 from segmenter import Codec, Segmenter
-from segmenter.brokers import _StompDelivery, body_view
-from segmenter.brokers_stomp import StompFrame, StompParser
-from segmenter.recycle import MIN_SIZE, BufferPool
+from segmenter.brokers import body_view
+from segmenter.brokers.recycle import MIN_SIZE, BufferPool
+from segmenter.brokers.stomp import _StompDelivery
+from segmenter.brokers.stomp_client import StompFrame, StompParser
 
 KiB = 1 << 10
 
@@ -218,7 +219,7 @@ def test_a_receiver_hands_over_views_when_its_assembler_does_not_join() -> None:
         (ev,) = got
         assert isinstance(ev, MessageComplete) and isinstance(ev.payload, ScatteredPayload) is not join
         assert bytes(ev.payload) == payload and all(d.settled == "accepted" for d in deliveries)
-    assert BrokerReceiver(_Consumer([]), got.append).assembler.join  # the default: one buffer, as before
+    assert BrokerReceiver(_Consumer([]), got.append).assembler.join  # the default: one buffer
 
 
 def test_a_stomp_delivery_keeps_bytes_in_body_and_the_pooled_view_beside_it() -> None:
@@ -226,7 +227,7 @@ def test_a_stomp_delivery_keeps_bytes_in_body_and_the_pooled_view_beside_it() ->
     data = _body(70_000, 10)
     view = pool.copy(data)
     d = _StompDelivery(None, StompFrame("MESSAGE", {"ack": "ID:1"}, view))  # type: ignore[arg-type]
-    assert type(d.body) is bytes and d.body == data  # what callers that keep bytes get, as before
+    assert type(d.body) is bytes and d.body == data  # what callers that keep bytes get
     assert body_view(d) is view  # what the BrokerReceiver and the drain read: no copy
     small = _StompDelivery(None, StompFrame("MESSAGE", {"ack": "ID:2"}, b"xy"))  # type: ignore[arg-type]
     assert small.body is body_view(small)  # plain bytes: nothing to copy

@@ -1,4 +1,4 @@
-"""The sans-I/O STOMP frame parser (segmenter/brokers_stomp.py): any split of the byte stream gives
+"""The sans-I/O STOMP frame parser (segmenter/brokers/stomp_client.py): any split of the byte stream gives
 the same frames; hostile frames raise before anything is allocated for them. The client itself is
 tested against a real ActiveMQ in tests/brokers/test_activemq.py and tests/brokers/test_drain.py."""
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from segmenter.brokers_stomp import MAX_HEADER_BLOCK, StompError, StompFrame, StompParser, escape, frame
-from segmenter.recycle import BufferPool
+from segmenter.brokers.recycle import BufferPool
+from segmenter.brokers.stomp_client import MAX_HEADER_BLOCK, StompError, StompFrame, StompParser, escape, frame
 
 _text = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=12)
 _frames = st.lists(
@@ -121,7 +121,8 @@ def test_no_broker_is_a_connection_broken_error() -> None:
 def test_a_frame_that_cannot_be_settled_is_a_broker_error_never_skipped(frame: bytes, says: str) -> None:
     """Our subscription asks for client-individual acks: a MESSAGE frame without an ``ack`` header
     (a broker bug or something else on the port) could never be settled; ``fetch`` says so. A frame
-    a server may not send (the tail of a misframed body) was skipped without a word."""
+    a server may not send (the tail of a misframed body) means the stream is out of step: skipping
+    it would lose a message without a word."""
     import socket
     import threading
 

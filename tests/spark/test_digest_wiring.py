@@ -20,8 +20,9 @@ import pytest
 
 from reassembly._plumbing import UsageError, load_keyring
 from reassembly.assembler import Assembler, Limits
-from reassembly.assembler.bodies import FileBodyStore, StoredBody
+from reassembly.assembler.bodies import StoredBody
 from reassembly.assembler.events import ConflictingDuplicate, MessageComplete, MessageFailed
+from reassembly.assembler.filestore import FileBodyStore
 from refmsg import Chunker, Receiver
 from refmsg.claimcheck import DirectoryStore, offload, resolve, resolve_into
 from refmsg.core import ChunkRow, assemble_chunks

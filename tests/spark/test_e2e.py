@@ -151,8 +151,9 @@ def test_column_values_a_segment_cannot_carry_are_quarantined_never_padded_or_cu
 
 
 def test_a_column_value_out_of_a_field_range_is_quarantined_never_a_failed_job(spark: Any) -> None:
-    """Spark's ANSI cast made one MsgSeqNumber of 3,000,000,000 (a BIGINT column) or a non-numeric
-    text fail the whole job with CAST_OVERFLOW / CAST_INVALID_INPUT; such a row is garbage now."""
+    """A value out of a field's range (a MsgSeqNumber of 3,000,000,000 in a BIGINT column) or a
+    non-numeric text is a quarantined row, never a whole job failed by Spark's ANSI cast
+    (CAST_OVERFLOW / CAST_INVALID_INPUT)."""
     whole = b"a message"
     crc = zlib.crc32(whole)
     schema = "gid binary, seq bigint, off string, flags int, olen bigint, crc bigint, mcrc bigint, body binary"

@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reassembly import Assembler
-from reassembly.assembler.bodies import FileBodyStore
 from reassembly.assembler.build import _combined_checksum
+from reassembly.assembler.filestore import FileBodyStore
 from reassembly.assembler.model import Facts, Message, Piece
 from reassembly.assembler.rules import _candidates, agree, canonical, fits
 from segmenter import ChecksumAlgorithm, Codec, MsgFlags, Segment, SegmentationError
@@ -186,10 +186,10 @@ def _two_byte_pieces(n: int, order: str) -> tuple[bytes, list[bytes]]:
 
 
 def test_the_streaming_search_runs_only_when_a_piece_can_change_its_outcome() -> None:
-    """Many tiny overlapping segments: the search (and the agreement check over every held piece)
-    ran at every arrival once the LAST piece's range was covered, O(n) each: 9.7 ms per segment
-    with 2,000 held. Now agreement is kept as pieces arrive, and the search runs only when the new
-    piece is reachable from offset 0 and some LAST piece's end is: here once per message."""
+    """Many tiny overlapping segments: run at every arrival once the LAST piece's range is covered,
+    the search (and an agreement check over every held piece) would cost O(n) each. Agreement is
+    kept as pieces arrive, and the search runs only when the new piece is reachable from offset 0
+    and some LAST piece's end is: here once per message."""
     import reassembly.assembler.rules as rules
 
     calls = {"n": 0}
@@ -236,11 +236,11 @@ def _overlapping_pieces(n: int) -> tuple[list[bytes], list[bytes]]:
     return first, second
 
 
-def test_the_search_gate_decides_what_searching_at_every_arrival_decided(tmp_path: Path) -> None:
-    """The gate skipped searches that could decide: an unreachable piece ending the agreement of a
-    body in the store (agreement is not tracked there), and a piece making a message ready whose
-    disagreeing copies cut the search off (a conflict). The message then stayed held (a snapshot
-    its own restore refused; at close an Unfinished labelled 2241). Both give batch mode's 9012."""
+def test_the_search_gate_decides_what_searching_at_every_arrival_would(tmp_path: Path) -> None:
+    """The gate must not skip a search that could decide: an unreachable piece ending the agreement
+    of a body in the store (agreement is not tracked there), and a piece making a message ready whose
+    disagreeing copies cut the search off (a conflict). A skipped one would leave the message held (a
+    snapshot its own restore refuses; at close an Unfinished labelled 2241). Both give batch mode's 9012."""
     for segments in _overlapping_pieces(40):
         batch = Assembler(batch=True)
         expected = [(type(e).__name__, e.reason) for e in batch.receive_many(segments) + batch.close()]

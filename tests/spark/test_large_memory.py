@@ -1,8 +1,9 @@
 """A message stored in a file is judged without reading it back into memory, and still quarantined whole.
 
-Issue 14's single 8 GiB message: its largest Python worker grew with the message (8.1 GiB)
-because judging it read every stored piece back into the byte-agreement reference
-(``rules.agree``). The in-process test measures the Python heap with ``tracemalloc`` while
+Judging must not read every stored piece back into the byte-agreement reference
+(``rules.agree``): the largest Python worker would grow with the message (the single 8 GiB
+message of ``python -m bench.largecase --gib 8`` checks it with every process kind's peak RSS).
+The in-process test measures the Python heap with ``tracemalloc`` while
 the assembler judges (every ``bytes`` read back from the store is a Python allocation, so the
 count is exact, not a sampled RSS); the Spark test checks that large messages failing after
 many far rows still quarantine every original byte (by reference: tests/spark/test_quarantine_ref.py).
@@ -23,8 +24,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reassembly import Assembler, Limits
-from reassembly.assembler.bodies import FileBodyStore, StoredBody
+from reassembly.assembler.bodies import StoredBody
 from reassembly.assembler.events import MessageComplete
+from reassembly.assembler.filestore import FileBodyStore
 from reassembly.assembler.rules import _overlapping
 from reassembly.spark import ReassemblyOptions, read_quarantined, reassemble
 from segmenter import ChecksumAlgorithm, Segmenter
@@ -57,7 +59,7 @@ def test_a_stored_message_is_judged_without_reading_its_body_into_memory(tmp_pat
     [done] = events
     assert isinstance(done, MessageComplete) and isinstance(done.payload, StoredBody)
     assert (tmp_path / done.payload.location).stat().st_size == size
-    # It was the whole body (32 MiB); judging needs the pieces' handles and a 1 MiB read window.
+    # Not the whole body (32 MiB): judging needs the pieces' handles and a 1 MiB read window.
     assert peak < 2 * MiB, peak
 
 

@@ -238,7 +238,7 @@ def _reseal(raw: bytes, **changes: int) -> bytes:
 def test_a_forged_segment_never_splits_its_message_and_too_big_messages_keep_their_row(
     spark: Any, tmp_path: Path, large: bool
 ) -> None:
-    """One row per (GroupId, MsgSeqNumber), whatever one segment's header claims (issue 8, routing)."""
+    """One row per (GroupId, MsgSeqNumber), whatever one segment's header claims (routing)."""
     small = [s.encode() for s in Segmenter(300).segment(os.urandom(1000))]
     forged = [
         _reseal(small[1], original_length=MAX - 1, stored_length=MAX - 1),  # another size, still valid alone

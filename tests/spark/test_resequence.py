@@ -26,22 +26,13 @@ import pytest
 
 from reassembly.resequencer import Resequencer
 from reassembly.resequencer.model import EndWhen, Event, ResequenceOptions, StartAt
-from reassembly.spark.resequence import (
-    EXTRA_FIELDS,
-    Clock,
-    Ref,
-    core_options,
-    outputs,
-    ref_of,
-    resequence,
-    resequence_stream,
-)
-from reassembly.spark.stream.reassemble import ROCKSDB
+from reassembly.spark.resequence import resequence, resequence_stream
+from reassembly.spark.resequence.core import EXTRA_FIELDS, Clock, Ref, core_options, outputs, ref_of
+from reassembly.spark.state_store import PROVIDER, ROCKSDB
 
 pytestmark = pytest.mark.spark
 
 T0 = 1_700_000_000_000  # ms
-PROVIDER = "spark.sql.streaming.stateStore.providerClass"
 OPTIONS = ResequenceOptions(start=StartAt(0), end=EndWhen("is_last"), missing_timeout=30.0, keep_closed=100.0)
 SCHEMA = pa.schema(
     [

@@ -107,8 +107,8 @@ def test_every_parquet_write_of_ours_goes_through_the_large_rows_writer() -> Non
         if raw.search(line)
     ]
     assert found == []
-    assert "parquet_writer(" in (root / "spark" / "stream.py").read_text()
-    assert "parquet_writer(" in (root / "spark" / "collect.py").read_text()
+    assert "parquet_writer(" in (root / "spark" / "stream" / "functions.py").read_text()
+    assert "parquet_writer(" in (root / "spark" / "collect" / "functions.py").read_text()
 
 
 def test_one_finished_side_file_per_partition(tmp_path: Path) -> None:
@@ -160,8 +160,8 @@ def test_a_damaged_side_file_is_refused_before_anything_is_allocated(tmp_path: P
 
 @pytest.mark.spark
 def test_a_message_of_unknown_size_is_a_file_on_every_path(spark: Any, tmp_path: Path) -> None:
-    """With a payload_dir, a length-deferred message (a MessageWriter's) was delivered inline by the
-    clean test and as a file by the assembler, so the row's columns depended on the path that ran."""
+    """With a payload_dir, a length-deferred message (a MessageWriter's) is a file whichever path
+    judges it (the clean test or the assembler): the row's columns never depend on the path that ran."""
     import os
 
     from segmenter.digest import DigestPolicy
@@ -191,11 +191,11 @@ def test_a_message_of_unknown_size_is_a_file_on_every_path(spark: Any, tmp_path:
 
 
 def test_the_side_judge_holds_no_payload_of_a_batch_while_spark_writes_it(tmp_path: Path) -> None:
-    """Each batch of output rows went to Spark while the list of rows it was built from still held
-    their payloads (``judged`` keeps the list until it resumes), and the side file's reader and
-    ``judged`` still held the group's original rows: a 100 MiB message stayed in the worker up to
-    three times while its batch was written, and the default-threshold hostile-input test
-    (``-m slow``) went over its memory bound. Arrow's buffers are not Python allocations, so what
+    """While Spark writes a batch of output rows, neither the list of rows it was built from
+    (``judged`` keeps the list until it resumes) nor the side file's reader and ``judged`` (the
+    group's original rows) may still hold the payloads: a 100 MiB message would stay in the worker
+    up to three times while its batch is written, and the default-threshold hostile-input test
+    (``-m slow``) would go over its memory bound. Arrow's buffers are not Python allocations, so what
     tracemalloc still sees while a batch is out is what the judge kept."""
     import tracemalloc
 

@@ -35,9 +35,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from reassembly.spark import reassemble
-from reassembly.spark.stream.reassemble import (
-    CHANGELOG,
-    ROCKSDB,
+from reassembly.spark.state_store import CHANGELOG, PROVIDER, ROCKSDB
+from reassembly.spark.stream.functions import (
     StreamOptions,
     file_source,
     read_committed,
@@ -56,7 +55,7 @@ OPTIONS = StreamOptions(expire_after=300, watermark=0, tombstone=5000)
 
 @pytest.fixture(scope="module")
 def stream_spark(spark: Any) -> Iterator[Any]:
-    keys = {"spark.sql.streaming.stateStore.providerClass": ROCKSDB, CHANGELOG: "true"}  # as configure() sets
+    keys = {PROVIDER: ROCKSDB, CHANGELOG: "true"}  # as configure() sets
     for key, value in keys.items():
         spark.conf.set(key, value)
     yield spark
@@ -325,7 +324,7 @@ def test_status_line_reports_exactly_what_state_holds(stream_spark: Any, tmp_pat
     from reassembly.cli.stream import status_line
     from reassembly.spark.pipeline import ReassemblyOptions
     from reassembly.spark.stream.core import Footprint
-    from reassembly.spark.stream.reassemble import batch_counts, committed_batches, state_after
+    from reassembly.spark.stream.functions import batch_counts, committed_batches, state_after
     from segmenter.wire import decode_header
 
     rng = random.Random(21)
@@ -388,10 +387,11 @@ def test_rows_that_are_not_whole_segments_are_quarantined_as_they_came_even_when
     stream_spark: Any, tmp_path: Path
 ) -> None:
     """A large message's segments are spooled to disk at their offsets. A row longer than its
-    segment wrote its extra bytes over the next segment's spooled data (its bytes lost, and with a
-    CRC-preserving tail the stream delivered forged content as complete); a shorter one came back
-    padded with zeros (quarantined as 9005 with bytes it never had). A NULL row crashed the stream
-    at every restart. Now each stays in state as it came and is quarantined like `run` does it."""
+    segment, spooled, would write its extra bytes over the next segment's spooled data (its bytes
+    lost, and with a CRC-preserving tail forged content delivered as complete); a shorter one would
+    come back padded with zeros (quarantined as 9005 with bytes it never had); a NULL row has no
+    bytes to spool. So each stays in state as it came and is quarantined as `run` does it, and
+    the message completes from its whole segments."""
     from reassembly.spark.pipeline import ReassemblyOptions
 
     payload = random.Random(31).randbytes(1500)
@@ -419,9 +419,9 @@ def test_rows_that_are_not_whole_segments_are_quarantined_as_they_came_even_when
 
 
 def test_null_event_times_and_old_files_are_read(stream_spark: Any, tmp_path: Path) -> None:
-    """``--event-time`` with a NULL value crashed the stream at every restart; a file whose
-    modification time is more than 7 days older than the newest seen was never read (Spark's
-    maxFileAge), without a word."""
+    """A NULL event time counts as the latest of its call (it must not stop the stream, which would
+    stop again at every restart on the same input); a file whose modification time is more than 7
+    days older than the newest seen is read too (Spark's maxFileAge would skip it without a word)."""
     rng = random.Random(41)
     first = [s.encode() for s in Segmenter(300).segment(rng.randbytes(700))]
     second = [s.encode() for s in Segmenter(300).segment(rng.randbytes(700))]

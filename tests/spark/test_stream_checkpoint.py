@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from reassembly.spark.pipeline import ReassemblyOptions
-from reassembly.spark.stream.reassemble import (
+from reassembly.spark.stream.functions import (
     LAYOUT,
     MANIFEST,
     CheckpointMismatch,
@@ -113,11 +113,11 @@ def test_a_checkpoint_begun_before_the_manifest_is_layout_1_and_refused(tmp_path
 
 
 # Checkpoints written by earlier layouts, each with one message decided (its tombstone) and one open (two
-# of its four segments held), by tests/fixtures/stream_layoutN/make.py.txt. Layout 1 (the code at 716bccb,
-# before 2026-11-23's session 20) kept three value states ``info``, ``summary``, ``tomb`` where layout 2 keeps
-# one: reading it would see every open key as new (its held segments never judged again) and every
-# tombstone as absent. Layout 2 (the code at 3c3c64b, before session 21) stored held rows as binary where
-# layout 3 reads base64 text: its held segments would be misread.
+# of its four segments held), by tests/spark/fixtures/stream_layoutN/make.py.txt. Layout 1 (the code at
+# 716bccb) kept three value states ``info``, ``summary``, ``tomb`` where later layouts keep one: reading
+# it would see every open key as new (its held segments never judged again) and every tombstone as
+# absent. Layout 2 (the code at 3c3c64b) stored held rows as binary where layout 3 reads base64 text:
+# its held segments would be misread.
 FIXTURES = Path(__file__).parent / "fixtures"
 
 

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reassembly.assembler import Limits
-from reassembly.assembler.bodies import FileBodyStore
 from reassembly.assembler.events import Cause
+from reassembly.assembler.filestore import FileBodyStore
 from reassembly.spark.rows import reassemble_group
 from reassembly.spark.stream.core import (
     KIND_DUPLICATE,

@@ -4,8 +4,10 @@ Started on 127.0.0.1 with random free ports (port 0; the real ports are read fro
 in a temp dir, with the two AMQP jars vendored in ``third_party/activemq-amqp`` copied into
 its ``lib/`` (Debian's build ships no AMQP transport). The JVM is the Popen child (no ``su``
 wrapper: ``java -jar activemq.jar`` directly) and gets SIGTERM if the test process dies
-(``PR_SET_PDEATHSIG``), so no broker outlives its test. Facts and commands:
-``/work/shared/SERVERS-NOTES.md`` Part 1, reproduced in ``third_party/activemq-amqp/README.md``.
+(``PR_SET_PDEATHSIG``), so no broker outlives its test; SIGTERM stops it cleanly (exit 143).
+The package puts the broker under ``/usr/share/activemq`` (``bin/activemq.jar``, the launcher
+run here with ``start`` and an ``xbean:file:`` configuration); ``.ci/run`` installs it and a
+JVM. What the two jars are, and how to rebuild them: ``third_party/activemq-amqp/README.md``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,10 @@
 
 initdb and the postmaster run as the ``postgres`` user (they refuse root) in a temp dir under
 /tmp (pytest's tmp_path is not traversable by that user); the Popen child is the postmaster
-itself, stopped with SIGINT (fast shutdown). Facts: /work/shared/SERVERS-NOTES.md, Part 2.
+itself, stopped with SIGINT (fast shutdown). The package puts its binaries in
+``/usr/lib/postgresql/15/bin`` and creates the ``postgres`` user; switching to that user needs
+root (``.ci/run`` installs the package). The server trusts local connections (``initdb -A
+trust``), listens on 127.0.0.1 at a free port and keeps its socket in the temp dir.
 """
 
 from __future__ import annotations

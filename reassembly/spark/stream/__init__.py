@@ -1,12 +1,14 @@
-"""Streaming reassembly on Spark: the job (``reassemble``), its per-key core (``core``) and its spool.
+"""Streaming reassembly on Spark: the job (``reassemble``), its per-key core (``core``), its stateful
+processor (``processor``), its state layout (``layout``) and its spool.
 
 ``core`` decides, in plain Python, what each message key's rows do in a micro-batch (testable
-without Spark); ``reassemble`` is the Spark side (the stateful processor that only reads and
-writes Spark state, the sink, the checkpoint's manifest); ``spool`` keeps held segments' bodies
-outside the state store.
+without Spark); ``processor`` is the stateful processor that only reads and writes Spark state
+(the variables of ``layout``) and calls the core; ``reassemble`` sets the stream up and holds the
+sink and the checkpoint's manifest; ``spool`` keeps held segments' bodies outside the state store.
+The state store check and session settings are :mod:`reassembly.spark.state_store`'s.
 """
 
-from reassembly.spark.stream.reassemble import (
+from reassembly.spark.stream.functions import (
     CHANGELOG,
     KIND_STATE,
     LAYOUT,

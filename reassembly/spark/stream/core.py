@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple, overload
 
+from reassembly.assembler import snapshot as assembler_snapshot
 from reassembly.assembler._state import GroupState
 from reassembly.assembler.bodies import BodyStore
 from reassembly.assembler.core import Assembler, Limits
@@ -41,7 +42,6 @@ from reassembly.assembler.events import (
 )
 from reassembly.assembler.model import Closed, Fingerprint, missing_numbers
 from reassembly.assembler.positions import Ledger, Origin
-from reassembly.assembler.snapshot import restore, snapshot
 from reassembly.spark.rows import GroupRows, Row, event_rows
 from reassembly.spark.stream.spool import IN_STATE, SpoolState
 from segmenter.coverage import RangeSet
@@ -59,7 +59,8 @@ class Footprint(NamedTuple):
     header; counted raw, though state layout 3 stores them as base64 text, 4/3 as many),
     ``spooled_bytes`` the data bytes of held segments kept in spool files instead. A tombstone's
     bytes are its value (the assembler snapshot, how it ended, four longs: its times), not
-    RocksDB's key and encoding overhead. Kept as per-batch changes (see ``stream.py``): exact.
+    RocksDB's key and encoding overhead. Kept as per-batch changes (``kind = state`` rows, summed by
+    the sink in ``reassemble.py``): exact.
     """
 
     groups: int = 0  # keys still open (segments held, undecided)
@@ -169,7 +170,7 @@ class Summary:
 
     def tombstone(self, group_id: bytes, state: GroupState = GroupState.COMPLETE) -> bytes:
         """An assembler snapshot remembering what left (what :func:`late_rows` judges against)."""
-        return snapshot({}, {group_id: Closed(state, dict(self.delivered))}, Ledger())
+        return assembler_snapshot.encode({}, {group_id: Closed(state, dict(self.delivered))}, Ledger())
 
     def dump(self) -> bytes:
         return json.dumps(
@@ -260,7 +261,7 @@ def judge(
     rows = [r for r in event_rows(events) if not (r["kind"] == "message" and r["msg_seq_number"] in summary.left)]
     tomb = asm.snapshot()
     if summary.left and gid is not None:
-        closed = restore(tomb, _nothing, {}, Ledger())
+        closed = assembler_snapshot.decode(tomb, _nothing, {}, Ledger())
         summary.delivered.update(closed[gid].delivered if gid in closed else {})
         tomb = summary.tombstone(gid, GroupState(state))
     return Verdict(_plain(rows), tomb, state)
@@ -297,7 +298,7 @@ def _partial(
         return None
     gid = decode_header(raws[0]).group_id
     mine = [e for e in events if _about(e) in done]
-    closed = restore(tomb, _nothing, {}, Ledger())[gid]
+    closed = assembler_snapshot.decode(tomb, _nothing, {}, Ledger())[gid]
     summary.delivered.update({k: fp for k, fp in closed.delivered.items() if k[0] in done})
     summary.left.update(done)
     summary.last_left = next((s for s, f in done.items() if is_last_in_group(f)), summary.last_left)

@@ -13,7 +13,7 @@ state refers to as it was: a replay never corrupts a body.
 
 When the key is judged, the held segments are read back one at a time
 (:class:`HeldRows`) into the batch assembler with a
-:class:`~reassembly.assembler.bodies.FileBodyStore`, which builds each verified message in
+:class:`~reassembly.assembler.filestore.FileBodyStore`, which builds each verified message in
 a file of its own and renames it into place (``<GroupId hex>-<MsgSeqNumber>-<checksum>.bin``
 under the directory), as the batch job does with ``payload_dir``. The spool files
 of a message are removed only after the batch that wrote its row is committed
@@ -69,7 +69,7 @@ class Spool:
     def wants(self, raw: bytes, h: SegmentHeader) -> bool:
         """Spool a whole segment (exactly its header and declared data: a row shorter or longer
         stays in state as it came, to be quarantined with its own bytes; spooled, a longer one
-        overwrote the next range of the body and a shorter one came back padded with zeros) of a
+        would overwrite the next range of the body and a shorter one come back padded with zeros) of a
         large message whose range lies inside what it declares (anything else stays in state,
         whatever its size, and is rejected by the judgment)."""
         if len(raw) != h.header_length + h.data_length:

@@ -2,7 +2,7 @@ package segmenter.jvm;
 
 import java.math.BigInteger;
 
-/** Generated from segmenter/header_table.py by tools/build_jar.py: edit the table, not this file. */
+/** Generated from segmenter/header_table.py by tools/render.py: edit the table, not this file. */
 final class HeaderTable {
     static final int PREFIX_LENGTH = 10, FIXED_LENGTH = 80, HEADER_LENGTH = 84, CHECKSUM_WIDTH = 4;
     static final int AT_MAGIC = 0, WIDTH_MAGIC = 4;

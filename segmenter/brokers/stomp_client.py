@@ -1,18 +1,18 @@
 """A minimal STOMP 1.2 client: a sans-I/O frame parser and one blocking socket in the caller's thread.
 
-Why our own instead of stomp-py (the client until session 20): stomp-py reads on a thread of its
-own, 16 KiB per ``recv``, and rebuilds its receive buffer by concatenation after every read that
-contains a NUL byte (which almost every 16 KiB of binary data does), so a 64 KiB message cost its
-reader thread about 230 us of CPU, several copies of the body, plus a GIL hand-off to the thread
-that processes it (measured on loopback against ActiveMQ, bench/README.md "Broker"). Here the
-socket is read by whoever calls :meth:`StompConnection.read`, up to 1 MiB at a time straight into
-the parser's buffer (``recv_into``), and a body is copied exactly once, from that buffer into
-the ``bytes`` a frame holds, or, when the parser was given a :class:`~segmenter.recycle.BufferPool`
-(the consumer's connection is), into a pooled buffer lent as a read-only view and reused once
-nothing refers to it: a consumer that holds bodies would otherwise pay a page fault per 4 KiB of
-each. Either way immutable, so an assembler may keep views into it.
+Why our own instead of stomp-py: stomp-py reads on a thread of its own, 16 KiB per ``recv``, and
+rebuilds its receive buffer by concatenation after every read that contains a NUL byte (which
+almost every 16 KiB of binary data does), so a 64 KiB message costs its reader thread about
+230 us of CPU, several copies of the body, plus a GIL hand-off to the thread that processes it
+(measured on loopback against ActiveMQ, bench/README.md "Broker"). Here the socket is read by
+whoever calls :meth:`StompConnection.read`, up to 1 MiB at a time straight into the parser's
+buffer (``recv_into``), and a body is copied exactly once, from that buffer into the ``bytes`` a
+frame holds, or, when the parser was given a :class:`~segmenter.brokers.recycle.BufferPool` (the
+consumer's connection is), into a pooled buffer lent as a read-only view and reused once nothing
+refers to it: a consumer that holds bodies would otherwise pay a page fault per 4 KiB of each.
+Either way immutable, so an assembler may keep views into it.
 
-Only what the adapters in :mod:`segmenter.brokers` need: CONNECT, SEND (with receipts), SUBSCRIBE,
+Only what :mod:`segmenter.brokers.stomp` needs: CONNECT, SEND (with receipts), SUBSCRIBE,
 ACK/NACK, DISCONNECT; MESSAGE, RECEIPT, ERROR and CONNECTED frames in. No heart-beats (``0,0`` is
 asked for: a consumer that stops reading must not be disconnected for it, and the broker's
 inactivity monitor is off for STOMP clients that ask so). Frames from the broker are hostile
@@ -29,7 +29,7 @@ import time
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
-from .errors import Reason, SegmentationError
+from ..errors import Reason, SegmentationError
 from .recycle import BufferPool
 
 MAX_HEADER_BLOCK = 64 << 10  # the command and headers of one frame

@@ -1,0 +1,279 @@
+"""What the Spark resequencer decides for one group key: pure Python, no Spark, no clock.
+
+Both Spark forms (:mod:`reassembly.spark.resequence.functions`) run the in-process
+:class:`~reassembly.resequencer.core.Resequencer`, one per group key, with the event time in
+milliseconds as its clock. A row reaches it as an :class:`Item` (the helper columns computed in
+the JVM: event time, sequence number, predicate flags, size); the resequencer holds a :class:`Ref`
+to where the row is. Each event becomes an output row's extra columns (:func:`outputs`).
+
+Stream: per call, :class:`ResequenceCore` restores the key's resequencer from its snapshot, ticks it
+to the watermark, offers the call's rows in event-time order (or, for a fired timer, ticks it to the
+timer's time) and returns a :class:`Decision`: the rows to emit (each from this call's rows, from the
+held rows in state, or a row of its own), which of this call's rows to hold, the snapshot to keep and
+the one timer to set. The processor (:mod:`reassembly.spark.resequence.processor`) only reads and
+writes the state. Batch: :func:`resequence_table`, one finished group in event order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, NamedTuple
+
+from reassembly.resequencer.core import Resequencer
+from reassembly.resequencer.model import (
+    EndAuto,
+    EndWhen,
+    Event,
+    Expired,
+    Failed,
+    GroupClosed,
+    Missing,
+    Released,
+    ResequenceOptions,
+    Skipped,
+    StartAuto,
+    StartWhen,
+)
+
+EXTRA_FIELDS = (
+    ("instance", "bigint"),
+    ("terminal", "string"),
+    ("position", "bigint"),
+    ("reason", "int"),
+    ("reason_name", "string"),
+    ("detail", "string"),
+    ("cause", "string"),
+    ("skip_first", "bigint"),
+    ("skip_stop", "bigint"),
+    ("n_released", "bigint"),
+    ("n_expired", "bigint"),
+    ("n_missing", "bigint"),
+    ("n_failed", "bigint"),
+    ("gaps", "array<array<bigint>>"),
+)
+# The helper columns added to the input (event ms, sequence number, predicate flags, size).
+MS_COLUMN, SEQ_COLUMN, FLAGS_COLUMN, SIZE_COLUMN = "__reseq_ms", "__reseq_seq", "__reseq_flags", "__reseq_size"
+STARTS, ENDS = 1, 2  # bits of a row's predicate flags, computed in the JVM
+HELD = -1  # Ref.row of a row held in the state store (not in this call's rows)
+
+
+class Ref(NamedTuple):
+    """What the resequencer holds for a Spark row: its predicate flags and where the row is."""
+
+    flags: int  # STARTS: the start predicate is true, ENDS: the end predicate is true
+    row: int  # the row's place in this call's rows; HELD (-1): held in the state store
+
+
+class Item(NamedTuple):
+    """One input row as the resequencer sees it: the helper columns' values."""
+
+    ms: int | None  # event time; None counts as 0
+    seq: int | None
+    flags: int
+    size: int | None  # None counts as 0
+
+    @classmethod
+    def of(cls, row: Any) -> Item:
+        """From a row (a Spark Row or a dict) with the helper columns."""
+        return cls(row[MS_COLUMN], row[SEQ_COLUMN], row[FLAGS_COLUMN], row[SIZE_COLUMN])
+
+
+class Clock:
+    """Event time in milliseconds, set by the caller before each step."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _starts(seq: Any, ref: Ref) -> bool:
+    return bool(ref.flags & STARTS)
+
+
+def _ends(seq: Any, ref: Ref) -> bool:
+    return bool(ref.flags & ENDS)
+
+
+def core_options(options: ResequenceOptions) -> ResequenceOptions:
+    """Seconds to milliseconds; SQL predicates to readers of the flags computed in the JVM."""
+
+    lim = options.limits
+    if lim.max_messages < lim.max_group_messages or lim.max_bytes < lim.max_group_bytes:
+        raise ValueError(
+            "in Spark every group key has its own resequencer: max_messages/max_bytes (in all) cannot be "
+            "enforced across keys (transformWithState reaches only the key it is handling); bound each key "
+            "with max_group_messages/max_group_bytes (the state store bounds the keys together)"
+        )
+
+    def ms(x: float | None) -> float | None:
+        return None if x is None else float(round(x * 1000))
+
+    start, end = options.start, options.end
+    if isinstance(start, StartWhen):
+        start = StartWhen(_starts)
+    elif isinstance(start, StartAuto):
+        start = StartAuto(ms(start.gather) or 0.0)
+    if isinstance(end, EndWhen):
+        end = EndWhen(_ends)
+    elif isinstance(end, EndAuto):
+        end = EndAuto(ms(end.idle) or 0.0)
+    timeout, keep = ms(options.missing_timeout), ms(options.keep_closed)
+    return replace(options, start=start, end=end, missing_timeout=timeout, keep_closed=keep)
+
+
+def outputs(events: list[Event]) -> Iterator[tuple[Event, tuple[Any, ...]]]:
+    """Every event with its extra columns (:data:`EXTRA_FIELDS`): a row per message, and a row per
+    ``Skipped`` (terminal ``skipped``) and ``GroupClosed`` (terminal ``group_closed``)."""
+    none = (None,) * 8  # cause, skip_first, skip_stop, the four counts, gaps
+    for ev in events:
+        if isinstance(ev, Failed):
+            yield ev, (ev.instance, "failure", None, int(ev.reason), ev.reason.name, str(ev.error), *none)
+        elif isinstance(ev, Missing):
+            yield ev, (ev.instance, "missing", None, 0, "NONE", None, *none)
+        elif isinstance(ev, (Released, Expired)):
+            terminal = "out" if isinstance(ev, Released) else "expire"
+            yield ev, (ev.instance, terminal, ev.position, 0, "NONE", None, *none)
+        elif isinstance(ev, Skipped):
+            yield ev, (ev.instance, "skipped", None, 0, "NONE", None, ev.cause.value, ev.first, ev.stop, *none[:5])
+        else:
+            counts = (ev.released, ev.expired, ev.missing, ev.failed)
+            gaps = [list(g) for g in ev.gaps]
+            yield ev, (ev.instance, "group_closed", None, 0, "NONE", None, ev.cause.value, None, None, *counts, gaps)
+
+
+def ref_of(ev: Event) -> Ref | None:
+    """Where a message event's row is; None for ``Skipped`` / ``GroupClosed`` (rows of their own)."""
+    return None if isinstance(ev, (Skipped, GroupClosed)) else ev.item  # type: ignore[no-any-return]
+
+
+def group_of(key: Sequence[Any]) -> Any:
+    """The group value of a Spark grouping key (binary as bytes: the resequencer hashes it)."""
+    k = key[0]
+    return bytes(k) if isinstance(k, (bytearray, memoryview)) else k
+
+
+def _order(item: Item) -> tuple[int, bool, int]:
+    """Event-time order; within one time, by sequence number (no number last)."""
+    return (item.ms or 0, item.seq is None, item.seq or 0)
+
+
+def _held_ref(flags: bytes) -> Ref:
+    return Ref(flags[0], HELD)
+
+
+def _flags(ref: Ref) -> bytes:
+    return bytes([ref.flags])
+
+
+class Out(NamedTuple):
+    """One output row: where its input columns come from, and its extra columns."""
+
+    at: int | None  # this call's row at that place (>= 0); HELD: the held row ``seq`` (it leaves state);
+    # None: a row of its own (``skipped``, ``group_closed``: of the input columns only the group's)
+    seq: Any
+    extra: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What one call decided for a key."""
+
+    rows: list[Out]  # in event order
+    hold: list[int]  # this call's rows to keep in the state store (they have not left), in the order offered
+    snapshot: bytes | None  # the resequencer's state to keep; None: nothing left to keep
+    deadline: int | None  # the one timer the key needs (every other goes); None: none
+
+
+class ResequenceCore:
+    """The stream's per-key decisions (see the module docstring). Made from the user's options
+    (seconds, SQL predicates): refuses options Spark cannot honour (:func:`core_options`)."""
+
+    def __init__(self, options: ResequenceOptions) -> None:
+        self.options = core_options(options)
+
+    def _load(self, snapshot: bytes | None, clock: Clock) -> Resequencer:
+        if snapshot is not None:
+            return Resequencer.restore(snapshot, self.options, clock=clock, decode=_held_ref)
+        return Resequencer(self.options, clock=clock)
+
+    def offer(self, snapshot: bytes | None, watermark: int, group: Any, items: Sequence[Item]) -> Decision:
+        """A micro-batch's rows for one key: first every deadline up to the watermark, then the rows in
+        event-time order, each at its own time."""
+        clock = Clock()
+        r = self._load(snapshot, clock)
+        order = sorted(range(len(items)), key=lambda i: _order(items[i]))
+        clock.now = watermark
+        events = r.tick()
+        for i in order:
+            item = items[i]
+            clock.now = item.ms or 0
+            events += r.offer(group, item.seq, Ref(item.flags, i), size=item.size or 0)
+        return self._decide(r, events, order)
+
+    def fire(self, snapshot: bytes | None, watermark: int, at: int) -> Decision:
+        """The key's timer fired at ``at``: every deadline up to it (or the watermark, if later)."""
+        clock = Clock()
+        r = self._load(snapshot, clock)
+        clock.now = max(watermark, at)
+        return self._decide(r, r.tick(), [])
+
+    def _decide(self, r: Resequencer, events: list[Event], order: list[int]) -> Decision:
+        rows: list[Out] = []
+        left: set[int] = set()
+        for ev, extra in outputs(events):
+            if isinstance(ev, (Skipped, GroupClosed)):
+                rows.append(Out(None, None, extra))
+                continue
+            ref: Ref = ev.item
+            rows.append(Out(ref.row, ev.seq, extra))
+            if ref.row != HELD:
+                left.add(ref.row)
+        keep = None if r.open_groups == 0 and r.next_deadline() is None else r.snapshot(encode=_flags)
+        deadline = r.next_deadline()
+        hold = [i for i in order if i not in left]
+        return Decision(rows, hold, keep, None if deadline is None else int(deadline))
+
+
+def resequence_table(
+    options: ResequenceOptions, group: Any, rows: list[dict[str, Any]]
+) -> list[tuple[int | None, tuple[Any, ...]]]:
+    """One group of a finished table, in-process: ``(row index, extras)`` per output row, in event order
+    (index None: a ``skipped`` or ``group_closed`` row)."""
+    clock = Clock()
+    r = Resequencer(core_options(options), clock=clock)
+    events: list[Event] = []
+    items = [Item.of(row) for row in rows]
+    for i in sorted(range(len(items)), key=lambda i: _order(items[i])):
+        item = items[i]
+        clock.now = item.ms or 0
+        events += r.tick()
+        events += r.offer(group, item.seq, Ref(item.flags, i), size=item.size or 0)
+    clock.now = float("inf")
+    events += r.tick() + r.close()
+    return [(None if (ref := ref_of(ev)) is None else ref.row, extra) for ev, extra in outputs(events)]
+
+
+__all__ = [
+    "ENDS",
+    "EXTRA_FIELDS",
+    "FLAGS_COLUMN",
+    "HELD",
+    "MS_COLUMN",
+    "SEQ_COLUMN",
+    "SIZE_COLUMN",
+    "STARTS",
+    "Clock",
+    "Decision",
+    "Item",
+    "Out",
+    "Ref",
+    "ResequenceCore",
+    "core_options",
+    "group_of",
+    "outputs",
+    "ref_of",
+    "resequence_table",
+]

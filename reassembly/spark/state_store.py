@@ -1,0 +1,49 @@
+"""The state store every stateful stream of this package needs: RocksDB, checked in one place.
+
+The stateful processors (:class:`~reassembly.spark.stream.processor.Reassembler`,
+:class:`~reassembly.spark.collect.processor.Batcher`,
+:class:`~reassembly.spark.resequence.processor.ResequenceProcessor`) run under Spark's
+``transformWithState``, which only works on the RocksDB state store provider. Without it the
+query would fail only once it runs, deep in a Python worker; :func:`require_rocksdb` refuses the
+session when the stream is set up instead, with the setting to change. :func:`configure` sets it
+(with the other session settings a stream wants). Nothing here imports pyspark: a session is only
+asked for its configuration.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PROVIDER = "spark.sql.streaming.stateStore.providerClass"
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+# Each state commit uploads a small changelog instead of a RocksDB snapshot (snapshots are taken in the
+# background): halves the commit time of a micro-batch here. Spark switches existing checkpoints either way.
+CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
+
+
+def require_rocksdb(spark: Any, what: str) -> None:
+    """Refuse a session whose state store is not RocksDB: ``ValueError("<what> needs <PROVIDER>=<ROCKSDB>")``.
+
+    ``what`` names the stream being set up, as the message's subject."""
+    if spark.conf.get(PROVIDER, "") != ROCKSDB:
+        raise ValueError(f"{what} needs {PROVIDER}={ROCKSDB}")
+
+
+def configure(spark: Any, partitions: int | None = None) -> int:
+    """Session settings for a stream: the RocksDB provider, changelog checkpointing, and state
+    partitions (``spark.sql.shuffle.partitions``; default: the cores Spark has). Returns the partitions.
+
+    Every micro-batch pays a fixed cost per state partition (a RocksDB commit, a Python state worker
+    round trip), so more partitions than cores only add latency. Spark fixes the number into a
+    checkpoint at its first start: a resumed stream keeps its own, whatever is set here.
+    """
+    if partitions is None:
+        sc = getattr(spark, "sparkContext", None)  # None on Spark Connect: keep the session's setting
+        partitions = sc.defaultParallelism if sc is not None else int(spark.conf.get("spark.sql.shuffle.partitions"))
+    spark.conf.set(PROVIDER, ROCKSDB)
+    spark.conf.set(CHANGELOG, "true")
+    spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+    return partitions
+
+
+__all__ = ["CHANGELOG", "PROVIDER", "ROCKSDB", "configure", "require_rocksdb"]
