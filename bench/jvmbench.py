@@ -13,8 +13,8 @@
   its file checked by size and CRC-32, every process kind's peak RSS (``bench.largecase``);
 * where the time goes: ``bench.stages`` on each 1 GiB data set (task seconds per stage).
 
-Writes ``issue14.json`` and ``issue14.md`` (the generated part of the README section) into
-``--out``; ``--readme`` also replaces that part of ``bench/README.md``. ``--scale`` shrinks
+Writes ``<date>-spark-matrix-<HHMM>.json`` and ``.md`` (the generated part of the README section;
+the run's UTC start) into ``--out``; ``--readme`` also replaces that part of ``bench/README.md``. ``--scale`` shrinks
 every matrix data set (0.25: 256 MiB and 1 GiB) for a run that only proves the harness.
 """
 
@@ -39,7 +39,7 @@ HERE = Path(__file__).parent
 MiB, KiB = 1 << 20, 1 << 10
 MATRIX = ((1024 * MiB, 16 * KiB, 8), (1024 * MiB, 64 * KiB, 8), (1024 * MiB, 1024 * KiB, 8), (4096 * MiB, 64 * KiB, 8))
 GOAL = 1.15  # ours within this of the floor, and faster than listagg
-BEGIN, END = "<!-- ISSUE14:BEGIN -->", "<!-- ISSUE14:END -->"
+BEGIN, END = "<!-- MATRIX:BEGIN -->", "<!-- MATRIX:END -->"
 OURS, LISTAGG, FLOOR = sparkbench.APPROACHES[0], sparkbench.APPROACHES[1], sparkbench.APPROACHES[4]
 
 
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stage-runs", type=int, default=2, help="stage-profile runs per 1 GiB data set; 0 skips it")
     p.add_argument("--pyspark-memory", default="", help="spark.executor.pyspark.memory for the large case")
     p.add_argument("--work", default=None, help="scratch directory for generated data (default: a temp dir)")
-    p.add_argument("--out", default=str(HERE / "results"), help="where issue14.json and issue14.md go")
+    p.add_argument("--out", default=str(HERE / "results"), help="where the results JSON and its .md go")
     p.add_argument("--readme", action="store_true", help="replace the generated part of bench/README.md's section")
     p.add_argument("--render", metavar="JSON", help="no run: the section from a results file (partial ones too)")
     p.add_argument("--large-json", metavar="JSON", help="with --render: the large case from bench.largecase --json")
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         "warmup_runs": [],
     }
     results["load_before"] = os.getloadavg()
-    partial = out / "issue14.partial.json"
+    partial = out / "spark-matrix.partial.json"
     warm = work / "warmup-32M"
     sparkbench.make_dataset(warm, 32 * MiB, 64 * KiB, 8)
     data = sparkbench.datasets(work, "matrix", shapes(args.scale))
@@ -102,10 +102,11 @@ def main(argv: list[str] | None = None) -> int:
         results["large"] = largecase.run(work, size, 1024 * KiB, conf, keep_data=False)
     results["load_after"] = os.getloadavg()
     results["seconds_total"] = time.monotonic() - started
-    (out / "issue14.json").write_text(json.dumps(results, indent=1))
+    name = stem(results)
+    (out / f"{name}.json").write_text(json.dumps(results, indent=1))
     partial.unlink(missing_ok=True)
     text = section(results)
-    (out / "issue14.md").write_text(text)
+    (out / f"{name}.md").write_text(text)
     if args.readme:
         update_readme(HERE / "README.md", text)
     print(text)
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def render(results_file: Path, large_json: str | None, readme: bool) -> int:
-    """Write the section from a saved run (``issue14.partial.json`` of an interrupted run too)."""
+    """Write the section from a saved run (``spark-matrix.partial.json`` of an interrupted run too)."""
     r = json.loads(results_file.read_text())
     r["summary"] = sparkbench.summarize(r["runs"])
     if "seconds_total" not in r:
@@ -125,6 +126,12 @@ def render(results_file: Path, large_json: str | None, readme: bool) -> int:
         update_readme(HERE / "README.md", text)
     print(text)
     return 0
+
+
+def stem(r: dict[str, Any]) -> str:
+    """A run's file name: its UTC start and the case, e.g. ``2026-11-25-spark-matrix-0958``."""
+    day, clock = r["machine"]["date"].split()[:2]
+    return f"{day}-spark-matrix-{clock.replace(':', '')}"
 
 
 def stage_profile(src: Path, runs: int, work: Path) -> list[dict[str, Any]]:
@@ -265,7 +272,7 @@ def stage_lines(profiles: list[dict[str, Any]]) -> list[str]:
 
 
 def update_readme(path: Path, text: str) -> None:
-    """Replace what lies between the ISSUE14 markers of ``path``."""
+    """Replace what lies between the MATRIX markers of ``path``."""
     readme = path.read_text()
     head, rest = readme.split(BEGIN, 1)
     path.write_text(f"{head}{BEGIN}\n{text}{END}{rest.split(END, 1)[1]}")

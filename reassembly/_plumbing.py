@@ -3,8 +3,9 @@
 Its errors (one line; a usage error exits 2 before anything is touched), the inputs it names
 and the output it claims (never overlapping: a run must not read or replace its own input), an
 atomic output directory (a hidden sibling renamed into place only on success, removed on failure
-or Ctrl-C), the interrupt flag, one-line errors and the digest policy read from a keyring file.
-The collector's job and the Spark jobs both import it; it imports neither.
+or Ctrl-C once whatever writes into it has stopped; one a killed run left is removed by the next
+run, never one whose owner still runs), the interrupt flag, one-line errors and the digest policy
+read from a keyring file. The collector's job and the Spark jobs both import it; it imports neither.
 """
 
 from __future__ import annotations
@@ -12,19 +13,25 @@ from __future__ import annotations
 import fnmatch
 import glob
 import json
+import logging
 import os
 import re
 import shutil
+import signal
+import socket
 import threading
+import time
 import uuid
-import warnings
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from segmenter.digest import DigestPolicy, Keyring
 from segmenter.errors import SegmentationError
+
+logger = logging.getLogger(__name__)
 
 
 class JobError(Exception):
@@ -148,29 +155,229 @@ def _remove(path: Path) -> None:
 
 
 @contextmanager
-def atomic_dir(out: Path, spark: Any = None) -> Iterator[Path]:
-    """A hidden sibling to write into; renamed to ``out`` on success, removed on failure or Ctrl-C."""
-    tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
+def deferred_interrupts() -> Iterator[None]:
+    """SIGINT and SIGTERM are noted, not raised, while the block runs; KeyboardInterrupt follows it.
+
+    For steps that must not stop half-way: the renames that put an output in place (an interrupt
+    between them would leave neither the old output nor the new) and the clean-up of a failed one.
+    The flag :data:`INTERRUPTED` is set at once. Outside the main thread (no handlers there) the
+    block runs as it is.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+
+    def note(signum: int, frame: Any) -> None:
+        INTERRUPTED.set()
+        came.append(signum)
+
+    previous = {signum: signal.signal(signum, note) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+    if came:
+        raise KeyboardInterrupt
+
+
+# ------------------------------------------------------------------ who owns a temporary output
+OWNER_FILE = ".reassemble-owner.json"
+"""The marker in a hidden temporary (and in a replaced output being removed): the host and the
+processes (this one and those it started to write there, such as Spark's JVM) of the run it is for."""
+
+ORPHAN_AFTER = 60.0
+"""Seconds after which a hidden temporary without a readable marker is taken for litter. A run
+writes its marker right after creating the directory, so only a run killed in that instant, or a
+writer that outlived its run and recreated a path under it, leaves one."""
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (Linux), or None."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text.rpartition(")")[2].split()
+
+
+def process_identity(pid: int) -> str | None:
+    """What tells this process from a later one given the same PID: the boot and the start time
+    (Linux ``/proc``); None where that cannot be read (then the PID alone is compared)."""
+    fields = _stat(pid)
+    return f"{_boot_id()}:{fields[19]}" if fields and len(fields) > 19 else None
+
+
+def process_alive(pid: int, identity: str | None = None) -> bool:
+    """Whether process ``pid`` (the one whose :func:`process_identity` was ``identity``) still runs here.
+
+    A zombie does not run; a PID now used by a process started later is not the same process.
+    """
+    try:
+        os.kill(pid, 0)
+    except PermissionError:
+        pass  # another user's process: it exists
+    except (ProcessLookupError, OverflowError, ValueError):
+        return False
+    except OSError:
+        return False
+    fields = _stat(pid)
+    if fields is not None and fields[0] == "Z":
+        return False
+    if identity is not None:
+        now = process_identity(pid)
+        if now is not None and now != identity:
+            return False
+    return True
+
+
+def descendants(pid: int) -> list[tuple[int, str | None]]:
+    """Every process below ``pid`` (children, their children...) with its identity: Linux ``/proc``;
+    empty where it cannot be read. Taken before a process tree is stopped, to wait for all of it."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if entry.isdigit():
+            fields = _stat(int(entry))
+            if fields and len(fields) > 1 and fields[1].isdigit():
+                children.setdefault(int(fields[1]), []).append(int(entry))
+    found: list[tuple[int, str | None]] = []
+    todo = list(children.get(pid, ()))
+    while todo:
+        child = todo.pop()
+        found.append((child, process_identity(child)))
+        todo.extend(children.get(child, ()))
+    return found
+
+
+def _write_owner(directory: Path, pids: Sequence[int]) -> None:
+    owner = {
+        "host": socket.gethostname(),
+        "processes": [{"pid": p, "identity": process_identity(p)} for p in dict.fromkeys([os.getpid(), *pids])],
+        "created": datetime.now(timezone.utc).isoformat(),
+    }
+    (directory / OWNER_FILE).write_text(json.dumps(owner))
+
+
+def _owner_alive(path: Path) -> tuple[bool, str]:
+    """(whether a run owning the hidden sibling ``path`` may still be at work, why)."""
+    owner: Any = None
+    if path.is_dir() and not path.is_symlink():
+        try:
+            owner = json.loads((path / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            owner = None
+    processes = owner.get("processes") if isinstance(owner, dict) else None
+    if not isinstance(processes, list) or not all(isinstance(p, dict) for p in processes):
+        try:
+            age = time.time() - path.lstat().st_mtime
+        except OSError:
+            return True, "gone already"
+        if age < ORPHAN_AFTER:
+            return True, f"no owner recorded, changed {age:.0f} s ago"
+        return False, f"no owner recorded, unchanged for {age:.0f} s"
+    host = owner.get("host")
+    if host != socket.gethostname():
+        return True, f"owned by a run on host {host}"
+    running = [
+        p["pid"] for p in processes if isinstance(p.get("pid"), int) and process_alive(p["pid"], p.get("identity"))
+    ]
+    if running:
+        return True, f"its run still runs (pid {running[0]})"
+    pids = ", ".join(str(p.get("pid")) for p in processes)
+    return False, f"its run ended (pid {pids} on {host})"
+
+
+def remove_orphans(out: Path) -> list[Path]:
+    """Remove the hidden siblings of ``out`` (``.OUT.tmp-*``, ``.OUT.old-*``) left by runs that ended
+    without removing them (killed, or a machine that went down); returns what was removed.
+
+    A sibling is removed only when the marker in it names processes on this host of which none
+    runs any more, or, with no readable marker, when it has not changed for :data:`ORPHAN_AFTER`
+    seconds. A live run's temporary, and one owned by a run on another host (a shared filesystem),
+    are left alone: the latter is logged, as there only its own host can tell.
+    """
+    removed = []
+    for kind in ("tmp", "old"):
+        for path in sorted(out.parent.glob(f".{glob.escape(out.name)}.{kind}-*")):
+            alive, why = _owner_alive(path)
+            if alive:
+                if why.startswith("owned by a run on host"):
+                    logger.warning("left in place: %s (%s)", path, why)
+                continue
+            _remove(path)
+            logger.info("removed %s: %s", path, why)
+            removed.append(path)
+    return removed
+
+
+@contextmanager
+def atomic_dir(out: Path, settle: Callable[[], bool] | None = None, pids: Sequence[int] = ()) -> Iterator[Path]:
+    """A hidden sibling to write into; renamed to ``out`` on success, removed on failure or Ctrl-C.
+
+    ``settle`` stops whatever else writes into the directory (Spark's tasks and Python workers)
+    and says whether it saw them stop; it runs before the directory is removed, so no writer
+    recreates a path under it afterwards. When it could not tell, the removal is repeated for a
+    moment. ``pids``: processes besides this one that write there (Spark's JVM), recorded in the
+    marker that lets the next run remove what a killed one left (:func:`remove_orphans`, run first).
+    The renames that put the output in place, and the clean-up, finish before an interrupt is raised.
+    """
+    remove_orphans(out)
+    token = uuid.uuid4().hex[:8]
+    tmp = out.parent / f".{out.name}.tmp-{token}"
+    placed = False
+    try:
+        tmp.mkdir()
+        _write_owner(tmp, pids)
         yield tmp
-    except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt) and spark is not None:
-            # stop Spark so no task still writes into what is removed next; the same Ctrl-C may have
-            # killed the JVM already, and pyspark's "Unable to cleanly shutdown" warning would then
-            # print beside our one line: expected here, so not shown
-            with suppress(Exception), warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                spark.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        with deferred_interrupts():
+            _place(tmp, out, token, pids)
+        placed = True
+    finally:
+        if not placed:
+            with deferred_interrupts():
+                _discard(tmp, settle)
+
+
+def _place(tmp: Path, out: Path, token: str, pids: Sequence[int]) -> None:
+    """``tmp`` becomes ``out``; an existing ``out`` is moved aside (marked as ours) and removed after."""
     old = None
     if out.exists() or out.is_symlink():
-        old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
+        old = out.parent / f".{out.name}.old-{token}"
         out.rename(old)
+        if old.is_dir() and not old.is_symlink():
+            _write_owner(old, pids)
+    (tmp / OWNER_FILE).unlink(missing_ok=True)
     tmp.rename(out)
     if old is not None:
         _remove(old)
+
+
+def _discard(tmp: Path, settle: Callable[[], bool] | None) -> None:
+    quiet = True
+    if settle is not None:
+        try:
+            quiet = settle()
+        except Exception:  # the writers' session is broken: nothing more to ask it
+            logger.debug("stopping the writers failed", exc_info=True)
+            quiet = False
+    _remove(tmp)
+    if not quiet:  # a writer not seen to stop may still recreate a path under tmp: look again
+        for delay in (0.2, 0.5, 1.0):
+            time.sleep(delay)
+            if tmp.exists():
+                _remove(tmp)
 
 
 _PYTHON_ERROR = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Exit)\b:?")

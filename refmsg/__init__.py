@@ -1,6 +1,6 @@
 """IBM MQ reference messages (MQRMH), chunked object transfer, a crash-safe receiver, claim check.
 
-See docs/refmsg.md for the byte layouts, the integrity block, the journal and
+See docs/how-to/refmsg.md for the byte layouts, the integrity block, the journal and
 the receiver's guarantees.
 """
 

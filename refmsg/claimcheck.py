@@ -6,7 +6,7 @@ message: ObjectType ``"CLAIMCHK"``, SrcEnv the store's name, SrcName the key,
 DataLogicalLength the size, and the integrity block with the object length and
 checksum, sealed by the header checksum. Smaller payloads travel inline.
 
-Recognising a reference (docs/refmsg.md, "Claim check"): a message whose MQMD
+Recognising a reference (docs/how-to/refmsg.md, "Claim check"): a message whose MQMD
 Format is ``"MQHREF  "`` is one; any other body is one when
 :func:`is_claim_check` says so, i.e. its first four bytes are the MQRMH StrucId
 ``"RMH "`` or one bit away from it (or a non-empty prefix of it). A reference,

@@ -1,4 +1,4 @@
-"""IBM MQ's reference message header, MQRMH version 1, byte exact (layout in docs/refmsg.md).
+"""IBM MQ's reference message header, MQRMH version 1, byte exact (layout in docs/how-to/refmsg.md).
 
 The fixed part is 108 bytes of MQLONGs and fixed-width character fields. Four
 optional strings (source/destination environment and name) live anywhere

@@ -3,7 +3,7 @@
 MQ readers find the four strings through their offsets and skip everything
 else inside ``StrucLength``. This library puts a 32-byte block in that
 unreferenced space, ending exactly at ``StrucLength`` (layout in
-docs/refmsg.md), all big-endian whatever the header's Encoding:
+docs/how-to/refmsg.md), all big-endian whatever the header's Encoding:
 
 ====== ==== ===========================================================
 offset size field

@@ -7,7 +7,7 @@ One journal per object. Every record is framed and checksummed (big-endian)::
 A receiver killed mid-write leaves at most one torn record at the end; replay
 stops there and the file is cut back to the last good record. A bad record
 followed by more bytes than it claims is real damage and raises
-:class:`~refmsg.errors.JournalError`. Record payloads (layout in docs/refmsg.md):
+:class:`~refmsg.errors.JournalError`. Record payloads (layout in docs/how-to/refmsg.md):
 
 - OPEN (1): f64 time, u8 algorithm, 24s ObjectInstanceId, u16 name length, name (UTF-8)
 - RANGE (2): f64 time, u64 offset, u64 length, u32 checksum of those bytes

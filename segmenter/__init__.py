@@ -1,6 +1,6 @@
 """Producer-side segmentation: split large payloads into MQ-style segments.
 
-See README.md for examples and docs/wire-format.md for the byte layout.
+See README.md for examples and docs/concepts/wire-format.md for the byte layout.
 """
 
 from .checksum import DEFAULT_ALGORITHM, ChecksumAlgorithm, checksum, combine

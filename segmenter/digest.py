@@ -1,12 +1,13 @@
-"""Optional whole-message SHA-256 digest and HMAC-SHA-256 tag (format in docs/wire-format.md).
+"""Optional whole-message SHA-256 digest and HMAC-SHA-256 tag (format in docs/concepts/wire-format.md).
 
 CRCs detect accidents, not forgeries: anyone can craft bytes to a given CRC.
 A SHA-256 digest makes a conflicting copy of any segment detectable (unless the
 last segment itself is forged); an HMAC-SHA-256 under a shared key makes the
 whole message authentic. Both cover the **decoded** logical message, like the
 message checksum, and travel as TLV records in the header extension of the
-last segment (bytes 80 .. header_length - 4, covered by the header CRC), which
-version 1 readers skip.
+last segment (bytes 80 .. header_length - 4, covered by the header CRC), read
+when the message is verified: a malformed record is refused with 9030, an unknown
+critical type with 9031.
 
 Extension records: ``type`` (1 byte), ``length`` (2 bytes, big-endian), value.
 Records are in strictly increasing type order (so each type at most once and

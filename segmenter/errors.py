@@ -17,40 +17,40 @@ class Reason(IntEnum):
 
     CONNECTION_BROKEN = 2009  # MQRC_CONNECTION_BROKEN: the broker connection failed or refused
     MSG_TOO_BIG = 2030  # MQRC_MSG_TOO_BIG_FOR_Q: declared size above the limit
-    MSG_TOO_BIG_FOR_CHANNEL = 2218  # MQRC_MSG_TOO_BIG_FOR_CHANNEL
-    RMH_ERROR = 2220  # MQRC_RMH_ERROR
-    INCOMPLETE_GROUP = 2241  # MQRC_INCOMPLETE_GROUP
-    INCOMPLETE_MSG = 2242  # MQRC_INCOMPLETE_MSG
+    MSG_TOO_BIG_FOR_CHANNEL = 2218  # MQRC_MSG_TOO_BIG_FOR_CHANNEL: a segment larger than the pipe's maximum
+    RMH_ERROR = 2220  # MQRC_RMH_ERROR: a reference message header (MQRMH) is malformed
+    INCOMPLETE_GROUP = 2241  # MQRC_INCOMPLETE_GROUP: a message of the MQ group is missing
+    INCOMPLETE_MSG = 2242  # MQRC_INCOMPLETE_MSG: segments of the message are missing
     MSG_FLAGS_ERROR = 2249  # MQRC_MSG_FLAGS_ERROR: missing/repeated LAST flag
-    MSG_SEQ_NUMBER_ERROR = 2250  # MQRC_MSG_SEQ_NUMBER_ERROR
+    MSG_SEQ_NUMBER_ERROR = 2250  # MQRC_MSG_SEQ_NUMBER_ERROR: out of range, or beyond the group's last
     OFFSET_ERROR = 2251  # MQRC_OFFSET_ERROR: overlap, offset out of range
-    ORIGINAL_LENGTH_ERROR = 2252  # MQRC_ORIGINAL_LENGTH_ERROR
-    SEGMENT_LENGTH_ZERO = 2253  # MQRC_SEGMENT_LENGTH_ZERO
-    GROUP_ID_ERROR = 2258  # MQRC_GROUP_ID_ERROR
-    SRC_ENV_ERROR = 2261  # MQRC_SRC_ENV_ERROR
-    SRC_NAME_ERROR = 2262  # MQRC_SRC_NAME_ERROR
-    DEST_ENV_ERROR = 2263  # MQRC_DEST_ENV_ERROR
-    DEST_NAME_ERROR = 2264  # MQRC_DEST_NAME_ERROR
+    ORIGINAL_LENGTH_ERROR = 2252  # MQRC_ORIGINAL_LENGTH_ERROR: OriginalLength inconsistent with the data
+    SEGMENT_LENGTH_ZERO = 2253  # MQRC_SEGMENT_LENGTH_ZERO: an empty segment that is not the last
+    GROUP_ID_ERROR = 2258  # MQRC_GROUP_ID_ERROR: a GroupId that is not 24 bytes
+    SRC_ENV_ERROR = 2261  # MQRC_SRC_ENV_ERROR: an MQRMH's source environment string is out of bounds
+    SRC_NAME_ERROR = 2262  # MQRC_SRC_NAME_ERROR: an MQRMH's source name string is out of bounds
+    DEST_ENV_ERROR = 2263  # MQRC_DEST_ENV_ERROR: an MQRMH's destination environment string is out of bounds
+    DEST_NAME_ERROR = 2264  # MQRC_DEST_NAME_ERROR: an MQRMH's destination name string is out of bounds
     # Library reasons (no MQ equivalent).
-    BAD_MAGIC = 9001
-    UNSUPPORTED_VERSION = 9002
-    HEADER_LENGTH_ERROR = 9003
-    HEADER_CHECKSUM_ERROR = 9004
-    DATA_CHECKSUM_ERROR = 9005
-    MESSAGE_CHECKSUM_ERROR = 9006
-    TRUNCATED = 9007
-    RESERVED_FIELD_ERROR = 9008
-    UNKNOWN_CODEC = 9009
-    UNKNOWN_CHECKSUM = 9010
-    DECOMPRESSION_ERROR = 9011
-    CONFLICTING_DUPLICATE = 9012
-    HEADER_MISMATCH = 9013
-    BUFFER_LIMIT = 9014
-    LATE_SEGMENT = 9015
-    STATE_ERROR = 9016
-    PATH_ERROR = 9017
-    STORE_ERROR = 9018
-    OBJECT_SIZE_ERROR = 9019
+    BAD_MAGIC = 9001  # not a segment: the first bytes are not the magic SGMT (or a row is unreadable)
+    UNSUPPORTED_VERSION = 9002  # a header version this reader does not know
+    HEADER_LENGTH_ERROR = 9003  # the declared header length is impossible
+    HEADER_CHECKSUM_ERROR = 9004  # the header does not match its own checksum
+    DATA_CHECKSUM_ERROR = 9005  # a segment's data does not match its checksum
+    MESSAGE_CHECKSUM_ERROR = 9006  # the assembled message does not match its whole-message checksum
+    TRUNCATED = 9007  # fewer bytes than the header declares (or none: a NULL row)
+    RESERVED_FIELD_ERROR = 9008  # reserved header bits are set
+    UNKNOWN_CODEC = 9009  # a codec id this reader does not know
+    UNKNOWN_CHECKSUM = 9010  # a checksum algorithm id or name this reader does not know
+    DECOMPRESSION_ERROR = 9011  # a compressed body is corrupt or expands to another size than declared
+    CONFLICTING_DUPLICATE = 9012  # two copies of one position carry different bytes
+    HEADER_MISMATCH = 9013  # segments of one message disagree on a field that must be equal
+    BUFFER_LIMIT = 9014  # a resource bound (buffered bytes, open groups) forced an eviction
+    LATE_SEGMENT = 9015  # a segment of a message that was already delivered, failed or expired
+    STATE_ERROR = 9016  # a call the object's state does not allow, or a snapshot that cannot be restored
+    PATH_ERROR = 9017  # an object name that is not a safe relative path
+    STORE_ERROR = 9018  # the object or body store failed (unreadable, purged, out of space)
+    OBJECT_SIZE_ERROR = 9019  # a stored object's size is not the size its claim check declares
     ARGUMENT_ERROR = 9020  # a producer option or input the wire format cannot carry (segment size, codec, payload type)
     # Digests (9030 up, leaving room for other additions): see segmenter/digest.py.
     EXTENSION_ERROR = 9030  # a header extension (or its digest records) is malformed
@@ -71,6 +71,8 @@ class Reason(IntEnum):
     RESEQ_END_BELOW_RECEIVED = 9055  # a predicate end below a number already received
     RESEQ_FORGOTTEN = 9056  # below the oldest skipped range still remembered (max_gaps)
     RESEQ_BAD_SIZE = 9057  # the size given with a message is not a whole number of bytes (>= 0)
+    # Spark environment (9060 up): see reassembly/spark/environment.py.
+    ENVIRONMENT_ERROR = 9060  # Spark cannot run the library: no session starts, or its workers' Python lacks it
 
 
 class SegmentationError(Exception):
@@ -86,6 +88,20 @@ class SegmentationError(Exception):
     def __str__(self) -> str:
         base = super().__str__()
         return f"[{self.reason.value} {self.reason.name}] {base}"
+
+    def name_group(self, group_id: bytes) -> SegmentationError:
+        """Name the MQ GroupId (hex) of the segment or message refused, in the message and in
+        ``details["group_id"]``; once (an error reported for several segments is named once).
+
+        The checks that raise see one segment or message, not always its group; the assembler, which
+        knows it, names it before reporting, so an offset in an error can be traced to its message.
+        """
+        if "group_id" not in self.details:
+            gid = bytes(group_id).hex()
+            self.details["group_id"] = gid
+            message = self.args[0] if self.args else ""
+            self.args = (f"{message} (GroupId {gid})", *self.args[1:])
+        return self
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Keep reason and details across pickling (Spark ships errors between processes).

@@ -23,7 +23,7 @@ VERSION = 1
 HEADER = struct.Struct(header_table.struct_format(header_table.FIELDS))  # the fixed fields (no header checksum)
 HEADER_LENGTH = header_table.HEADER_LENGTH  # 84: fixed fields and header checksum, no extension
 PREFIX_LENGTH = header_table.PREFIX_LENGTH  # 10: magic .. header_length, enough to frame a header
-MAX_HEADER_LENGTH = 4096  # a v1 reader skips extension bytes up to this
+MAX_HEADER_LENGTH = 4096  # header and extension records together: a longer header is refused
 UNKNOWN_LENGTH = 0xFFFF_FFFF_FFFF_FFFF  # like MQOL_UNDEFINED: not known when this segment was cut
 MAX_LENGTH = (1 << 63) - 1  # lengths above this are refused (signed 64-bit in Spark/Arrow)
 MAX_SEQ_NUMBER = 999_999_999  # MQ's range for MsgSeqNumber
@@ -57,7 +57,8 @@ class SegmentHeader(NamedTuple):
     # without it every segment declares OriginalLength, so a consumer can route by size per row.
     length_deferred: bool = False
     # Header bytes between the fixed fields and the header checksum (header_length > 84): carried
-    # opaquely by v1 readers and written back by pack (header_length = 84 + len(extension)).
+    # by every segment, read from the last one when the message is verified (9030 malformed, 9031
+    # an unknown critical type), written back by pack (header_length = 84 + len(extension)).
     extension: bytes = b""
 
     @property

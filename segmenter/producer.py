@@ -10,7 +10,7 @@ segment is at most that long. In-memory payloads are sliced with memoryviews,
 never copied; files are streamed in segment-sized reads and never read whole.
 
 Whatever the input, only the last segment of a message carries the
-whole-message checksum (docs/wire-format.md, "Where the message checksum is
+whole-message checksum (docs/concepts/wire-format.md, "Where the message checksum is
 carried"): a stream knows it only at its end, and one rule for every input
 makes a payload in memory and the same payload read from a file give the same
 segments. The optional SHA-256 / HMAC-SHA-256 of a ``digest`` policy follow the
@@ -123,7 +123,7 @@ class Segmenter:
 
     ``codec=Codec.ZSTD`` compresses the whole message before splitting (so the
     offsets are into the compressed body); the whole-message checksum is
-    always over the original bytes, and so are the optional ``digest``s.
+    always over the original bytes, and so are the optional digests (``digest``).
     """
 
     max_segment_size: int = DEFAULT_SEGMENT_SIZE

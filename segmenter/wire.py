@@ -1,4 +1,4 @@
-"""The segment wire format, version 1 (specified in docs/wire-format.md).
+"""The segment wire format, version 1 (specified in docs/concepts/wire-format.md).
 
 A segment is an 84-byte big-endian header followed by the data. Big-endian
 (network order) because the JVM reads it natively: Spark decodes headers in

@@ -201,13 +201,15 @@ class Assembler:
             raw = item.encode() if isinstance(item, Segment) else bytes(item)
             header = item.header if isinstance(item, Segment) else _header_or_none(raw)
             cls = ChecksumMismatch if isinstance(exc, ChecksumError) else Rejected
+            if header is not None:
+                exc.name_group(header.group_id)
             events.append(cls(exc.reason, exc, raw, header, () if origin is None else (origin,)))
             return None
 
     @staticmethod
     def _reject(events: list[Event], piece: Piece, exc: SegmentationError) -> None:
         cls = ConflictingDuplicate if isinstance(exc, ConflictError) else Rejected
-        events.append(cls(exc.reason, exc, piece.raw, piece.header, piece.positions))
+        events.append(cls(exc.reason, exc.name_group(piece.header.group_id), piece.raw, piece.header, piece.positions))
 
     def _late(
         self, events: list[Event], piece: Piece, state: str, delivered: dict[tuple[int, int], Fingerprint]
@@ -237,7 +239,7 @@ class Assembler:
                 msg_seq_number=h.msg_seq_number,
                 offset=h.offset,
             )
-            events.append(Late(err.reason, err, piece.raw, h, piece.positions))
+            events.append(Late(err.reason, err.name_group(h.group_id), piece.raw, h, piece.positions))
 
     def _collect(self, piece: Piece) -> bool:
         """Hold ``piece`` in the run (False: it must be filed now). Only a piece that filing would
@@ -501,7 +503,11 @@ class Assembler:
                 del group.messages[m.seq]
                 if isinstance(result, MessageFailed):
                     raws, kept = group.originals()
-                    events.append(GroupFailed(group.group_id, result.reason, (result,), raws, group.positions(), kept))
+                    events.append(
+                        GroupFailed(
+                            group.group_id, result.reason, (result,), raws, group.positions(), kept, group.last_seq
+                        )
+                    )
                     self._terminate(group, GroupInput.FAIL)  # after the raws: it discards stored bodies
                     return
                 events.append(result)
@@ -514,10 +520,13 @@ class Assembler:
             bad = {m.seq for m, _ in failed}
             others = [m.originals() for m, _ in judged if m.seq not in bad]
             raws, kept = tuple(r for o in others for r in o[0]), tuple(k for o in others for k in o[1])
-            where = tuple(o for m, _ in judged if m.seq not in bad for o in m.positions())
+            at = [m.split_positions() for m, _ in judged if m.seq not in bad]
+            where = tuple(o for a in at for o in a[0]) + tuple(o for a in at for o in a[1])  # parallel to raws, kept
             self._release(group, [m for m, _ in judged], delivered=False)
             if group.grouped:
-                events.append(GroupFailed(group.group_id, results[0].reason, tuple(results), raws, where, kept))
+                events.append(
+                    GroupFailed(group.group_id, results[0].reason, tuple(results), raws, where, kept, group.last_seq)
+                )
             else:
                 events.append(results[0])
             self._terminate(group, GroupInput.FAIL)
@@ -533,7 +542,8 @@ class Assembler:
     def _failure(self, m: Message, v: Verdict) -> MessageFailed:
         assert v.error is not None
         raws, kept = m.originals()
-        return MessageFailed(m.group_id, m.seq, v.error.reason, v.error, raws, m.positions(), kept)
+        stored, original = m.declared()
+        return MessageFailed(m.group_id, m.seq, v.error.reason, v.error, raws, m.positions(), kept, stored, original)
 
     def _result(self, group: Group, m: Message, v: Verdict, events: list[Event]) -> MessageComplete | MessageFailed:
         """A complete message (its losing copies reported first), or its failure."""
@@ -634,10 +644,11 @@ class Assembler:
             reason=Reason.INCOMPLETE_MSG if gaps else Reason.INCOMPLETE_GROUP,
             gaps=gaps,
             missing_seq_numbers=missing,
-            last_seq_number=group.last_seq,
+            last_seq_number=group.last_seq if group.last_seq is not None else _claimed_last(group),
             segments=segments,
             positions=positions,
             stored=stored,
+            grouped=group.grouped,
         )
 
     def _unfinished(self, group: Group, cause: Cause, how: GroupInput) -> Unfinished:
@@ -792,6 +803,22 @@ class Assembler:
                 reason=Reason.STATE_ERROR,
                 events=len(events),
             )
+
+
+def _claimed_last(group: Group) -> int | None:
+    """The last MsgSeqNumber the held segments of an MQ group claim (flagged LAST_MSG_IN_GROUP), when
+    they name one. A batch assembler admits a last number only from a complete message (the rules
+    trust nothing less); a report of what is missing may still say which number the pieces declare.
+    Held pieces only: never above the highest number held, so no missing number comes of it."""
+    if not group.grouped:
+        return None
+    claimed = {
+        p.header.msg_seq_number
+        for m in group.messages.values()
+        for p in m.pieces()
+        if is_last_in_group(p.header.msg_flags)
+    }
+    return claimed.pop() if len(claimed) == 1 else None
 
 
 def _own(data: Buffer) -> Buffer:

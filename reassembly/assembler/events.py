@@ -23,8 +23,8 @@ from segmenter.wire import SegmentHeader
 # ``stored`` on a failure event: segments of failed messages whose store keeps them past the
 # failure (``FileBodyStore(keep_failed=True)``), handed back as handles instead of bytes (a
 # failed message of any size is never read back into memory); always empty with any other store.
-# ``positions`` then follow the segments message by message (the Spark judge, which uses such a
-# store, gives no positions).
+# ``positions`` are then parallel to ``(*segments, *stored)``: what the Spark judge reads to tell
+# each quarantined segment's landing row (its positions are indices into the rows it judges).
 
 
 class ScatteredPayload:
@@ -153,6 +153,11 @@ class GapReport:
     stored_length: int | None
     received_bytes: int
     last_segment_seen: bool
+    # The original (decoded) length its headers declare, when every header declaring one agrees.
+    original_length: int | None = None
+    # What the offsets of ``missing_ranges`` count: "original" when every segment held declares no
+    # codec (stored bytes are the original bytes), else "stored" (offsets into the compressed body).
+    basis: str = "stored"
 
 
 @dataclass(frozen=True)
@@ -167,6 +172,9 @@ class MessageFailed:
     segments: tuple[bytes, ...]  # original bytes of every segment used
     positions: tuple[Origin, ...] = ()
     stored: tuple[StoredOriginal, ...] = ()  # the rest of them, left in the store
+    # The lengths its headers declare, when every header declaring one agrees (None: none, or disagreeing).
+    stored_length: int | None = None
+    original_length: int | None = None
 
 
 @dataclass(frozen=True)
@@ -183,6 +191,7 @@ class Unfinished:
     failed: tuple[MessageFailed, ...] = field(default=())  # messages that failed inside the group
     positions: tuple[Origin, ...] = ()
     stored: tuple[StoredOriginal, ...] = ()  # the rest of the segments held, left in the store
+    grouped: bool = False  # an MQ group (its segments flagged in a group), not one message alone
 
 
 @dataclass(frozen=True)
@@ -195,6 +204,7 @@ class GroupFailed:
     segments: tuple[bytes, ...]  # original bytes of the group's other segments
     positions: tuple[Origin, ...] = ()  # of ``segments`` (each failed message carries its own)
     stored: tuple[StoredOriginal, ...] = ()  # the rest of the group's other segments, left in the store
+    last_seq_number: int | None = None  # the group's last MsgSeqNumber, if its LAST message was seen
 
 
 Event = MessageComplete | GroupComplete | Duplicate | Rejected | MessageFailed | Unfinished | GroupFailed

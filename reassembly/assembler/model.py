@@ -267,10 +267,30 @@ class Message:
         return tuple(raws), tuple(kept)
 
     def positions(self) -> tuple[Origin, ...]:
-        """Where each piece was read, in the order of :meth:`originals` (empty without positions)."""
+        """Where each piece was read, parallel to ``(*raws, *kept)`` of :meth:`originals` (empty without positions)."""
+        raws, kept = self.split_positions()
+        return (*raws, *kept)
+
+    def split_positions(self) -> tuple[tuple[Origin, ...], tuple[Origin, ...]]:
+        """The positions of :meth:`originals`' ``raws`` and of its ``kept``, each in their order."""
         if all(p.origin is None for p in self.pieces()):
-            return ()
-        return tuple(o for p in sorted(self.pieces(), key=Piece.order) for o in p.positions)
+            return (), ()
+        raws: list[Origin] = []
+        kept: list[Origin] = []
+        for p in sorted(self.pieces(), key=Piece.order):
+            (raws if StoredOriginal.of(p.head, p.data) is None else kept).extend(p.positions)
+        return tuple(raws), tuple(kept)
+
+    def declared(self) -> tuple[int | None, int | None]:
+        """The stored and original lengths its pieces' headers declare, each where every piece
+        declaring one agrees (None: none declares it, or they disagree): a fact of the headers, the
+        same for any arrival order."""
+        stored = {p.header.stored_length for p in self.pieces()} - {UNKNOWN_LENGTH}
+        original = {p.header.original_length for p in self.pieces()} - {UNKNOWN_LENGTH}
+        return (
+            next(iter(stored)) if len(stored) == 1 else None,
+            next(iter(original)) if len(original) == 1 else None,
+        )
 
     def held_bytes(self) -> int:
         """Bytes held in memory (none for a stored body)."""
@@ -305,14 +325,16 @@ class Message:
     def gap_report(self) -> GapReport:
         """Missing ranges of the union of every piece held, up to the stored length when every
         piece declaring one agrees (else an open tail): the same for any arrival order."""
-        declared = {p.header.stored_length for p in self.pieces()} - {UNKNOWN_LENGTH}
-        end = next(iter(declared)) if len(declared) == 1 else None
+        end, original = self.declared()
+        plain = all(p.header.codec == Codec.NONE for p in self.pieces())
         return GapReport(
             msg_seq_number=self.seq,
             missing_ranges=gaps(self.present, end),
             stored_length=end,
             received_bytes=self.present.total,
             last_segment_seen=bool(self.last_ends),
+            original_length=original,
+            basis="original" if plain else "stored",
         )
 
 
@@ -392,7 +414,9 @@ class Group:
         return tuple(r for raws, _ in both for r in raws), tuple(k for _, kept in both for k in kept)
 
     def positions(self) -> tuple[Origin, ...]:
-        return tuple(o for _, m in sorted(self.messages.items()) for o in m.positions())
+        """Parallel to ``(*raws, *kept)`` of :meth:`originals`."""
+        both = [m.split_positions() for _, m in sorted(self.messages.items())]
+        return tuple(o for raws, _ in both for o in raws) + tuple(o for _, kept in both for o in kept)
 
     def tracks(self) -> set[Track | None]:
         """The partition tracks its held pieces were read from (``None``: given without a position)."""

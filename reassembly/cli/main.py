@@ -11,21 +11,35 @@ Subcommands, one module each in this package (:data:`COMMANDS` holds them in the
   drain URL QUEUE DIR  (drain.py) land segments from a broker queue (AMQP or STOMP) as Parquet files in DIR
 
 The jobs live in the library (``reassembly.spark``, ``reassembly.collector``, ``reassembly.brokers``,
-``refmsg``); the command parses arguments, calls them and turns every failure into one line and an
-exit code (2 usage, 1 runtime, 130 Ctrl-C or SIGTERM). Nothing imports it but ``reassembly.__main__``.
+``refmsg``); the command parses arguments, configures logging, calls them and turns every failure
+into one line and an exit code (:data:`~reassembly.cli._common.EXIT_CODES`: 0 ok, 1 runtime, 2 usage,
+3 a ``--fail-on`` condition held, 130 Ctrl-C or SIGTERM). With ``--summary-json FILE`` it writes the
+run's record whatever the outcome but a usage error. Nothing imports it but ``reassembly.__main__``.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
+import platform
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from reassembly._plumbing import INTERRUPTED, JobError, UsageError, first_line
 from reassembly.cli import collect, drain, objects, receive, run, stream
-from reassembly.cli._common import EXIT_FAILED, EXIT_USAGE, Parser, interrupted, stop_on_signals
+from reassembly.cli._common import (
+    EXIT_CONDITION,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    Parser,
+    configure_logging,
+    ended,
+    interrupted,
+    stop_on_signals,
+)
+from reassembly.cli.summary import Record, library_version, pyspark_version
 from segmenter.errors import SegmentationError
 
 if TYPE_CHECKING:
@@ -48,9 +62,26 @@ COMMANDS: dict[str, tuple[AddParser, Run]] = {
 """Subcommand name -> (adds its parser to the subparsers, runs it and returns the exit code)."""
 
 
+def version_line() -> str:
+    """What ``--version`` prints: this library's version, the Spark its pyspark bundles, Python's."""
+    return f"reassemble {library_version()} (Spark {pyspark_version()}, Python {platform.python_version()})"
+
+
+class _Version(argparse.Action):
+    """``--version``: print :func:`version_line` and exit 0 (pyspark is imported, no JVM started)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        print(version_line())
+        parser.exit(EXIT_OK)
+
+
 def parser() -> argparse.ArgumentParser:
     """The ``reassemble`` parser with every subcommand of :data:`COMMANDS`, in its order."""
     p = Parser(prog="reassemble", description="Reassemble segmented messages with Spark.")
+    p.add_argument("--version", action=_Version, help="print the versions of reassemble, Spark and Python, and exit")
     # Subparsers of our Parser class (one-line usage errors), typed as plain ArgumentParser ones: argparse's
     # generic is invariant, and the subcommand modules use nothing of Parser's own.
     sub = cast("Subparsers", p.add_subparsers(dest="command", required=True))
@@ -59,29 +90,60 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _outcome(code: int) -> str:
+    if code == EXIT_INTERRUPTED:
+        return "interrupted"
+    return "completed" if code in (EXIT_OK, EXIT_CONDITION) else "failed"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse, run the subcommand, and map what it raises to one line on stderr and an exit code."""
+    """Parse, run the subcommand, map what it raises to one line on stderr and an exit code, and write
+    the ``--summary-json`` record (every outcome has one)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)
     verbose = getattr(args, "verbose", False)
-    if not verbose:
-        # py4j logs tracebacks through the root logger (on Ctrl-C, on a lost JVM): the one line replaces them
-        root = logging.getLogger()
-        root.addHandler(logging.NullHandler())
-        root.setLevel(logging.CRITICAL + 1)
+    configure_logging(verbose)
+    args.record = Record(args.command, argv)
     stop_on_signals()
     try:
-        return COMMANDS[args.command][1](args)
+        code, error = _run(args, verbose)
+    except Exception as exc:  # --verbose: the traceback is shown, the record still written
+        _write_record(args, EXIT_FAILED, f"{type(exc).__name__}: {first_line(exc)}")
+        raise
+    finally:
+        ended()  # the exit code stands: a late Ctrl-C must not turn the record's writing into a traceback
+    return _write_record(args, code, error)
+
+
+def _write_record(args: argparse.Namespace, code: int, error: str | None) -> int:
+    """Write the ``--summary-json`` record if asked; the exit code (1 if it could not be written). A
+    usage error writes none: it touches nothing (FILE itself may be what was refused)."""
+    path = getattr(args, "summary_json", None)
+    if path and code != EXIT_USAGE:
+        try:
+            args.record.write(path, code, _outcome(code), error)
+        except OSError as exc:
+            print(f"reassemble: error: cannot write --summary-json {path}: {first_line(exc)}", file=sys.stderr)
+            return code if code != EXIT_OK else EXIT_FAILED
+    return code
+
+
+def _run(args: argparse.Namespace, verbose: bool) -> tuple[int, str | None]:
+    """The subcommand's exit code, and the one line reported for a failure."""
+    try:
+        return COMMANDS[args.command][1](args), None
     except KeyboardInterrupt:
-        return interrupted()
+        return interrupted(), "interrupted"
     except (JobError, SegmentationError) as exc:
         if INTERRUPTED.is_set():  # the JVM died of the same Ctrl-C first
-            return interrupted()
+            return interrupted(), "interrupted"
         print(f"reassemble: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE if isinstance(exc, UsageError) else EXIT_FAILED
+        return (EXIT_USAGE if isinstance(exc, UsageError) else EXIT_FAILED), str(exc)
     except Exception as exc:
         if INTERRUPTED.is_set():
-            return interrupted()
+            return interrupted(), "interrupted"
         if verbose:
             raise
-        print(f"reassemble: error: {type(exc).__name__}: {first_line(exc)} (--verbose shows more)", file=sys.stderr)
-        return EXIT_FAILED
+        line = f"{type(exc).__name__}: {first_line(exc)}"
+        print(f"reassemble: error: {line} (--verbose shows more)", file=sys.stderr)
+        return EXIT_FAILED, line

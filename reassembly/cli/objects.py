@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from reassembly.cli._common import spark_options, spark_settings
+from reassembly.cli._common import Progress, progress_wanted, spark_options, spark_settings
 
 if TYPE_CHECKING:
     from reassembly.cli._common import Subparsers
@@ -21,8 +21,8 @@ def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
     p = sub.add_parser("refmsg", help="rebuild objects from reference-message chunk rows")
     p.add_argument("input", help="Parquet of encoded reference messages (binary column 'message')")
     p.add_argument("output", help="directory to create with objects/ and quarantine/ (outside the input)")
-    p.add_argument("--message-column", default="message")
-    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--message-column", default="message", help="binary column of encoded messages (default message)")
+    p.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
     spark_options(p)
     return p
 
@@ -32,5 +32,9 @@ def run(args: argparse.Namespace) -> int:
     from reassembly.spark.objects import run_refmsg
 
     settings = spark_settings(args)
-    print(run_refmsg(args.input, args.output, column=args.message_column, overwrite=args.overwrite, settings=settings))
+    with Progress(progress_wanted(args)):
+        report = run_refmsg(
+            args.input, args.output, column=args.message_column, overwrite=args.overwrite, settings=settings
+        )
+    print(report)
     return 0

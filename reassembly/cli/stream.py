@@ -3,11 +3,16 @@
 Reads Parquet files as they land (event time: each file's modification time,
 or ``--event-time COLUMN``), writes OUTPUT/messages, OUTPUT/quarantine and
 OUTPUT/duplicates in committed ``batch=N`` folders (see
-:class:`~reassembly.spark.stream.functions.BatchWriter`), prints one status line per
-micro-batch, and on Ctrl-C stops at the next batch boundary. Errors are
-:class:`~reassembly._plumbing.JobError` (one line, exit code 1) or
-:class:`~reassembly._plumbing.UsageError` (exit code 2, checked before Spark starts):
-the command's ``main`` reports them like every other job's.
+:class:`~reassembly.spark.stream.functions.BatchWriter`) and prints one status line per
+micro-batch (:func:`status_line`). Input that cannot be what was meant (the segment column
+missing, of another type, or holding no segments) is refused before the query starts, so
+nothing is consumed and the checkpoint does not move (:mod:`reassembly.spark.inputs`); a stream
+begun on an empty directory waits for the first file before it starts, so that file is checked
+too. Ctrl-C stops after the batch in flight, says so at once, and exits 130 once that batch has
+committed; a second Ctrl-C aborts at once (the batch in flight is read again at the next start).
+Errors are :class:`~reassembly._plumbing.JobError` (one line, exit code 1) or
+:class:`~reassembly._plumbing.UsageError` (exit code 2, nothing consumed): the command's ``main``
+reports them like every other job's. docs/how-to/streaming.md describes the command.
 """
 
 from __future__ import annotations
@@ -16,17 +21,39 @@ import argparse
 import os
 import signal
 import sys
-import threading
+import time
 from collections import Counter
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from reassembly._plumbing import JobError, UsageError, first_line, hadoop_literal, linked_overlap, overlap
-from reassembly.cli._common import seconds
+from reassembly._plumbing import (
+    JobError,
+    UsageError,
+    first_line,
+    hadoop_literal,
+    linked_overlap,
+    on_interrupt,
+    overlap,
+)
+from reassembly.cli._common import (
+    EXIT_INTERRUPTED,
+    at_least,
+    check_summary_path,
+    fail_on,
+    lineage_options,
+    orchestration_options,
+    seconds,
+    segment_options,
+    spark_conf,
+    spark_options,
+)
 from reassembly.spark.jobs import SparkSettings, master_endpoints, open_session
 
 if TYPE_CHECKING:
     from reassembly.cli._common import Subparsers
+    from reassembly.cli.summary import Record
+    from reassembly.spark.stream.functions import Halt
 
 
 def _trigger(text: str) -> str:
@@ -36,7 +63,7 @@ def _trigger(text: str) -> str:
 
 
 def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
-    """The ``stream`` subcommand."""
+    """The ``stream`` subcommand. Every option's help shows its default (durations as given, e.g. ``1h``)."""
     p = sub.add_parser("stream", help="reassemble a landing directory as it fills")
     p.add_argument("input", help="directory that Parquet files of segments land in")
     p.add_argument("output", help="directory for messages/, quarantine/, duplicates/ (created; reused on restart)")
@@ -45,36 +72,62 @@ def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
         "--trigger",
         type=_trigger,
         default="available-now",
-        help="available-now (process what is there, then stop; default) or an interval such as 10s (run until Ctrl-C)",
+        help="available-now: process what has landed, then stop; or an interval such as 10s: run until Ctrl-C "
+        "(default %(default)s)",
     )
-    p.add_argument("--expire-after", type=seconds, default=3600.0, help="incomplete this long after its first segment")
-    p.add_argument("--watermark", type=seconds, default=600.0, help="allowed event-time lateness (default 10m)")
-    p.add_argument("--tombstone", type=seconds, default=86400.0, help="how long finished groups are remembered")
+    segment_options(p)
     p.add_argument(
-        "--max-held-bytes", type=int, default=256 << 20, help="segment bytes held per group (default 256 MiB)"
-    )
-    p.add_argument("--event-time", default=None, help="timestamp column (default: each file's modification time)")
-    p.add_argument("--raw-column", default="segment", help="binary column holding encoded segments")
-    p.add_argument("--max-files-per-trigger", type=int, default=None, help="files per micro-batch (default all)")
-    p.add_argument("--master", default="local[2]", help="Spark master (default local[2]; spark://host:port)")
-    p.add_argument(
-        "--partitions",
-        type=int,
+        "--event-time",
         default=None,
-        help="state partitions of a new checkpoint (default: Spark's cores; a resumed stream keeps its own)",
+        metavar="COLUMN",
+        help="timestamp column giving each row's event time (default: each file's modification time)",
     )
-    p.add_argument("--max-message-size", type=int, default=1 << 30, help="bytes; larger declared sizes: 2030")
+    p.add_argument(
+        "--expire-after",
+        type=seconds,
+        default="1h",
+        help="event time after its first segment at which an undecided message leaves as incomplete "
+        "(default %(default)s)",
+    )
+    p.add_argument(
+        "--watermark",
+        type=seconds,
+        default="10m",
+        help="how far event time may run behind the newest seen; older rows are dropped (default %(default)s)",
+    )
+    p.add_argument(
+        "--tombstone",
+        type=seconds,
+        default="1d",
+        help="how long a decided group is remembered, to judge late copies of its segments (default %(default)s)",
+    )
+    p.add_argument(
+        "--max-held-bytes",
+        type=at_least(1),
+        default=256 << 20,
+        help="segment bytes held per group; a group that would hold more is evicted (default %(default)s = 256 MiB)",
+    )
+    p.add_argument(
+        "--max-files-per-trigger",
+        type=at_least(1),
+        default=None,
+        help="files per micro-batch (default: every file that has landed)",
+    )
+    spark_options(p, streaming=True)
     p.add_argument(
         "--payload-dir",
         default=None,
-        help="directory for large messages' bodies (one every worker sees); held there, not in state, as they arrive",
+        help="directory for large messages' bodies, one every worker sees; held there, not in state, "
+        "as they arrive (default: none, every message in its row)",
     )
     p.add_argument(
-        "--large-message-bytes", type=int, default=128 << 20, help="with --payload-dir: messages above this go there"
+        "--large-message-bytes",
+        type=at_least(1),
+        default=128 << 20,
+        help="with --payload-dir: messages above this go there (default %(default)s = 128 MiB)",
     )
-    p.add_argument("--verbose", action="store_true", help="show Spark's own output")
-    p.add_argument("--require-sha256", action="store_true", help="refuse messages without a SHA-256 digest (9035)")
-    p.add_argument("--hmac-keyring", metavar="FILE", default=None, help="demand an HMAC tag (see `run --help`)")
+    lineage_options(p)
+    orchestration_options(p)
     return p
 
 
@@ -114,19 +167,65 @@ def check_args(args: argparse.Namespace) -> Path:
     return out
 
 
-def status_line(batch: int, counts: Counter[str], progress: Any) -> str:
-    """One line per micro-batch: rows in, messages out by status, late, what state holds, watermark.
+def _epoch_ms(text: str | None) -> int | None:
+    """Spark's ISO 8601 UTC time (``2026-01-02T03:04:05.678Z``) in epoch milliseconds; None for none or 1970."""
+    if not text:
+        return None
+    ms = int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+    return ms if ms > 0 else None
 
+
+def age(ms: int) -> str:
+    """A duration for a person: ``850ms``, ``42.0s``, ``12m05s``, ``3h07m``, ``2d04h``."""
+    if ms < 1000:
+        return f"{max(ms, 0)}ms"
+    s = ms / 1000
+    if s < 60:
+        return f"{s:.1f}s"
+    m, sec = divmod(int(s), 60)
+    if m < 60:
+        return f"{m}m{sec:02d}s"
+    h, m = divmod(m, 60)
+    if h < 24:
+        return f"{h}h{m:02d}m"
+    d, h = divmod(h, 24)
+    return f"{d}d{h:02d}h"
+
+
+def event_time_now(progress: Any, lateness: float) -> int | None:
+    """The stream's event time after a batch (epoch ms): the latest event time it has seen, i.e. the
+    batch's newest row or, from earlier batches, the watermark plus the allowed lateness it trails by."""
+    if progress is None:
+        return None
+    newest = _epoch_ms(progress.eventTime.get("max"))
+    watermark = _epoch_ms(progress.eventTime.get("watermark"))
+    seen = [t for t in (newest, None if watermark is None else watermark + int(lateness * 1000)) if t is not None]
+    return max(seen) if seen else None
+
+
+def status_line(batch: int, counts: Counter[str], progress: Any, lateness: float = 0.0) -> str:
+    """One line per micro-batch: when it started (UTC) and how long it took, rows in, messages out by
+    status, quarantined and late, duplicates, what state holds and the age of its oldest held segment,
+    Spark's store rows, the watermark.
+
+    Rows in, the time, the duration and the watermark are Spark's progress for this batch (the
+    trigger that ran it, never an idle one); every other count is the batch's own committed marker.
     ``held``: open groups, their held segments, the bytes of those segments in state and the
     data bytes kept in spool files instead (large messages); ``tombstones``: decided groups
     remembered for late segments, and the bytes of their values. Exact: summed from the batch's
     own ``state`` rows (:class:`~reassembly.spark.stream.core.Footprint`), not RocksDB's memory.
+    ``oldest held``: event time now (the newest seen, see :func:`event_time_now`; ``lateness`` is the
+    stream's ``--watermark``) minus the first event time of the oldest group still open.
     ``store rows`` is Spark's count of every row in the state store (timers and state variables).
     """
+    from reassembly.spark.stream.functions import OLDEST
+
     statuses = ", ".join(f"{k.split(':', 1)[1]} {v}" for k, v in sorted(counts.items()) if k.startswith("message:"))
     ops = progress.stateOperators if progress is not None else []
-    rows_in = progress.numInputRows if progress is not None else 0
+    rows_in = progress.numInputRows if progress is not None else "?"
     wm = progress.eventTime.get("watermark", "-") if progress is not None else "-"
+    when = progress.timestamp if progress is not None else datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    took = (progress.durationMs or {}).get("triggerExecution") if progress is not None else None
     dropped = sum(o.numRowsDroppedByWatermark for o in ops)
     if "state:groups" in counts:
         c = counts
@@ -135,38 +234,113 @@ def status_line(batch: int, counts: Counter[str], progress: Any) -> str:
             f" {c['state:spooled_bytes']} bytes spooled; tombstones {c['state:tombstones']}"
             f" ({c['state:tombstone_bytes']} bytes)"
         )
+        now = event_time_now(progress, lateness)
+        if not c["state:groups"]:
+            oldest = "none"
+        elif OLDEST in c and now is not None:
+            oldest = age(now - c[OLDEST])
+        else:
+            oldest = "unknown"
+        state += f"; oldest held {oldest}"
     else:
         state = "held unknown (checkpoint begun by an older version)"
     return (
-        f"batch {batch}: {rows_in} rows in; messages {statuses or 'none'}; quarantined {counts['quarantine']}"
+        f"{when} batch {batch}" + (f" ({took / 1000:.1f}s)" if took is not None else "") + ":"
+        f" {rows_in} rows in; messages {statuses or 'none'}; quarantined {counts['quarantine']}"
         f" (late {counts['late']}); duplicates {counts['duplicate']}; {state};"
         f" store rows {sum(o.numRowsTotal for o in ops)}; watermark {wm}"
         + (f"; DROPPED by watermark {dropped}" if dropped else "")
     )
 
 
-class _Lines:
-    """Joins a batch's committed counts (its marker, written by the sink) with its progress (from Spark)."""
+def _ran(progress: Any) -> bool:
+    """Whether a progress report is of a trigger that ran its batch (an idle one only looked for input)."""
+    return "addBatch" in (getattr(progress, "durationMs", None) or {})
 
-    def __init__(self, out: TextIO, output: Path) -> None:
+
+class _Lines:
+    """Joins each batch's committed counts (its marker, written by the sink) with the progress of the
+    trigger that ran it (Spark reports idle triggers too, under the id of the batch still to run)."""
+
+    def __init__(self, out: TextIO, output: Path, lateness: float = 0.0) -> None:
         self.out = out
         self.output = output
-        self.printed = -1
+        self.lateness = lateness
+        self.printed = -1  # the last batch a status line was printed for
         self.idle = -1  # the batch an idle line was printed for (once)
+        self.batches: list[int] = []  # the batches this invocation ran, in order
+        self.totals: Counter[str] = Counter()  # their committed counts summed (``state:*`` not: see last)
+        self.last: Counter[str] = Counter()  # the last one's counts (``state:*``: what state holds now)
+        self.rows_in = 0  # Spark's input rows of those batches
+        self.dropped = 0  # rows Spark's watermark dropped in them
 
     def flush(self, query: Any) -> None:
         from reassembly.spark.stream.functions import batch_counts
 
-        for p in query.recentProgress:
-            if p.batchId > self.printed:
+        reports = list(query.recentProgress)
+        for p in reports:
+            if p.batchId <= self.printed:
+                continue
+            if _ran(p):
                 counts = batch_counts(self.output, p.batchId)
-                if counts is None and not p.numInputRows:  # an idle trigger: that batch has not run (yet)
-                    if p.batchId != self.idle:
-                        self.idle = p.batchId
-                        print(f"idle: no new input (batch {p.batchId} did not run)", file=self.out, flush=True)
-                    continue
+                if counts is None:  # not committed by the sink (cannot follow a finished trigger): later
+                    return
                 self.printed = p.batchId
-                print(status_line(p.batchId, counts or Counter(), p), file=self.out, flush=True)
+                self._add(p, counts)
+                print(status_line(p.batchId, counts, p, self.lateness), file=self.out, flush=True)
+            elif p is reports[-1] and p.batchId != self.idle:  # waiting for input now
+                self.idle = p.batchId
+                print(f"idle: no new input (batch {p.batchId} did not run)", file=self.out, flush=True)
+
+    def _add(self, progress: Any, counts: Counter[str]) -> None:
+        self.batches.append(progress.batchId)
+        self.totals.update({k: v for k, v in counts.items() if not k.startswith("state:")})
+        self.last = counts
+        self.rows_in += int(progress.numInputRows or 0)
+        self.dropped += sum(int(o.numRowsDroppedByWatermark) for o in progress.stateOperators)
+
+    def condition_counts(self) -> dict[str, int]:
+        """What ``--fail-on`` judges: the batches this invocation ran."""
+        t = self.totals
+        return {"incomplete": t["message:incomplete"], "corrupt": t["message:corrupt"], "quarantine": t["quarantine"]}
+
+    def record(self, record: Record, args: argparse.Namespace, out: Path, stopped: str) -> None:
+        """The ``--summary-json`` fields: counts summed over the batches this invocation ran (a resumed
+        stream's earlier batches are in their own markers), what state holds after the last."""
+        from reassembly.spark.schema import SCHEMA_VERSION
+
+        t = self.totals
+        statuses = {"complete": 0, "incomplete": 0, "corrupt": 0} | {
+            k.split(":", 1)[1]: v for k, v in sorted(t.items()) if k.startswith("message:")
+        }
+        record.fields.update(
+            schema_version=SCHEMA_VERSION,
+            input={"pattern": args.input, "paths": None, "bytes": None},
+            output={
+                "directory": str(out),
+                "messages": str(out / "messages"),
+                "quarantine": str(out / "quarantine"),
+                "payloads": args.payload_dir,
+            },
+            counts={
+                "rows_in": self.rows_in,
+                "messages": statuses,
+                "quarantined": t["quarantine"],
+                "duplicates": t["duplicate"],
+            },
+            stream={
+                "checkpoint": str(Path(args.checkpoint).resolve()),
+                "trigger": args.trigger,
+                "batches": list(self.batches),
+                "late": t["late"],
+                "dropped_by_watermark": self.dropped,
+                "held": None
+                if "state:groups" not in self.last
+                else {k: self.last[f"state:{k}"] for k in ("groups", "segments", "held_bytes", "spooled_bytes")},
+                "tombstones": None if "state:groups" not in self.last else self.last["state:tombstones"],
+                "stopped": stopped,
+            },
+        )
 
 
 def _quiet_stdout() -> TextIO:
@@ -183,12 +357,96 @@ def _quiet_stdout() -> TextIO:
     return ours
 
 
+def _batch_ids(directory: Path) -> list[int]:
+    try:
+        return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
+    except OSError:
+        return []
+
+
+def running_batch(checkpoint: str) -> int | None:
+    """The batch Spark is running on ``checkpoint`` (logged in ``offsets/``, not yet in ``commits/``), or None.
+    Files only: it is asked from the Ctrl-C handler, which must not call into the JVM."""
+    offsets, commits = _batch_ids(Path(checkpoint) / "offsets"), _batch_ids(Path(checkpoint) / "commits")
+    if offsets and (not commits or offsets[-1] > commits[-1]):
+        return offsets[-1]
+    return None
+
+
+def _begun(checkpoint: str) -> bool:
+    """Whether Spark has logged a batch in this checkpoint (a stream that has started before)."""
+    return bool(_batch_ids(Path(checkpoint) / "offsets"))
+
+
+def landed(directory: str) -> bool:
+    """Whether a file the stream would read is in ``directory`` (Spark skips names starting ``.`` or ``_``)."""
+    for _, dirs, files in os.walk(directory, followlinks=True):
+        dirs[:] = [d for d in dirs if not d.startswith((".", "_"))]
+        if any(not f.startswith((".", "_")) for f in files):
+            return True
+    return False
+
+
+def _wait_for_first_file(args: argparse.Namespace) -> None:
+    """Until a file lands in the input (polled at the trigger's interval, at most every second)."""
+    pause = min(1.0, int(args.trigger.split()[0]) / 1000)
+    while not landed(args.input):  # Ctrl-C: the command's interrupt (exit 130); nothing runs yet
+        time.sleep(pause)
+
+
+def _stopping_line(after: int | None) -> bytes:
+    said = f"after batch {after}" if after is not None else "now (no batch running)"
+    return f"reassemble: stopping {said} (Ctrl-C again to abort)\n".encode()
+
+
+def _watch(query: Any, lines: _Lines, halt: Halt, checkpoint: str) -> Any:
+    """Print status lines until the query ends; on Ctrl-C stop it once the batch in flight committed.
+    Returns the query's exception, if it failed."""
+
+    def ctrl_c(signum: int, frame: Any) -> None:
+        if halt.requested.is_set():
+            on_interrupt(signum, frame)  # the second: abort now (the command's interrupt, exit 130)
+        halt.request(running_batch(checkpoint))
+        os.write(2, _stopping_line(halt.after))  # at once, whatever the batch still takes
+
+    # Ctrl-C waits for the batch boundary; before the query runs and after it stops, the command's
+    # interrupt (an exit 130) applies again. SIGTERM keeps that interrupt throughout.
+    previous = signal.signal(signal.SIGINT, ctrl_c)
+    committed_at: float | None = None
+    try:
+        while query.isActive:
+            query.awaitTermination(0.1 if halt.requested.is_set() else 0.5)
+            lines.flush(query)
+            if not halt.requested.is_set():
+                continue
+            after = halt.after
+            if after is not None and (Path(checkpoint) / "commits" / str(after)).exists():
+                committed_at = committed_at or time.monotonic()
+            # Stop once the batch named has committed and its line is printed (its progress comes just after
+            # the commit); the sink holds any batch Spark begins meanwhile, unwritten (see Halt).
+            if after is None or lines.printed >= after or (committed_at and time.monotonic() - committed_at > 3):
+                halt.stopping.set()
+                query.stop()
+        lines.flush(query)
+        return query.exception()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _said_output(out: Path, to: TextIO) -> None:
+    print(f"output: {out}/messages  {out}/quarantine  {out}/duplicates (committed batches: {out}/_commits)", file=to)
+
+
 def run(args: argparse.Namespace) -> int:
-    """The ``stream`` command: exit code 0, or JobError / UsageError for the command to report."""
+    """The ``stream`` command: exit code 0 (130 when Ctrl-C stopped it), or JobError / UsageError."""
     from reassembly._plumbing import digest_policy
+    from reassembly.spark.inputs import InputRefused
     from reassembly.spark.pipeline import ReassemblyOptions
+    from reassembly.spark.schema import ColumnNames
     from reassembly.spark.stream.functions import (
+        BatchWriter,
         CheckpointMismatch,
+        Halt,
         StreamOptions,
         bind_checkpoint,
         configure,
@@ -198,6 +456,8 @@ def run(args: argparse.Namespace) -> int:
     )
 
     out = check_args(args)
+    check_summary_path(args, [args.input], args.output, ("checkpoint", args.checkpoint))
+    record: Record = args.record
     digest = digest_policy(args.require_sha256, args.hmac_keyring)  # before Spark: a bad keyring fails at once
     options = StreamOptions(
         reassembly=ReassemblyOptions(
@@ -205,6 +465,7 @@ def run(args: argparse.Namespace) -> int:
             digest=digest,
             payload_dir=args.payload_dir,
             large_message_bytes=args.large_message_bytes,
+            keep_columns=(*args.keep_columns, *(["input_file"] if args.keep_input_file else [])),
         ),
         expire_after=args.expire_after,
         watermark=args.watermark,
@@ -215,9 +476,25 @@ def run(args: argparse.Namespace) -> int:
         bind_checkpoint(args.checkpoint, options)  # before Spark starts: a checkpoint it would misread
     except CheckpointMismatch as exc:
         raise JobError(str(exc)) from None
-    lines = _Lines(sys.stdout if args.verbose else _quiet_stdout(), out)
-    spark = open_session(SparkSettings(args.master, args.partitions, verbose=args.verbose))
+    lines = _Lines(sys.stdout if args.verbose else _quiet_stdout(), out, args.watermark)
+    encoded = args.input_format == "encoded"
+    # A new stream on an empty directory starts its query once the first file has landed, so that the
+    # file is checked as any other input is (nothing else to check the columns against until then).
+    waiting = not _begun(args.checkpoint) and not landed(args.input)
+    if waiting:
+        print(f"idle: nothing has landed in {args.input} yet", file=lines.out, flush=True)
+        if args.trigger == "available-now":  # nothing to do, and no Spark to start for it
+            BatchWriter(out)  # the output's folders, as a run that found nothing new leaves them
+            _said_output(out, lines.out)
+            lines.record(record, args, out, "no input")
+            return fail_on(record, args.fail_on, lines.condition_counts())
+    with record.phase("spark_start"):
+        spark = open_session(SparkSettings(args.master, args.partitions, verbose=args.verbose, conf=spark_conf(args)))
+    record.fields["spark"] = getattr(spark, "version", None)
     configure(spark, args.partitions)  # session SQL confs, read when the query starts
+    if waiting:
+        _wait_for_first_file(args)
+    halt = Halt()
     try:
         df = file_source(
             spark,
@@ -225,32 +502,30 @@ def run(args: argparse.Namespace) -> int:
             raw_column=args.raw_column,
             event_time=args.event_time,
             max_files=args.max_files_per_trigger,
+            encoded=encoded,
+            keep=args.keep_columns,
+            input_file="input_file" if args.keep_input_file else None,
         )
-        rows = reassemble_stream(df, options=options)
-        query = start(rows, out, args.checkpoint, args.trigger, options=options)
-    except Exception as exc:  # a bad column name, an unusable checkpoint: one line, not a Java stack trace
+        rows = reassemble_stream(df, encoded=encoded, columns=ColumnNames(), options=options)
+        query = start(rows, out, args.checkpoint, args.trigger, options=options, halt=halt)
+    except (InputRefused, UsageError):
+        raise  # exit 2: the query never started, nothing consumed
+    except Exception as exc:  # an unusable checkpoint, an unreadable file: one line, not a Java stack trace
         raise JobError(f"cannot start the stream: {first_line(exc)}") from None
-    stop = threading.Event()
-    # Ctrl-C waits for the batch boundary; before the query runs and after it stops, the command's
-    # interrupt (an exit 130) applies again. SIGTERM keeps that interrupt throughout.
-    previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
-        while query.isActive:
-            query.awaitTermination(0.5)
-            lines.flush(query)
-            if stop.is_set() and not query.status["isTriggerActive"]:
-                query.stop()  # between batches: nothing half-written (and a replay would be skipped anyway)
-        lines.flush(query)
-        error = query.exception()
-    finally:
-        signal.signal(signal.SIGINT, previous)
+        with record.phase("stream"):
+            error = _watch(query, lines, halt, args.checkpoint)
+    finally:  # a failed or aborted stream's record says what its committed batches did
+        lines.record(record, args, out, "ctrl-c" if halt.requested.is_set() else "end of input")
     if error is not None:
         raise JobError(f"stream failed: {first_line(error)}")
-    print(
-        f"output: {out}/messages  {out}/quarantine  {out}/duplicates (committed batches: {out}/_commits)",
-        file=lines.out,
-    )
-    return 0
+    _said_output(out, lines.out)
+    if halt.requested.is_set():
+        last = _batch_ids(out / "_commits")
+        said = f"after batch {last[-1]}" if last else "before any batch"
+        print(f"reassemble: stopped {said} (the same command resumes from there)", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return fail_on(record, args.fail_on, lines.condition_counts())
 
 
-__all__ = ["add_parser", "check_args", "run", "status_line"]
+__all__ = ["add_parser", "age", "check_args", "event_time_now", "landed", "run", "running_batch", "status_line"]

@@ -446,7 +446,8 @@ class PostgresStorage(Storage):
         try:
             import psycopg
         except ImportError:
-            raise StorageError("PostgreSQL needs psycopg 3: pip install 'segmenter[postgres]'", url=url) from None
+            needs = "PostgreSQL needs psycopg 3: pip install 'segment-reassembly[postgres]'"
+            raise StorageError(needs, url=url) from None
         self._psycopg = psycopg
         try:
             conn = psycopg.connect(url, autocommit=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from reassembly.spark.schema import SRC
 from segmenter import header_render
 from segmenter import header_table as table
 from segmenter.checksum import ChecksumAlgorithm
@@ -28,10 +29,12 @@ def decode_segments(
     raw_column: str = "segment",
     max_message_size: int = MAX_LENGTH,
     max_segment_size: int | None = None,
+    keep: tuple[str, ...] = (),
 ) -> Any:
     """Add one column per header field, ``data``, and the flags ``routable`` / ``header_ok`` / ``data_ok``.
 
-    ``raw`` keeps the original bytes. Rows are never dropped (NULL rows included).
+    ``raw`` keeps the original bytes. Rows are never dropped (NULL rows included). ``keep``: input
+    columns carried along unchanged, as one struct column ``src`` (lineage).
     ``routable``: the framing holds (magic, version, header length, header checksum).
     ``header_ok``: every rule of the table holds (``decode_segment`` with ``verify=False``
     would accept the row). ``data_ok`` is true/false for CRC-32/IEEE segments (verified
@@ -43,8 +46,9 @@ def decode_segments(
     env = table_constants()
     fields = header_render.sql_fields("raw")
     ints = [f.name for f in table.FIELDS if f.kind == "int"]
-    d = df.select(F.col(raw_column).cast("binary").alias("raw"))  # a string column: its UTF-8 bytes
-    d = d.select("raw", F.expr(fields["header_length"]).alias("header_length"))
+    src = [F.struct(*[F.col(f"`{k}`") for k in keep]).alias(SRC)] if keep else []
+    d = df.select(F.col(raw_column).cast("binary").alias("raw"), *src)  # a string column: its UTF-8 bytes
+    d = d.select("raw", *([SRC] if keep else []), F.expr(fields["header_length"]).alias("header_length"))
     exact = [F.expr(sql).alias(name) for name, sql in fields.items() if name != "header_length"]
     d = d.select("*", *exact)
     d = d.select("*", *[F.expr(sql).alias(name) for name, sql in header_render.sql_derived(env).items()])
@@ -58,6 +62,7 @@ def decode_segments(
     plain = [f.name for f in table.FIELDS if f.name != "message_checksum"]
     out = [
         "raw",
+        *([SRC] if keep else []),
         *[F.expr(f"try_cast(`{c}` AS {_TYPES.get(c, 'BIGINT')})").alias(c) if c in ints else c for c in plain],
         F.expr("CASE WHEN has_message_checksum THEN message_checksum END").alias("message_checksum"),
         F.expr("try_cast(`end` AS BIGINT)").alias("end"),

@@ -1,24 +1,26 @@
 """Plumbing shared by the Spark jobs of the ``reassemble`` command.
 
 A Spark session that fails fast and quietly, an opened job (inputs read, output claimed
-through :mod:`reassembly._plumbing`), a progress bar, the split write and the summary. The
-jobs import this module; it imports no job and not the command, so the command can import both
-without a circle.
+through :mod:`reassembly._plumbing`), stopping a job's Spark work before its output is removed,
+the split write and the summary. The jobs import this module; it imports no job and not the
+command, so the command can import both without a circle. Nothing here prints: the summary is
+returned as data and text for the command to show (the progress bar is the command's too).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
 import signal
 import socket
-import sys
 import threading
 import time
-from collections.abc import Iterator
+import warnings
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -27,11 +29,16 @@ from reassembly._plumbing import (
     JobError,
     atomic_dir,
     claim_output,
+    descendants,
     first_line,
     hadoop_literal,
     inputs,
     on_interrupt,
+    process_alive,
 )
+from reassembly.spark.inputs import InputRefused, SegmentInput, check_binary_column, check_input
+
+logger = logging.getLogger(__name__)
 
 # A master that does not answer within this many seconds is reported at once (Spark itself
 # retries for about a minute and then prints hundreds of lines of Java).
@@ -43,12 +50,13 @@ _SPARK_CONNECT_PORT = 15002
 
 @dataclass(frozen=True)
 class SparkSettings:
-    """How a job talks to Spark: the master, shuffle partitions, the progress bar and Spark's own output."""
+    """How a job talks to Spark: the master, shuffle partitions, Spark's own output, and ``conf``:
+    settings given to the session as it starts (``--conf KEY=VALUE``), over the library's defaults."""
 
     master: str = "local[2]"
     partitions: int | None = None
-    progress: bool = False
     verbose: bool = False
+    conf: Mapping[str, str] = field(default_factory=dict)
 
 
 def master_endpoints(master: str) -> list[tuple[str, int]]:
@@ -87,15 +95,20 @@ def _check_master_answers(master: str) -> None:
 
 
 def open_session(settings: SparkSettings) -> Any:
-    """A Spark session, or a one-line JobError naming why there is none."""
-    from reassembly.spark.session import get_session
+    """A Spark session, or a one-line JobError naming why there is none (the launch's root cause, such
+    as YARN's missing HADOOP_CONF_DIR, first). Under spark-submit, spark-submit's session and master."""
+    from reassembly.spark.session import SparkEnvironmentError, get_session, submitted
 
-    _check_master_answers(settings.master)
+    if not submitted():  # under spark-submit the JVM runs already, with spark-submit's --master
+        _check_master_answers(settings.master)
     try:
-        spark = get_session(settings.master, app_name="reassemble", quiet=not settings.verbose)
+        spark = get_session(
+            settings.master, app_name="reassemble", conf=dict(settings.conf), quiet=not settings.verbose
+        )
     except Exception as exc:
         hint = "" if settings.verbose else " (--verbose shows Spark's own output)"
-        raise JobError(f"cannot start Spark with master {settings.master}: {first_line(exc)}{hint}") from None
+        why = exc.args[0] if isinstance(exc, SparkEnvironmentError) else first_line(exc)
+        raise JobError(f"cannot start Spark with master {settings.master}: {why}{hint}") from None
     if hasattr(spark, "sparkContext"):  # our own one-line errors replace Java stack traces
         spark.sparkContext.setLogLevel("WARN" if settings.verbose else "OFF")
     if threading.current_thread() is threading.main_thread():
@@ -106,43 +119,68 @@ def open_session(settings: SparkSettings) -> Any:
     return spark
 
 
-class Progress:
-    """A live bar on stderr from Spark's status tracker (stages and tasks done)."""
+# How long an interrupted or failed job waits for Spark's tasks, then for its Python workers, to stop.
+STOP_TASKS_TIMEOUT = 30.0
+STOP_WORKERS_TIMEOUT = 10.0
 
-    def __init__(self, spark: Any, enabled: bool) -> None:
-        self._sc = getattr(spark, "sparkContext", None) if enabled else None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
 
-    def __enter__(self) -> Progress:
-        if self._sc is not None:
-            self._thread.start()
-        return self
+def _wait(done: Any, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._sc is not None:
-            self._thread.join()
-            sys.stderr.write("\r" + " " * 78 + "\r")
-            sys.stderr.flush()
 
-    def _loop(self) -> None:
-        tracker = self._sc.statusTracker()  # type: ignore[union-attr]
-        start = time.monotonic()
-        while not self._stop.wait(0.5):
-            done = total = 0
-            stages = []
-            for sid in tracker.getActiveStageIds():
-                info = tracker.getStageInfo(sid)
-                if info is not None:
-                    done += info.numCompletedTasks
-                    total += info.numTasks
-                    stages.append(str(sid))
-            frac = done / total if total else 0.0
-            bar = "#" * int(30 * frac) + "-" * (30 - int(30 * frac))
-            label = f"stage {','.join(stages)}" if stages else "planning"
-            sys.stderr.write(f"\r[{bar}] {done}/{total} tasks  {label}  {time.monotonic() - start:5.1f}s ")
-            sys.stderr.flush()
+def jvm_pid(spark: Any) -> int | None:
+    """The PID of the JVM this process launched for ``spark`` (None for Connect, or a JVM started elsewhere)."""
+    proc = getattr(getattr(getattr(spark, "sparkContext", None), "_gateway", None), "proc", None)
+    pid = getattr(proc, "pid", None)
+    return pid if isinstance(pid, int) else None
+
+
+def stop_spark(spark: Any) -> bool:
+    """Stop every piece of Spark work that may still write: True when it was seen to stop.
+
+    Cancelling a job only marks its tasks; a task ends some time later, and a Python worker
+    (which writes payload files itself) can go on well after its task has ended. So: cancel
+    every job, wait until no job, stage or task is active, stop the session (pyspark's daemon
+    then ends its workers), and wait for the processes that ran below the JVM to exit (Linux,
+    where they can be listed). Each wait is bounded; a JVM that is gone already is not waited for.
+    """
+    sc = getattr(spark, "sparkContext", None)
+    if sc is None:
+        return spark is None  # no session: nothing writes; Connect: its server cannot be asked
+    pid = jvm_pid(spark)
+    workers = descendants(pid) if pid is not None else []
+    quiet = True
+    try:
+        sc.cancelAllJobs()
+        status, executors = sc.statusTracker(), sc._jsc.sc().statusTracker()
+
+        def idle() -> bool:
+            running = sum(e.numRunningTasks() for e in executors.getExecutorInfos())
+            return not status.getActiveJobsIds() and not status.getActiveStageIds() and running == 0
+
+        quiet = _wait(idle, STOP_TASKS_TIMEOUT)
+        if not quiet:
+            logger.warning("Spark tasks still running %.0f s after their jobs were cancelled", STOP_TASKS_TIMEOUT)
+    except Exception:  # the JVM is gone (the same Ctrl-C, a crash): nothing left to cancel there
+        logger.debug("cancelling Spark's jobs failed", exc_info=True)
+        quiet = pid is not None and not process_alive(pid)
+    with warnings.catch_warnings():  # pyspark warns when the JVM went first: expected here
+        warnings.simplefilter("ignore")
+        try:
+            spark.stop()
+        except Exception:
+            logger.debug("stopping the session failed", exc_info=True)
+    if pid is None:
+        return False
+    stopped = _wait(lambda: not any(process_alive(p, i) for p, i in workers), STOP_WORKERS_TIMEOUT)
+    if not stopped:
+        logger.warning("Spark's Python workers still running %.0f s after the session stopped", STOP_WORKERS_TIMEOUT)
+    return quiet and stopped
 
 
 @dataclass
@@ -158,8 +196,15 @@ class Job:
 
     @contextmanager
     def writing(self) -> Iterator[Path]:
-        """The hidden directory to write into (with the progress bar); any failure becomes one line."""
-        with atomic_dir(self.out, self.spark) as tmp, Progress(self.spark, self.settings.progress):
+        """The hidden directory to write into; any failure becomes one line.
+
+        On a failure or an interrupt the session's work is stopped (:func:`stop_spark`: the job is
+        over, and no task or worker may write into the directory once it is removed) before the
+        directory is removed; the JVM's PID goes into the directory's marker, so the next run removes
+        it if this process is killed instead.
+        """
+        pid = jvm_pid(self.spark)
+        with atomic_dir(self.out, lambda: stop_spark(self.spark), () if pid is None else (pid,)) as tmp:
             try:
                 yield tmp
             except JobError:
@@ -179,8 +224,19 @@ class Job:
         return total
 
 
-def open_job(pattern: str, output: str, *, overwrite: bool, column: str | None, settings: SparkSettings) -> Job:
-    """Check input and output, start Spark, read the input (checking that ``column`` is binary)."""
+def open_job(
+    pattern: str,
+    output: str,
+    *,
+    overwrite: bool,
+    column: str | None,
+    settings: SparkSettings,
+    segments: SegmentInput | None = None,
+) -> Job:
+    """Check input and output, start Spark, read the input and refuse it (:class:`InputRefused`, a
+    UsageError: exit code 2, nothing written) when it cannot be what was meant: with ``segments``,
+    by :func:`~reassembly.spark.inputs.check_input` (the columns, their types, and whether the
+    first values frame as segments); else a ``column`` that is missing or not binary."""
     paths = inputs(pattern)
     out = claim_output(output, overwrite, pattern, paths)
     spark = open_session(settings)
@@ -188,12 +244,15 @@ def open_job(pattern: str, output: str, *, overwrite: bool, column: str | None, 
         df = spark.read.parquet(*map(hadoop_literal, paths))
     except Exception as exc:
         raise JobError(f"cannot read {pattern}: {first_line(exc)}") from None
-    if column is not None:
-        types = dict(df.dtypes)
-        if column not in types:
-            raise JobError(f"column {column!r} not in input (columns: {', '.join(df.columns)})")
-        if types[column] != "binary":
-            raise JobError(f"column {column!r} is {types[column]}, expected binary (encoded segments)")
+    if segments is not None:
+        try:
+            check_input(df, segments)
+        except InputRefused:
+            raise
+        except Exception:  # the first values could not be read (a damaged file): the job's read says why
+            logger.debug("the input's first values could not be read", exc_info=True)
+    elif column is not None:
+        check_binary_column(df.schema, column)
     return Job(pattern, paths, out, spark, df, settings)
 
 
@@ -276,11 +335,61 @@ def totals_by_status(messages: Any) -> Any:
     )
 
 
-def summarize(spark: Any, out: Path, rows_in: int, input_bytes: int, seconds: float) -> tuple[str, Accounting]:
-    """The end-of-job report (messages by status, bytes, throughput, quarantine by reason, accounting)."""
+@dataclass(frozen=True)
+class StatusTotal:
+    """One row of the summary's messages by status: messages, bytes (complete ones), segments used, duplicates."""
+
+    status: str
+    messages: int
+    bytes: int
+    used: int
+    duplicates: int
+
+
+@dataclass(frozen=True)
+class ReasonTotal:
+    """One row of the summary's quarantined segments by reason."""
+
+    reason: int
+    reason_name: str
+    segments: int
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The end-of-job counts of a ``run`` (what its report prints), as data."""
+
+    statuses: tuple[StatusTotal, ...]
+    reasons: tuple[ReasonTotal, ...]
+    accounting: Accounting
+    input_bytes: int
+    seconds: float
+
+    def messages(self, status: str) -> int:
+        return sum(s.messages for s in self.statuses if s.status == status)
+
+    @property
+    def mib_per_second(self) -> float:
+        return self.input_bytes / (1 << 20) / max(self.seconds, 1e-9)
+
+    def report(self) -> str:
+        """The table the command prints: messages by status, bytes, throughput, quarantine by reason, accounting."""
+        lines = ["messages by status", f"  {'status':<14}{'messages':>10}{'bytes':>16}"]
+        lines += [f"  {s.status:<14}{s.messages:>10}{s.bytes:>16,}" for s in self.statuses]
+        lines += ["quarantined segments by reason", f"  {'reason':<34}{'segments':>10}"]
+        lines += [f"  {f'{r.reason} {r.reason_name}':<34}{r.segments:>10}" for r in self.reasons]
+        if not self.reasons:
+            lines.append("  (none)")
+        mib = self.input_bytes / (1 << 20)
+        lines.append(f"input {mib:,.1f} MiB in {self.seconds:,.1f} s: {self.mib_per_second:,.1f} MiB/s")
+        lines.append(self.accounting.line())
+        return "\n".join(lines)
+
+
+def summarize(spark: Any, out: Path, rows_in: int, input_bytes: int, seconds: float) -> Summary:
+    """The end-of-job counts, read back from the output (messages by status, quarantine by reason)."""
     from pyspark.sql import functions as F
 
-    lines = []
     msgs_dir, q_dir = out / "messages", out / "quarantine"
     by_status: list[Any] = []
     if has_parquet(msgs_dir):
@@ -289,23 +398,12 @@ def summarize(spark: Any, out: Path, rows_in: int, input_bytes: int, seconds: fl
     if has_parquet(q_dir):
         q = spark.read.parquet(str(q_dir))
         by_reason = q.groupBy("reason", "reason_name").count().orderBy(F.desc("count")).collect()
-    lines.append("messages by status")
-    lines.append(f"  {'status':<14}{'messages':>10}{'bytes':>16}")
-    for r in by_status:
-        lines.append(f"  {r.status:<14}{r.n:>10}{(r.bytes or 0):>16,}")
-    lines.append("quarantined segments by reason")
-    lines.append(f"  {'reason':<34}{'segments':>10}")
-    for r in by_reason:
-        lines.append(f"  {f'{r.reason} {r.reason_name}':<34}{r['count']:>10}")
-    if not by_reason:
-        lines.append("  (none)")
-    mib = input_bytes / (1 << 20)
-    lines.append(f"input {mib:,.1f} MiB in {seconds:,.1f} s: {mib / max(seconds, 1e-9):,.1f} MiB/s")
+    statuses = tuple(StatusTotal(r.status, r.n, r.bytes or 0, r.used or 0, r.duplicates or 0) for r in by_status)
+    reasons = tuple(ReasonTotal(r.reason, r.reason_name, r["count"]) for r in by_reason)
     accounting = Accounting(
         rows_in,
-        sum(r.used or 0 for r in by_status),
-        sum(r["count"] for r in by_reason),
-        sum(r.duplicates or 0 for r in by_status),
+        sum(s.used for s in statuses),
+        sum(r.segments for r in reasons),
+        sum(s.duplicates for s in statuses),
     )
-    lines.append(accounting.line())
-    return "\n".join(lines), accounting
+    return Summary(statuses, reasons, accounting, input_bytes, seconds)

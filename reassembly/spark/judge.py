@@ -31,6 +31,15 @@ task's last row, so in-row their sum would be unbounded), and every segment of a
 message built in the store on the ordinary path (e.g. a small zstd frame declaring a
 huge size). The other rows of the ordinary path keep ``raw``: each is no bigger than
 the aggregated input row it came from, and leaves with it.
+
+Lineage (input columns kept): each input row's kept columns travel in its ``meta`` as ``src``
+(from the side file's ``.src`` beside it, for the second job), and the judge gives them to the
+rows (``rows.py``: the assembler is fed each segment at its index as its position).
+
+Where the judge's rows are written (``save()``), its quarantine rows leave through a
+:class:`Pending` file of their own instead of the task's output, and the output holds message
+rows only: each written folder then holds its own columns, and no second pass over the
+messages' bytes is needed to project them (``save.py``).
 """
 
 from __future__ import annotations
@@ -39,7 +48,8 @@ import os
 import struct
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, NamedTuple
+from pathlib import Path
+from typing import IO, Any, NamedTuple
 
 import pyarrow as pa
 
@@ -48,8 +58,18 @@ from reassembly.assembler.events import Event
 from reassembly.assembler.filestore import FileBodyStore
 from reassembly.spark.jvm import SK_HEADER
 from reassembly.spark.quarantine import ByReference, QuarantineFile
-from reassembly.spark.rows import EventRows, Row, reassemble_group, reject_rows
-from reassembly.spark.schema import OUTPUT_ARROW, OUTPUT_FIELDS
+from reassembly.spark.rows import LINEAGE, EventRows, Row, reassemble_group, reject_rows
+from reassembly.spark.schema import (
+    MESSAGE_ARROW,
+    OUTPUT_ARROW,
+    OUTPUT_FIELDS,
+    QUARANTINE_ARROW,
+    SOURCE,
+    SOURCES,
+    SRC,
+    combined_arrow,
+    lineage_arrow,
+)
 
 ROWS_ARROW = pa.list_(pa.struct(list(OUTPUT_ARROW)))
 FLUSH_BYTES = 16 << 20  # output gathered up to this many bytes goes to Spark as one batch
@@ -57,6 +77,93 @@ ZSTD_WINDOW = 1 << 27  # zstd's default largest window (windowLog 27): a frame a
 SINK_WINDOW = 1 << 20  # what a decompression into a file holds (reassembly.assembler.build._FileSink)
 _GROUP, _LENGTH = struct.Struct(">BBi"), struct.Struct(">q")  # a side file's group head, a row's length
 ROWS_DDL = "array<struct<" + ", ".join(f"`{name}`: {ddl}" for name, ddl, _ in OUTPUT_FIELDS) + ">>"
+SIDE_SOURCES = ".src"  # beside a side file ``X.side``: ``X.src``, its rows' kept columns (Arrow IPC stream)
+PENDING = ".arrows"  # a task attempt's quarantine rows (Arrow IPC stream), finished
+KIND_INPUT = "input"  # a side judge's count of the landing rows it read (``segments_used``): never written
+PENDING_ROWS = 4096  # quarantine rows gathered before they are written as one batch (or PENDING_BYTES of them)
+PENDING_BYTES = 1 << 20  # a pending file's batch: small, as the quarantine rows of one group go out at once
+
+
+def src_type(meta: pa.DataType) -> pa.DataType | None:
+    """The Arrow type of the kept columns in a ``meta`` list type (None: nothing kept)."""
+    value = meta.value_type
+    return value.field(SRC).type if value.get_field_index(SRC) >= 0 else None
+
+
+def message_arrow(src: pa.DataType | None) -> pa.Schema:
+    """What a judge writing through :class:`Pending` hands to Spark: ``kind`` and the message columns."""
+    return lineage_arrow(MESSAGE_ARROW.insert(0, pa.field("kind", pa.string())), src, SOURCES)
+
+
+def quarantine_arrow(src: pa.DataType | None) -> pa.Schema:
+    """A :class:`Pending` file's rows: the quarantine columns (``source`` last when columns are kept)."""
+    return lineage_arrow(QUARANTINE_ARROW, src, SOURCE)
+
+
+class Pending:
+    """One task attempt's quarantine rows, in a file of their own (an Arrow IPC stream) instead of
+    the task's output: created on the first row, renamed to ``<key>-<attempt>-<id>.arrows`` when the
+    task's input has ended (:func:`pending_files` takes one per key). ``key``: what the rows are the
+    judgement of, the same for every attempt (default: the task's partition; a side judge's task
+    may judge several side files, each its own key)."""
+
+    def __init__(self, directory: str, schema: pa.Schema, key: str | None = None) -> None:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        at = "0-0" if ctx is None else f"{ctx.attemptNumber()}-{ctx.taskAttemptId()}"
+        name = f"{key if key is not None else 0 if ctx is None else ctx.partitionId()}-{at}"
+        self.directory = Path(directory)
+        self.final = self.directory / f"{name}{PENDING}"
+        self.part = self.directory / f".{name}.part"
+        self.schema = schema
+        self._file: IO[bytes] | None = None
+        self._writer: Any = None
+        self._rows: list[Row] = []  # gathered up to PENDING_BYTES (or PENDING_ROWS), then written as one batch
+        self._held = 0
+
+    def write(self, rows: list[Row]) -> None:
+        self._rows += rows
+        self._held += _weight(rows)
+        if self._held >= PENDING_BYTES or len(self._rows) >= PENDING_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._rows:
+            return
+        if self._writer is None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.part, "wb")  # noqa: SIM115 (open until finish)
+            self._writer = pa.ipc.new_stream(self._file, self.schema)
+        batch = pa.RecordBatch.from_pylist(self._rows, schema=self.schema)
+        self._rows, self._held = [], 0
+        self._writer.write_batch(batch)
+
+    def finish(self) -> None:
+        """The task's input has ended: the file becomes visible (nothing if no row was written)."""
+        self._flush()
+        if self._writer is None or self._file is None:
+            return
+        self._writer.close()
+        self._file.close()
+        self._writer = self._file = None
+        os.replace(self.part, self.final)
+
+
+def pending_files(directory: str | os.PathLike[str]) -> list[str]:
+    """One finished pending file per partition: two finished attempts of one partition judged the same rows."""
+    chosen: dict[str, Path] = {}
+    for path in sorted(Path(directory).glob(f"*{PENDING}")):
+        chosen.setdefault(path.name.split("-", 1)[0], path)
+    return [str(chosen[k]) for k in sorted(chosen, key=int)]
+
+
+def read_pending(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """For ``mapInArrow`` over a column of pending file paths: their quarantine rows, batch by batch."""
+    for batch in batches:
+        for path in batch.column(0).to_pylist():
+            with pa.OSFile(path, "rb") as f, pa.ipc.open_stream(f) as reader:
+                yield from reader
 
 
 def views(arr: pa.Array) -> list[memoryview]:
@@ -65,6 +172,13 @@ def views(arr: pa.Array) -> list[memoryview]:
     pos = memoryview(offsets).cast("q" if pa.types.is_large_binary(arr.type) else "i")[arr.offset :]
     values = memoryview(data if data is not None else b"").toreadonly()
     return [values[pos[i] : pos[i + 1]] for i in range(len(arr))]
+
+
+def sources(meta: list[dict[str, Any]]) -> list[Any] | None:
+    """The kept columns of the rows :func:`originals` gives, in its order (None: nothing kept)."""
+    if not meta or SRC not in meta[0]:
+        return None
+    return [m[SRC] for m in meta if not m["far"]]
 
 
 def originals(blob: memoryview, meta: list[dict[str, Any]], routable: bool) -> list[bytes | None]:
@@ -94,12 +208,14 @@ def flush_bytes(large_message_bytes: int | None) -> int:
 def decoded_bound(large_message_bytes: int) -> int:
     """Most decoded bytes one task's judge holds at once with a ``payload_dir``, whatever the input.
 
-    Output gathered but not yet handed on (under :func:`flush_bytes`) plus the row being
-    judged (its messages in memory declare at most ``large_message_bytes`` in all; one more
-    candidate of the same message may be built beside them), twice while Arrow copies them
-    into an output batch, plus one zstd window and the window of a decompression into a file.
+    Output gathered but not yet handed on (under :func:`flush_bytes`; with a :class:`Pending` file,
+    its quarantine rows gathered too, under :data:`PENDING_BYTES`) plus the row being judged (its
+    messages in memory declare at most ``large_message_bytes`` in all; one more candidate of the same
+    message may be built beside them), twice while Arrow copies them into an output batch, plus one
+    zstd window and the window of a decompression into a file.
     """
-    return 2 * (flush_bytes(large_message_bytes) + large_message_bytes) + ZSTD_WINDOW + SINK_WINDOW
+    gathered = flush_bytes(large_message_bytes) + PENDING_BYTES
+    return 2 * (gathered + large_message_bytes) + ZSTD_WINDOW + SINK_WINDOW
 
 
 class _Large:
@@ -110,17 +226,29 @@ class _Large:
     so every original they quarantine goes by reference, copied out as its event arrives.
     """
 
-    def __init__(self, limits: Limits, unit_of_work: bool, payload_dir: str, quarantine: QuarantineFile) -> None:
+    def __init__(
+        self, limits: Limits, unit_of_work: bool, payload_dir: str, quarantine: QuarantineFile, lineage: bool = False
+    ) -> None:
         self.store = FileBodyStore(payload_dir, f"{_task_token()}-large", keep_failed=True)
         self.asm = Assembler(limits, batch=True, unit_of_work=unit_of_work, bodies=self.store)
-        self.rows = EventRows(ByReference(quarantine, every=True))
+        # Lineage: every row fed is at its place in ``sources`` (its position), across the task's rows.
+        self.sources: list[Any] | None = [] if lineage else None
+        self.rows = EventRows(ByReference(quarantine, every=True), self.sources)
 
     def _add(self, events: list[Event]) -> None:
         self.rows.add(events)
         self.store.purge()  # failed bodies are copied out: their files go
 
-    def feed(self, raws: list[bytes | None]) -> None:
-        self._add(self.asm.receive_many(raw for raw in raws if raw is not None))
+    def feed(self, raws: list[bytes | None], srcs: list[Any] | None = None) -> None:
+        if self.sources is None or srcs is None:
+            self._add(self.asm.receive_many(raw for raw in raws if raw is not None))
+            return
+        events: list[Event] = []
+        for raw, src in zip(raws, srcs, strict=True):
+            if raw is not None:  # a large group is routable: no NULL row reaches it
+                self.sources.append(src)
+                events += self.asm.receive(raw, len(self.sources) - 1, LINEAGE)
+        self._add(events)
 
     def close(self) -> list[Row]:
         self._add(self.asm.close())
@@ -151,10 +279,23 @@ def _weight(rows: Sequence[Row | None] | None) -> int:
 
 
 class _Task:
-    """One task's judging: what each aggregated row becomes, and when output goes to Spark."""
+    """One task's judging: what each aggregated row becomes, and when output goes to Spark.
 
-    def __init__(self, limits: Limits, unit_of_work: bool, payload_dir: str | None, threshold: int | None) -> None:
+    ``lineage``: rows carry ``source`` / ``sources`` (the input rows' kept columns). ``pending``:
+    quarantine rows go there (:class:`Pending`), not to Spark.
+    """
+
+    def __init__(
+        self,
+        limits: Limits,
+        unit_of_work: bool,
+        payload_dir: str | None,
+        threshold: int | None,
+        lineage: bool = False,
+        pending: Pending | None = None,
+    ) -> None:
         self.limits, self.unit_of_work, self.payload_dir = limits, unit_of_work, payload_dir
+        self.lineage, self.pending = lineage, pending
         self.large: _Large | None = None  # created on the first large row of the task
         # Unique per task attempt and per job: no attempt ever writes over a file committed rows point at.
         self.quarantine = None if payload_dir is None else QuarantineFile(payload_dir, _quarantine_token())
@@ -169,25 +310,36 @@ class _Task:
     def _large(self) -> _Large:
         if self.large is None:
             assert self.payload_dir is not None and self.quarantine is not None
-            self.large = _Large(self.limits, self.unit_of_work, self.payload_dir, self.quarantine)
+            self.large = _Large(self.limits, self.unit_of_work, self.payload_dir, self.quarantine, self.lineage)
         return self.large
 
-    def _group(self, raws: list[bytes | None]) -> list[Row]:
+    def _group(self, raws: list[bytes | None], srcs: list[Any] | None) -> list[Row]:
         if self.store is None:
-            return reassemble_group(raws, self.limits, unit_of_work=self.unit_of_work)
+            return reassemble_group(raws, self.limits, unit_of_work=self.unit_of_work, sources=srcs)
         assert self.quarantine is not None
         sink = ByReference(self.quarantine, every=False)  # originals of messages built in the store
-        rows = reassemble_group(raws, self.limits, unit_of_work=self.unit_of_work, bodies=self.store, sink=sink)
+        rows = reassemble_group(
+            raws, self.limits, unit_of_work=self.unit_of_work, bodies=self.store, sink=sink, sources=srcs
+        )
         self.store.release()  # the in-memory bound is per row; gathered output is bounded by flushing
         self.store.purge()  # failed bodies are copied out: their files go
         return rows
+
+    def divert(self, rows: list[Row]) -> list[Row]:
+        """With a pending file: its quarantine rows go there; the message rows stay (else all stay)."""
+        if self.pending is None:
+            return rows
+        self.pending.write([r for r in rows if r["kind"] == "quarantine"])
+        return [r for r in rows if r["kind"] != "quarantine"]
 
     def finish(self) -> None:
         """The task's input has ended (every row handed on): make its quarantine file durable and visible."""
         if self.quarantine is not None:
             self.quarantine.finish()
+        if self.pending is not None:
+            self.pending.finish()
 
-    def outputs(self, arr: pa.StructArray, last: bool) -> Iterator[pa.Array]:
+    def outputs(self, arr: pa.StructArray, last: bool, out_type: pa.DataType = ROWS_ARROW) -> Iterator[pa.Array]:
         """Output arrays for one input batch (``last``: the task's last), each holding about the flush size at most."""
         valid = arr.is_valid().to_pylist()
         ok = arr.field("routable").to_pylist()
@@ -199,36 +351,40 @@ class _Task:
         for i, is_valid in enumerate(valid):
             rows = self._judge(ok[i], big[i], blobs[i], metas[i].as_py()) if is_valid else None
             if last and i == len(arr) - 1 and self.large is not None:
-                rows = [*(rows if rows is not None else [None]), *self.large.close()]
+                rows = [*(rows if rows is not None else [None]), *self.divert(self.large.close())]
             held += _weight(rows)
             pending.append(rows)
             del rows  # the pending list is the only reference: flushing frees the payloads
             if held >= self.flush:
-                out = pa.array(pending, ROWS_ARROW)
+                out = pa.array(pending, out_type)
                 pending, held = [], 0
                 yield out
         if pending:
-            yield pa.array(pending, ROWS_ARROW)
+            yield pa.array(pending, out_type)
 
     def _judge(self, routable: bool, large: bool, blob: memoryview, meta: list[dict[str, Any]]) -> list[Row | None]:
         raws = originals(blob, meta, routable)
-        return list[Row | None](self.judge(routable, large or any(m["far"] for m in meta), raws))
+        srcs = sources(meta) if self.lineage else None
+        return list[Row | None](self.divert(self.judge(routable, large or any(m["far"] for m in meta), raws, srcs)))
 
-    def judge(self, routable: bool, large: bool, raws: list[bytes | None]) -> list[Row]:
-        """One group's rows (``large``: a per-offset group or one with far rows: judged at the task's end)."""
+    def judge(self, routable: bool, large: bool, raws: list[bytes | None], srcs: list[Any] | None = None) -> list[Row]:
+        """One group's rows (``large``: a per-offset group or one with far rows: judged at the task's end);
+        ``srcs``: the rows' kept columns, parallel to ``raws`` (lineage)."""
         if not routable:
-            return reject_rows(raws, self.limits)
+            return reject_rows(raws, self.limits, srcs)
         if large:
-            self._large().feed(raws)
+            self._large().feed(raws, srcs)
             return []
-        return self._group(raws)
+        return self._group(raws, srcs)
 
     def judged(self, groups: Iterable[SideGroup]) -> Iterator[list[Row]]:
-        """Every output row of ``groups`` (one task's side file), about the flush size at a time."""
+        """Every output row of ``groups`` (one task's side file), about the flush size at a time; with a
+        pending file, its quarantine rows go there and a last row of kind ``input`` counts the rows read."""
         pending: list[Row] = []
-        held = 0
+        held = read = 0
         for group in groups:
-            rows = self.judge(*group)
+            read += len(group.raws)
+            rows = self.divert(self.judge(*group))
             del group  # its original rows: not kept while the output is out (the input's size again)
             held += _weight(rows)
             pending += rows
@@ -237,18 +393,57 @@ class _Task:
                 yield pending
                 pending, held = [], 0
         if self.large is not None:
-            pending += self.large.close()
+            pending += self.divert(self.large.close())
+        if self.pending is not None:
+            pending.append({"kind": KIND_INPUT, "segments_used": read})
         if pending:
             yield pending
         self.finish()  # runs once Spark has taken the last output, before the task can commit
 
 
 class SideGroup(NamedTuple):
-    """One group of a side file: what an aggregated row carries to the judge, as original rows."""
+    """One group of a side file: what an aggregated row carries to the judge, as original rows
+    (and, where columns are kept, their kept columns, from the side file's ``.src`` stream)."""
 
     routable: bool
     large: bool
     raws: list[bytes | None]
+    sources: list[Any] | None = None
+
+
+class _SideSources:
+    """The kept columns of a side file's rows, read from its ``.src`` Arrow stream a group at a time."""
+
+    def __init__(self, path: str) -> None:
+        self._file = pa.OSFile(path, "rb")
+        self._reader = pa.ipc.open_stream(self._file)
+        self.type = pa.struct(list(self._reader.schema))
+        self._rows: list[Any] = []
+        self._at = 0
+
+    def take(self, n: int) -> list[Any]:
+        out: list[Any] = []
+        while len(out) < n:
+            if self._at == len(self._rows):
+                try:
+                    batch = self._reader.read_next_batch()
+                except StopIteration:
+                    raise OSError(f"side file sources {self._file} hold fewer rows than the side file") from None
+                self._rows, self._at = batch.to_pylist(), 0
+                continue
+            take = min(n - len(out), len(self._rows) - self._at)
+            out += self._rows[self._at : self._at + take]
+            self._at += take
+        return out
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def side_sources(path: str) -> _SideSources | None:
+    """The ``.src`` stream beside side file ``path`` (None: no columns are kept)."""
+    src = path.removesuffix(".side") + SIDE_SOURCES
+    return _SideSources(src) if os.path.exists(src) else None
 
 
 def read_side(path: str) -> Iterator[SideGroup]:
@@ -257,6 +452,7 @@ def read_side(path: str) -> Iterator[SideGroup]:
     Every count and length is checked against what is left of the file before anything is read
     or allocated for it: a file cut short or damaged is an error, never an early end or a guess.
     """
+    srcs = side_sources(path)
     with open(path, "rb", buffering=1 << 20) as f:
         size = os.fstat(f.fileno()).st_size
 
@@ -275,21 +471,36 @@ def read_side(path: str) -> Iterator[SideGroup]:
             for _ in range(n):
                 (length,) = _LENGTH.unpack(take(_LENGTH.size))
                 raws.append(None if length == -1 else take(length))
-            return SideGroup(bool(routable), bool(large), raws)
+            return SideGroup(bool(routable), bool(large), raws, None if srcs is None else srcs.take(n))
 
-        while f.tell() < size:
-            yield group()
+        try:
+            while f.tell() < size:
+                yield group()
+        finally:
+            if srcs is not None:
+                srcs.close()
 
 
-def make_side_judge(limits: Limits, unit_of_work: bool, payload_dir: str | None, threshold: int | None) -> Any:
-    """For ``mapInArrow`` over a column of side-file paths: every file's groups judged, as output rows."""
+def make_side_judge(
+    limits: Limits, unit_of_work: bool, payload_dir: str | None, threshold: int | None, pending: str | None = None
+) -> Any:
+    """For ``mapInArrow`` over a column of side-file paths: every file's groups judged, as output rows
+    (the combined schema). With ``pending`` (a directory): quarantine rows go to :class:`Pending`
+    files there and the output is :func:`message_arrow`'s, with one ``input`` row per file."""
 
     def judge(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for path in batch.column(0).to_pylist():
-                task = _Task(limits, unit_of_work, payload_dir, threshold)
+                srcs = side_sources(path)
+                src = None if srcs is None else srcs.type
+                if srcs is not None:
+                    srcs.close()
+                schema = combined_arrow(src) if pending is None else message_arrow(src)
+                key = os.path.basename(path).split("-", 1)[0]  # the side file's partition: one judge each
+                sink = None if pending is None else Pending(pending, quarantine_arrow(src), key)
+                task = _Task(limits, unit_of_work, payload_dir, threshold, src is not None, sink)
                 for rows in task.judged(read_side(path)):
-                    batch = pa.RecordBatch.from_pylist(rows, schema=OUTPUT_ARROW)
+                    batch = pa.RecordBatch.from_pylist(rows, schema=schema)
                     # The rows' payloads are in the batch now: the list (``judged`` holds it too
                     # until it resumes) must not keep them while Spark writes the batch out.
                     rows.clear()
@@ -298,22 +509,39 @@ def make_side_judge(limits: Limits, unit_of_work: bool, payload_dir: str | None,
     return judge
 
 
-def make_judge(limits: Limits, unit_of_work: bool, payload_dir: str | None, threshold: int | None) -> Any:
+def make_judge(
+    limits: Limits,
+    unit_of_work: bool,
+    payload_dir: str | None,
+    threshold: int | None,
+    lineage: Any = None,
+    pending: str | None = None,
+) -> Any:
     """The UDF: ``struct(routable, pk, large, blob, meta)`` (NULL for clean rows) -> output rows.
 
     ``large``: a per-offset aggregate. Its rows, and every row of a main aggregate that has far
     rows, go to the task's large assembler, which judges those messages when the task's input ends.
+    ``lineage``: the kept columns' pyspark StructType (their values travel in ``meta``), or None.
+    ``pending``: a directory for the tasks' :class:`Pending` files (the UDF then returns message rows only).
     """
     from pyspark.sql.functions import arrow_udf  # type: ignore[attr-defined]
+    from pyspark.sql.types import ArrayType
 
-    @arrow_udf(ROWS_DDL)  # type: ignore[untyped-decorator]
+    from reassembly.spark.schema import combined_spark
+
+    returns: Any = ROWS_DDL if lineage is None else ArrayType(combined_spark(lineage))
+
+    @arrow_udf(returns)  # type: ignore[untyped-decorator]
     def judge(batches: Iterator[pa.Array]) -> Iterator[pa.Array]:
-        task = _Task(limits, unit_of_work, payload_dir, threshold)
         ahead = (arr for arr in batches if len(arr))  # read one batch ahead: the last row must be known
         arr = next(ahead, None)
+        src = None if arr is None or lineage is None else src_type(arr.type.field("meta").type)
+        out_type = ROWS_ARROW if src is None else pa.list_(pa.struct(list(combined_arrow(src))))
+        sink = None if pending is None else Pending(pending, quarantine_arrow(src))
+        task = _Task(limits, unit_of_work, payload_dir, threshold, src is not None, sink)
         while arr is not None:
             following = next(ahead, None)
-            yield from task.outputs(arr, last=following is None)
+            yield from task.outputs(arr, last=following is None, out_type=out_type)
             arr = following
         task.finish()  # runs once Spark has taken the last output, before the task can commit
 

@@ -44,6 +44,7 @@ from __future__ import annotations
 from typing import Any
 
 from reassembly.assembler.core import Limits
+from reassembly.spark.schema import SRC
 from segmenter import header_table as table
 from segmenter.checksum import ChecksumAlgorithm
 from segmenter.digest import DigestPolicy, verify_sql
@@ -116,7 +117,9 @@ def route(decoded: Any, large_message_bytes: int | None) -> Any:
     return routed.select("*", F.expr("coalesce(length(piece), 0)").alias("plen"))
 
 
-def decoded_in_jar(df: Any, raw_column: str, limits: Limits, large_message_bytes: int | None) -> Any:
+def decoded_in_jar(
+    df: Any, raw_column: str, limits: Limits, large_message_bytes: int | None, keep: tuple[str, ...] = ()
+) -> Any:
     """What :func:`route` gives over :func:`~reassembly.spark.decode.decode_segments`, for the one pass:
     the jar's ``Decode`` (the header table's rules generated into Java, ``HeaderTable.java``) in one
     compiled function per row instead of some forty SQL expressions, which a fresh JVM generates,
@@ -125,12 +128,14 @@ def decoded_in_jar(df: Any, raw_column: str, limits: Limits, large_message_bytes
     reads the scan's column batches, each segment a view of the reader's memory, instead of rows
     that hold two copies of it. Same values in every column the one pass and the judge read
     (``tests/spark/test_jvm_decode.py``, from rows and from batches). The jar must be loaded
-    (:func:`reassembly.spark.jar.reassembler`)."""
+    (:func:`reassembly.spark.jar.reassembler`). ``keep``: input columns carried along unchanged as one
+    struct column ``src`` (lineage; the decoder then reads rows, not the scan's column batches)."""
     from pyspark.sql import DataFrame
     from pyspark.sql import functions as F
 
     decode = df.sparkSession.sparkContext._jvm.segmenter.jvm.Decode
-    segments = df.select(F.col(raw_column).cast("binary"))  # as decode_segments reads it
+    src = [F.struct(*[F.col(f"`{k}`") for k in keep]).alias(SRC)] if keep else []
+    segments = df.select(F.col(raw_column).cast("binary"), *src)  # as decode_segments reads it
     far = -1 if large_message_bytes is None else large_message_bytes
     crc32 = int(ChecksumAlgorithm.CRC32)
     jdf = decode.run(segments._jdf, limits.max_message_size, MAX_HEADER_LENGTH, limits.max_segment_size, far, crc32)
@@ -138,16 +143,31 @@ def decoded_in_jar(df: Any, raw_column: str, limits: Limits, large_message_bytes
 
 
 def aggregate(routed: Any, partitions: int) -> Any:
-    """One shuffle (by ``pk``, so a group and its far rows stay in one task), one aggregate."""
+    """One shuffle (by ``pk``, so a group and its far rows stay in one task), one aggregate.
+
+    With kept columns (``src``) each meta struct carries them too, and the pieces and the metas
+    are both ordered by (``sk``, ``plen``, a number unique to the row): the judge pairs each piece
+    with its meta's kept columns, so two rows alike in header and length but not in data must take
+    the same places in both (without lineage their raws are the same whichever piece each header
+    meets). Kept columns need not be orderable (a map), and never decide an order."""
     from pyspark.sql import functions as F
 
     meta = ", ".join(_META)
+    pieces = "listagg(piece, X'') WITHIN GROUP (ORDER BY sk, plen)"
+    if SRC in routed.columns:
+        routed = routed.select("*", F.monotonically_increasing_id().alias("row_id"))
+        pieces = "listagg(piece, X'') WITHIN GROUP (ORDER BY sk, plen, row_id)"
+        a, b = "struct(a.sk, a.plen, a.row_id)", "struct(b.sk, b.plen, b.row_id)"
+        order = f"(a, b) -> CASE WHEN {a} < {b} THEN -1 WHEN {a} > {b} THEN 1 ELSE 0 END"
+        metas = F.expr(f"array_sort(collect_list(struct({meta}, {SRC}, row_id)), {order})")
+    else:
+        metas = F.expr(f"array_sort(collect_list(struct({meta})))")
     return (
         routed.repartition(partitions, "pk")
         .groupBy("routable", "pk", "bk")
         .agg(
-            F.expr("listagg(piece, X'') WITHIN GROUP (ORDER BY sk, plen)").alias("blob"),
-            F.expr(f"array_sort(collect_list(struct({meta})))").alias("meta"),
+            F.expr(pieces).alias("blob"),
+            metas.alias("meta"),
         )
         .withColumn("n", F.size("meta"))
         .withColumn("last", F.expr("meta[n - 1]"))
@@ -184,7 +204,8 @@ def fast_aggregate(
     """
     from pyspark.sql import DataFrame
 
-    meta = f"struct({', '.join(f'`{c}`' for c in _META)}) AS m"
+    kept = [SRC] if SRC in routed.columns else []  # lineage: each row's kept columns ride in its meta
+    meta = f"struct({', '.join(f'`{c}`' for c in (*_META, *kept))}) AS m"
     ok = f"coalesce({row_ok(stored=stored)} AND header_length = {table.HEADER_LENGTH}, false) AS row_ok"
     sorted_ = (
         routed.selectExpr("routable", "pk", "bk", "piece", ok, meta)  # SQL text: one py4j call per column, not ~20
@@ -239,8 +260,10 @@ def clean(digest: DigestPolicy, *, stored: bool = False) -> str:
     return f"({_clean(stored)}) AND {verify_sql('blob', EXTENSION, digest)}"
 
 
-def clean_row() -> dict[str, str]:
-    """SQL for each output column of a clean message (what the assembler would report for it)."""
+def clean_row(sources: str | None = None) -> dict[str, str]:
+    """SQL for each output column of a clean message (what the assembler would report for it).
+    ``sources``: SQL for its rows' kept columns in offset order (lineage), or None: no such columns."""
+    lineage = {} if sources is None else {"sources": sources, "source": "NULL"}
     return {
         "kind": "'message'",
         "group_id": "pk",
@@ -248,20 +271,23 @@ def clean_row() -> dict[str, str]:
         "status": "'complete'",
         "reason": "0",
         "reason_name": "'NONE'",
+        "detail": "CAST(NULL AS STRING)",
         "payload": "blob",
         "payload_path": "CAST(NULL AS STRING)",
         "stored_length": "last.stored_length",
         "original_length": "last.original_length",
         "message_checksum": "last.message_checksum",
         "missing_ranges": "CAST(array() AS array<struct<start:bigint,end:bigint>>)",
+        "missing_ranges_basis": "CAST(NULL AS STRING)",
         "missing_seq_numbers": "CAST(array() AS array<int>)",
+        "last_seq_number": "CAST(NULL AS INT)",
         "segments_used": "n",
         "duplicates": "0",
         "rejected": "0",
         "offset": "CAST(NULL AS BIGINT)",
-        "detail": "CAST(NULL AS STRING)",
         "raw": "CAST(NULL AS BINARY)",
         "raw_path": "CAST(NULL AS STRING)",
         "raw_offset": "CAST(NULL AS BIGINT)",
         "raw_length": "CAST(NULL AS BIGINT)",
+        **lineage,
     }

@@ -45,17 +45,26 @@ only when there is a rest (``save.py``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from reassembly._plumbing import UsageError
 from reassembly.assembler.core import Limits
 from reassembly.spark import jar, jvm
 from reassembly.spark.decode import decode_segments
+from reassembly.spark.environment import check_worker_python
 from reassembly.spark.judge import make_judge, make_side_judge
-from reassembly.spark.save import Saved, Split, save
-from reassembly.spark.schema import MESSAGE_COLUMNS, OUTPUT_DDL, OUTPUT_FIELDS, QUARANTINE_COLUMNS, ColumnNames
+from reassembly.spark.save import Output, Saved, Split, save
+from reassembly.spark.schema import (
+    OUTPUT_FIELDS,
+    SOURCE,
+    SOURCES,
+    ColumnNames,
+    message_columns,
+    quarantine_columns,
+    spark_schema,
+)
 from segmenter.digest import NO_POLICY, REDACT_KEYS, DigestPolicy
 
 
@@ -80,6 +89,9 @@ class ReassemblyOptions:
     # SHA-256 / HMAC-SHA-256: verified in the JVM on the fast path, by the assembler otherwise.
     # With a keyring, its keys are literals in the plan: reassemble() sets REDACT_KEYS.
     digest: DigestPolicy = NO_POLICY
+    # Lineage: input columns carried unchanged into every output row (a quarantine row's ``source``,
+    # a message's ``sources``: one per segment used, in offset order). Empty: no such columns.
+    keep_columns: tuple[str, ...] = ()
 
     def limits(self) -> Limits:
         # One group per assembler call: the group itself is the only thing buffered.
@@ -97,29 +109,42 @@ class ReassemblyResult:
     """The outputs of one reassembly. ``combined`` holds both kinds; compute it once with a write,
     or :meth:`save` it (faster where the jar's one pass runs: see ``save.py``)."""
 
-    plan: Callable[[], Any]  # builds ``combined``: planned (the one pass's plan with it) on first use
-    split: Split | None = None  # the two jobs of save(), where the jar's one pass runs
+    output: Output  # what save() writes, as planned
 
     @cached_property
     def combined(self) -> Any:
-        """Every output row (``kind`` says which), one lazy DataFrame: built on first use, so that
-        :meth:`save`, which does not need it where the one pass runs, never plans it."""
-        return self.plan()
+        """Every output row (``kind`` says which; both kinds' columns), one lazy DataFrame: built on
+        first use, so that :meth:`save`, which does not need it where the one pass runs, never plans it."""
+        return self.output.plan(None, None)
+
+    @property
+    def split(self) -> Split | None:
+        """The two jobs of save(), where the jar's one pass runs."""
+        return self.output.split
+
+    @property
+    def keep_columns(self) -> tuple[str, ...]:
+        return self.output.keep_columns
 
     def save(self, directory: str | Any) -> Saved:
         """Write ``directory/messages`` and ``directory/quarantine`` (Parquet), the layout of
-        ``reassemble run``: clean messages by a JVM-only job, the rest (if any) by a second job."""
-        return save(lambda: self.combined, self.split, directory)
+        ``reassemble run``, each with exactly its columns, and ``directory/_reassembly.json`` (the
+        schema version): clean messages by a JVM-only job, the rest (if any) by a second job.
+        ``Saved.metrics`` holds the counts the jobs published as Spark observed metrics."""
+        return save(self.output, directory)
 
     @property
     def messages(self) -> Any:
-        """One row per logical message: status, reason, payload, gaps, counts."""
-        return self.combined.where("kind = 'message'").select(*MESSAGE_COLUMNS)
+        """One row per logical message: status, reason, payload, gaps, counts (``schema.MESSAGE_SCHEMA``)."""
+        kept = bool(self.keep_columns)
+        return self.combined.where("kind = 'message'").select(*[f"`{c}`" for c in message_columns(kept)])
 
     @property
     def quarantine(self) -> Any:
-        """One row per input segment not used in a complete message, with its original bytes."""
-        return self.combined.where("kind = 'quarantine'").select(*QUARANTINE_COLUMNS)
+        """One row per input segment not used in a complete message, with its original bytes
+        (``schema.QUARANTINE_SCHEMA``)."""
+        kept = bool(self.keep_columns)
+        return self.combined.where("kind = 'quarantine'").select(*[f"`{c}`" for c in quarantine_columns(kept)])
 
     @property
     def groups(self) -> Any:
@@ -128,11 +153,42 @@ class ReassemblyResult:
 
         m = self.messages
         return m.groupBy("group_id").agg(
-            F.sort_array(F.collect_list(F.struct(*[F.col(c) for c in MESSAGE_COLUMNS if c != "group_id"]))).alias(
-                "messages"
-            ),
+            F.sort_array(F.collect_list(F.struct(*[F.col(c) for c in m.columns if c != "group_id"]))).alias("messages"),
             F.expr("bool_and(status = 'complete')").alias("complete"),
         )
+
+
+def check_keep_columns(df: Any, keep: tuple[str, ...], segment_column: str) -> tuple[str, ...]:
+    """``keep`` as given, or UsageError (nothing has run): a column the input lacks, one named twice,
+    or the segment column (its bytes are the row's ``raw`` already)."""
+    keep = tuple(keep)
+    missing = [k for k in keep if k not in df.columns]
+    if missing:
+        raise UsageError(f"cannot keep column {missing[0]!r}: not in the input (columns: {', '.join(df.columns)})")
+    twice = sorted({k for k in keep if keep.count(k) > 1})
+    if twice:
+        raise UsageError(f"column {twice[0]!r} named twice in the columns to keep")
+    if segment_column in keep:
+        raise UsageError(f"cannot keep column {segment_column!r}: it is the segment column (its bytes are raw)")
+    return keep
+
+
+INPUT_FILE = "input_file"  # the column keep_input_file adds
+
+
+def keep_input_file(df: Any, name: str = INPUT_FILE) -> Any:
+    """``df`` with the path of each row's input file as column ``name``: from the file source's
+    ``_metadata.file_path`` (any file source, batch or streaming), else ``input_file_name()``. Then
+    keep it like any column (``ReassemblyOptions(keep_columns=(..., name))``). UsageError when the
+    input has a column of that name already."""
+    from pyspark.sql import functions as F
+
+    if name in df.columns:
+        raise UsageError(f"cannot add the input file as column {name!r}: the input has a column of that name")
+    try:
+        return df.select("*", F.col("_metadata.file_path").alias(name))
+    except Exception:  # not a file source (no _metadata): Spark's per-task file name, where it has one
+        return df.select("*", F.input_file_name().alias(name))
 
 
 def reassemble(
@@ -145,12 +201,17 @@ def reassemble(
 ) -> ReassemblyResult:
     """Reassemble a DataFrame of segments (encoded, or as columns: see :class:`ColumnNames`)."""
     from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
 
     opts = options or ReassemblyOptions()
+    names = columns or ColumnNames()
+    keep = check_keep_columns(df, opts.keep_columns, raw_column if encoded else names.data)
+    check_worker_python(df.sparkSession)  # the one eager step: a worker Python without the library, in one line
+    lineage = StructType([df.schema[k] for k in keep]) if keep else None
     if not encoded:
         from reassembly.spark.columns import encode_columns
 
-        df = encode_columns(df, columns or ColumnNames())
+        df = encode_columns(df, names, keep=keep)
         raw_column = "segment"
     threshold = opts.large_message_bytes if opts.payload_dir is not None else None
     limits = opts.limits()
@@ -159,46 +220,58 @@ def reassemble(
     demands = opts.digest.sha256 or opts.digest.keyring is not None
     one_pass = jar.reassembler(df.sparkSession) if opts.jvm_fast_path and opts.use_jar and not demands else None
     if one_pass is not None:  # the jar decodes too: no SQL decoding to plan, generate and compile
-        routed = jvm.decoded_in_jar(df, raw_column, limits, threshold)
+        routed = jvm.decoded_in_jar(df, raw_column, limits, threshold, keep)
     else:
-        decoded = decode_segments(df, raw_column, limits.max_message_size, limits.max_segment_size)
+        decoded = decode_segments(df, raw_column, limits.max_message_size, limits.max_segment_size, keep)
         routed = jvm.route(decoded, threshold)
+    fields = [c for c, _, _ in OUTPUT_FIELDS] + ([SOURCES, SOURCE] if keep else [])
 
-    def combined() -> Any:
+    def plan(pending: str | None, observe: Any) -> Any:
         if one_pass is not None:
             agg = jvm.fast_aggregate(routed, n, limits.max_message_size, one_pass, stored=threshold is not None)
             clean = F.col("clean")
+            sources = SOURCES if keep else None  # the pass lists a clean row's kept columns
         else:
             agg = jvm.aggregate(routed, n)
             if opts.digest.keyring is not None and opts.jvm_fast_path:
                 _redact_keys(df.sparkSession)
             clean = F.expr(jvm.clean(opts.digest, stored=threshold is not None)) if opts.jvm_fast_path else F.lit(False)
-        judge = make_judge(limits, opts.unit_of_work, opts.payload_dir, threshold)
+            sources = "transform(meta, m -> m.src)" if keep else None
+        if observe is not None:
+            agg = observe(agg)
+        judge = make_judge(limits, opts.unit_of_work, opts.payload_dir, threshold, lineage, pending)
         job = F.when(~clean, F.struct("routable", "pk", F.col("bk").isNotNull().alias("large"), "blob", "meta"))
         rows = agg.select("*", judge(job).alias("r"))
         # NULL element: the row's clean message, written from the JVM columns.
         out = rows.select("*", F.explode(F.coalesce("r", F.array(F.lit(None)))).alias("q"))
-        sql = jvm.clean_row()
-        pick = [F.expr(f"CASE WHEN q IS NULL THEN {sql[c]} ELSE q.`{c}` END").alias(c) for c, _, _ in OUTPUT_FIELDS]
+        sql = jvm.clean_row(sources)
+        pick = [F.expr(f"CASE WHEN q IS NULL THEN {sql[c]} ELSE q.`{c}` END").alias(c) for c in fields]
         return out.select(*pick)
 
     split = None
     if one_pass is not None:
-        spark, side_judge = df.sparkSession, make_side_judge(limits, opts.unit_of_work, opts.payload_dir, threshold)
+        spark = df.sparkSession
+        ddl = {c: d for c, d, _ in OUTPUT_FIELDS}
         # SQL text, one selectExpr: a Column per expression costs some twenty py4j round trips each
-        clean_columns = [f"CAST({jvm.clean_row()[c]} AS {ddl}) AS `{c}`" for c, ddl, _ in OUTPUT_FIELDS if c != "kind"]
+        sql = jvm.clean_row(SOURCES if keep else None)
+        clean_columns = [f"CAST({sql[c]} AS {ddl[c]}) AS `{c}`" for c in message_columns(False)]
+        clean_columns += [f"{SOURCES} AS {SOURCES}"] if keep else []
+        judged_schema = spark_schema(
+            (("kind", "string"), *((c, ddl[c]) for c in message_columns(False))), lineage, SOURCES if keep else None
+        )
 
         def clean_messages(side: str) -> Any:
             stored = threshold is not None
             agg = jvm.fast_aggregate(routed, n, limits.max_message_size, one_pass, side=side, stored=stored)
             return agg.selectExpr(*clean_columns)
 
-        def judged(files: list[str]) -> Any:
+        def judged(files: list[str], pending: str) -> Any:
+            side_judge = make_side_judge(limits, opts.unit_of_work, opts.payload_dir, threshold, pending)
             paths = spark.createDataFrame([(f,) for f in files], "path string").repartition(len(files))
-            return paths.mapInArrow(side_judge, OUTPUT_DDL)
+            return paths.mapInArrow(side_judge, judged_schema)
 
         split = Split(clean_messages, judged)
-    return ReassemblyResult(combined, split)
+    return ReassemblyResult(Output(df.sparkSession, plan, split, keep, lineage))
 
 
 def _redact_keys(spark: Any) -> None:

@@ -1,4 +1,4 @@
-"""Writing a reassembly's outputs: the clean messages by a JVM-only job, the rest judged by a second one.
+"""Writing a reassembly's outputs: each folder with its own columns, clean messages by a JVM-only job.
 
 Why two jobs: in one plan (``ReassemblyResult.combined``) every row, clean ones included, passes
 the Python UDF operator after the JVM's one pass: Spark queues each row with its payload while
@@ -8,46 +8,105 @@ again, and every task starts Python workers whether or not a row needs them
 (``Reassemble.split`` in the jar) writes the clean messages straight from the JVM, and every
 other group to a side file (one per task, in the output's hidden ``_side`` folder,
 ``SideFile.java``); only if a side file exists does a second job judge those groups in Python
-(the same per-task judge as the UDF, ``judge._Task``) and write its messages and quarantine rows
-beside the first job's. Same rows as ``combined`` (tests/spark/test_save.py).
+(the same per-task judge as the UDF, ``judge._Task``) and write its messages beside the first
+job's. Same rows as ``combined`` (tests/spark/test_save.py).
+
+Each folder holds exactly its own columns (``schema.py``): the judge, wherever it runs for a
+write, hands Spark message rows only and sends its quarantine rows to a pending file of its
+task (``judge.Pending``, in ``_side/quarantine``); a last, small job writes those into
+``quarantine`` (an empty table when there are none). So no job writes both kinds, and nothing
+is written twice to drop the other kind's columns.
 
 Where the split cannot run (Spark Connect, no jar, a digest policy that demands digests,
-``jvm_fast_path=False``, an output that is not a local path), :func:`save` writes ``combined``
-partitioned by kind in one job.
+``jvm_fast_path=False``), :func:`save` writes the messages of ``combined``'s plan in one job (its
+judge sending quarantine rows to pending files as above), then the quarantine. For an output
+that is not a local path the combined rows are persisted and each folder written from them.
 
 The side folder is inside the output, so it is wherever the output is: on a cluster the output
 (like ``payload_dir``) must be a directory every executor sees.
+
+Counts: every job publishes what it wrote as Spark observed metrics (``pyspark.sql.Observation``,
+named ``reassembly...``: Spark's UI, listeners and metrics sinks see them); :class:`Saved` gives
+their sum as ``metrics`` (:data:`METRICS`).
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import os
 import shutil
-from collections.abc import Callable
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from reassembly.spark.jobs import empty_folder, write_split
-from reassembly.spark.writer import parquet_writer
+from reassembly.spark.judge import pending_files, read_pending
+from reassembly.spark.rows import Status
+from reassembly.spark.schema import (
+    MANIFEST,
+    QUARANTINE_ARROW,
+    QUARANTINE_SCHEMA,
+    SOURCE,
+    lineage_arrow,
+    manifest,
+    message_columns,
+    quarantine_columns,
+    spark_schema,
+)
+from reassembly.spark.writer import empty_folder, parquet_writer
+
+logger = logging.getLogger(__name__)
 
 FOLDERS = {"message": "messages", "quarantine": "quarantine"}
 SIDE = "_side"
+PENDING = "quarantine"  # under SIDE: the judges' quarantine rows (judge.Pending)
 _JUDGED = "_judged"
+_STATUSES = tuple(v for k, v in vars(Status).items() if not k.startswith("_"))
+# Every key of Saved.metrics, in order.
+METRICS = (
+    "rows_in",
+    "used",
+    "duplicates",
+    "quarantined",
+    "messages",
+    *(f"messages_{s}" for s in _STATUSES),
+    "bytes_complete",
+)
+OBSERVED_WAIT = 10.0  # seconds to wait, after a job, for its observed metrics to arrive
 
 
 @dataclass(frozen=True)
 class Split:
     """The two jobs of a split write, bound to one ``reassemble()`` call."""
 
-    clean: Callable[[str], Any]  # a side folder -> the clean messages (output columns but ``kind``)
-    judge: Callable[[list[str]], Any]  # side files -> their groups' output rows (every column)
+    clean: Callable[[str], Any]  # a side folder -> the clean messages (the messages columns)
+    judge: Callable[[list[str], str], Any]  # side files, pending folder -> ``kind`` + messages columns
+
+
+@dataclass(frozen=True)
+class Output:
+    """What :func:`save` writes, as ``reassemble()`` planned it."""
+
+    spark: Any
+    # (pending folder or None, a hook observing the aggregated rows or None) -> the combined rows:
+    # with a pending folder, its judge sends quarantine rows there (the plan then holds messages only)
+    plan: Callable[[str | None, Callable[[Any], Any] | None], Any]
+    split: Split | None
+    keep_columns: tuple[str, ...] = ()
+    lineage: Any = None  # the kept columns' StructType (None: nothing kept)
 
 
 class Saved(NamedTuple):
-    """How :func:`save` wrote: ``split`` (two jobs possible) and the side files the second job judged."""
+    """How :func:`save` wrote: ``split`` (two jobs possible), the side files the second job judged, and
+    ``metrics``: the counts the jobs published as observed metrics (:data:`METRICS`; empty where
+    Spark gave none: a warning is logged)."""
 
     split: bool
     side_files: int
+    metrics: Mapping[str, int] = MappingProxyType({})
 
 
 def side_files(folder: Path) -> list[str]:
@@ -65,25 +124,165 @@ def _local(directory: str | Path) -> Path | None:
     return Path(text.removeprefix("file://"))
 
 
-def save(combined: Callable[[], Any], split: Split | None, directory: str | Path) -> Saved:
-    """``directory/messages`` and ``directory/quarantine`` (Parquet; neither may exist yet).
+def _message_metrics(where: str = "TRUE") -> list[str]:
+    """SQL aggregates over message rows (those ``where`` holds for) for :data:`METRICS`."""
+    out = [
+        f"count_if({where}) AS messages",
+        f"coalesce(sum(CASE WHEN {where} THEN segments_used END), 0) AS used",
+        f"coalesce(sum(CASE WHEN {where} THEN duplicates END), 0) AS duplicates",
+        f"coalesce(sum(CASE WHEN {where} AND status = 'complete' THEN original_length END), 0) AS bytes_complete",
+    ]
+    out += [f"count_if({where} AND status = '{s}') AS messages_{s}" for s in _STATUSES]
+    return out
 
-    ``combined`` gives the one-plan DataFrame, asked for only where the split cannot run."""
+
+@dataclass
+class Meter:
+    """The observations of one save (one per job and DataFrame), summed into :data:`METRICS`."""
+
+    spark: Any
+    observations: list[Any] = field(default_factory=list)
+
+    def observe(self, df: Any, name: str, exprs: list[str]) -> Any:
+        """``df`` with its counts observed (``df`` as it was where Spark cannot observe)."""
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
+        try:
+            obs = Observation(name)
+            observed = df.observe(obs, *[F.expr(e) for e in exprs])
+        except Exception as exc:  # e.g. a session without observations: counts are not essential
+            logger.warning("observed metrics unavailable (%s): %s", name, exc)
+            return df
+        self.observations.append(obs)
+        return observed
+
+    def input(self, agg: Any) -> Any:
+        """The aggregated rows: the landing rows in them (a far row's stub is not a row of its own)."""
+        rows = "coalesce(sum(n - coalesce(size(filter(meta, m -> m.far)), 0)), 0) AS rows_in"
+        return self.observe(agg, "reassembly_input", [rows])
+
+    def metrics(self) -> dict[str, int]:
+        """The sum of every observation's values (each job's once it ran); {} if any is missing."""
+        total = dict.fromkeys(METRICS, 0)
+        for obs in self.observations:
+            values = _observed(obs)
+            if values is None:
+                return {}
+            for k, v in values.items():
+                total[k] = total.get(k, 0) + int(v or 0)
+        return total
+
+
+def _observed(obs: Any) -> dict[str, Any] | None:
+    """An observation's values once its job has run (None, with a warning, where Spark gives none)."""
+    try:
+        jo = getattr(obs, "_jo", None)
+        if jo is not None:  # classic: its future completes as the job's listener event arrives
+            deadline = time.monotonic() + OBSERVED_WAIT
+            while not jo.future().isCompleted():
+                if time.monotonic() > deadline:
+                    logger.warning("observed metrics of %s did not arrive within %s s", obs._name, OBSERVED_WAIT)
+                    return None
+                time.sleep(0.01)
+        return dict(obs.get)
+    except Exception as exc:
+        logger.warning("observed metrics unavailable: %s", exc)
+        return None
+
+
+def _write(df: Any, path: Path | str) -> None:
+    parquet_writer(df).parquet(str(path))
+
+
+def _quarantine_job(output: Output, meter: Meter, pending: Path, target: Path) -> None:
+    """The judges' pending quarantine rows into ``target`` (one task per file), or an empty table."""
+    kept = output.lineage is not None
+    files = pending_files(pending) if pending.exists() else []
+    if not files:
+        from pyspark.sql.pandas.types import to_arrow_type
+
+        src = None if output.lineage is None else to_arrow_type(output.lineage, timezone="UTC")
+        empty_folder(target, lineage_arrow(QUARANTINE_ARROW, src, SOURCE))
+        meter.observations.append(_Counted({"quarantined": 0}))
+        return
+    schema = spark_schema(tuple((c.name, c.ddl) for c in QUARANTINE_SCHEMA), output.lineage, SOURCE if kept else None)
+    paths = output.spark.createDataFrame([(f,) for f in files], "path string").repartition(len(files))
+    rows = paths.mapInArrow(read_pending, schema)
+    _write(meter.observe(rows, "reassembly_quarantine", ["count(1) AS quarantined"]), target)
+
+
+class _Counted:
+    """A count known without a job, in an observation's stead (no pending file: nothing quarantined)."""
+
+    def __init__(self, values: dict[str, int]) -> None:
+        self.get = values
+
+
+def save(output: Output, directory: str | Path) -> Saved:
+    """``directory/messages`` and ``directory/quarantine`` (Parquet; neither may exist yet), each with
+    exactly its columns (``schema.py``), and ``directory/_reassembly.json`` (:data:`MANIFEST`) saying
+    which (a local directory)."""
     local = _local(directory)
-    if split is None or local is None:
-        write_split(combined(), Path(str(directory)), FOLDERS)
-        return Saved(False, 0)
+    meter = Meter(output.spark)
+    kept = output.lineage is not None
+    if local is None:
+        _save_elsewhere(output, str(directory), meter)
+        return Saved(False, 0, meter.metrics())
     side = local.resolve() / SIDE
+    pending = side / PENDING
     messages = local / FOLDERS["message"]
-    parquet_writer(split.clean(str(side))).parquet(str(messages))
-    files = side_files(side) if side.exists() else []
-    if files:
-        write_split(split.judge(files), local, {"message": _JUDGED, "quarantine": FOLDERS["quarantine"]})
-        for part in (local / _JUDGED).iterdir():
-            if not part.name.startswith(("_", "._")):  # not _SUCCESS (nor its .crc): messages/ has one
-                part.rename(messages / part.name)
-        shutil.rmtree(local / _JUDGED)
+    columns = [f"`{c}`" for c in message_columns(kept)]
+    files: list[str] = []
+    if output.split is None:
+        plan = output.plan(str(pending), meter.input)
+        rows = plan.where("kind = 'message'").select(*columns)
+        _write(meter.observe(rows, "reassembly", _message_metrics()), messages)
     else:
-        empty_folder(local / FOLDERS["quarantine"])
+        clean = output.split.clean(str(side))
+        _write(
+            meter.observe(clean, "reassembly", [*_message_metrics(), "coalesce(sum(segments_used), 0) AS rows_in"]),
+            messages,
+        )
+        files = side_files(side) if side.exists() else []
+        if files:
+            judged = output.split.judge(files, str(pending))
+            counts = [
+                *_message_metrics("kind = 'message'"),
+                "coalesce(sum(CASE WHEN kind = 'input' THEN segments_used END), 0) AS rows_in",
+            ]
+            judged = meter.observe(judged, "reassembly_judged", counts)
+            _write(judged.where("kind = 'message'").select(*columns), local / _JUDGED)
+            for part in (local / _JUDGED).iterdir():
+                if not part.name.startswith(("_", "._")):  # not _SUCCESS (nor its .crc): messages/ has one
+                    part.rename(messages / part.name)
+            shutil.rmtree(local / _JUDGED)
+    _quarantine_job(output, meter, pending, local / FOLDERS["quarantine"])
     shutil.rmtree(side, ignore_errors=True)
-    return Saved(True, len(files))
+    _manifest(local, output.keep_columns)
+    return Saved(output.split is not None, len(files), meter.metrics())
+
+
+def _manifest(local: Path, keep_columns: tuple[str, ...]) -> None:
+    pending = local / f".{MANIFEST}.tmp"
+    pending.write_text(json.dumps(manifest(keep_columns), indent=1) + "\n")
+    os.replace(pending, local / MANIFEST)
+
+
+def _save_elsewhere(output: Output, directory: str, meter: Meter) -> None:
+    """An output no local path names (``hdfs://...``): the combined rows persisted, each folder written
+    from them (the judge cannot put pending files there)."""
+    from pyspark import StorageLevel
+
+    kept = output.lineage is not None
+    combined = output.plan(None, meter.input).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        rows = combined.where("kind = 'message'").select(*[f"`{c}`" for c in message_columns(kept)])
+        _write(meter.observe(rows, "reassembly", _message_metrics()), f"{directory}/{FOLDERS['message']}")
+        q = combined.where("kind = 'quarantine'").select(*[f"`{c}`" for c in quarantine_columns(kept)])
+        _write(
+            meter.observe(q, "reassembly_quarantine", ["count(1) AS quarantined"]),
+            f"{directory}/{FOLDERS['quarantine']}",
+        )
+    finally:
+        combined.unpersist()

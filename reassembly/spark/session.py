@@ -1,23 +1,38 @@
-"""Create a SparkSession configured for reassembly (local, standalone cluster or Connect)."""
+"""Create a SparkSession configured for reassembly (local, standalone cluster or Connect).
+
+:func:`get_session` sets everything before the session starts (:data:`DEFAULT_CONF`, the workers'
+Python, Java). Under spark-submit (:func:`submitted`) the JVM and its settings already exist: the
+session is spark-submit's, its master and ``--conf`` settings stand, and only the defaults it was not
+given are added. For a session built elsewhere, :func:`reassembly.spark.environment.configure` sets what
+a running session still accepts.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import sys
+import threading
 import warnings
+from collections import deque
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from typing import Any
 
+from reassembly._plumbing import first_line
 from reassembly.spark.java import ensure_java
+from segmenter.errors import Reason, SegmentationError
 
-# Arrow batches bounded by bytes, not only rows: segments are large.
+logger = logging.getLogger(__name__)
+
+# Arrow batches bounded by bytes, not only rows: segments are large. The Spark UI is left as Spark has
+# it (on, port 4040 or the next free one); set spark.ui.enabled=false in ``conf`` to turn it off.
 DEFAULT_CONF: dict[str, str] = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.execution.arrow.maxBytesPerBatch": str(64 * 1024 * 1024),
     "spark.sql.execution.arrow.maxRecordsPerBatch": "10000",
     "spark.sql.shuffle.partitions": "8",
-    "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.driver.memory": "4g",
     "spark.sql.session.timeZone": "UTC",
@@ -26,31 +41,105 @@ DEFAULT_CONF: dict[str, str] = {
     # interpreted (measured: a cold 1 GiB run's map stage 23 s -> 12 s of task time).
     "spark.sql.codegen.hugeMethodLimit": "8000",
 }
+# Settings the JVM takes when it starts: under spark-submit it has started already.
+_LAUNCH_ONLY = ("spark.driver.memory",)
+
+
+class SparkEnvironmentError(SegmentationError):
+    """Spark cannot run the library here: a session that does not start, workers that cannot import it
+    (9060 ENVIRONMENT_ERROR). The message is one line naming the cause (and the fix, where known)."""
+
+    default_reason = Reason.ENVIRONMENT_ERROR
+
+
+def submitted() -> bool:
+    """Whether spark-submit (or pyspark's shell) started this Python: then a JVM is running and waits on
+    the gateway port spark-submit exported (``PYSPARK_GATEWAY_PORT``), with the master and every
+    ``--conf`` it was given. A session made here joins that JVM; setting a master would override it."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+class _Tail:
+    """Drains a pipe on a daemon thread, keeping its last lines while ``keep`` is set.
+
+    The JVM and the Python workers it forks write into the pipe for as long as they live, so it is
+    read to the end; once the launch went well nothing of it is kept (a stream runs for days)."""
+
+    def __init__(self, fd: int, lines: int = 200) -> None:
+        self.lines: deque[str] = deque(maxlen=lines)
+        self.keep = True
+        self._fd = fd
+        self._thread = threading.Thread(target=self._drain, name="spark-launch-output", daemon=True)
+        self._thread.start()
+
+    def _drain(self) -> None:
+        pending = b""
+        with os.fdopen(self._fd, "rb", buffering=0) as pipe:
+            while chunk := pipe.read(65536):
+                if not self.keep:
+                    pending = b""
+                    continue
+                *complete, pending = (pending + chunk).split(b"\n")
+                pending = pending[-4096:]
+                self.lines.extend(line.decode(errors="replace")[:2000] for line in complete)
+        if pending and self.keep:
+            self.lines.append(pending.decode(errors="replace"))
+
+    def finished(self, timeout: float) -> list[str]:
+        """The lines kept, once the writers closed the pipe (or after ``timeout`` seconds)."""
+        self._thread.join(timeout)
+        return list(self.lines)
 
 
 @contextmanager
-def _output_to_devnull() -> Iterator[None]:
-    """Point file descriptors 1 and 2 at /dev/null while a JVM is launched, then restore them.
+def _launch_output() -> Iterator[_Tail]:
+    """Point file descriptors 1 and 2 into a pipe while a JVM is launched, then restore them.
 
-    The JVM (and the Python workers it forks) inherit the descriptors, so Spark's start-up
-    lines (hostname, NativeCodeLoader, log4j profile) and its workers' chatter never reach
-    the terminal, while this process keeps its own stdout and stderr.
-    """
+    The JVM (and the Python workers it forks) inherit the descriptors, so Spark's start-up lines
+    (hostname, NativeCodeLoader, log4j profile) and its workers' chatter never reach the terminal,
+    while this process keeps its own stdout and stderr; the launch's last lines are kept to name the
+    cause when the JVM exits instead of starting."""
     sys.stdout.flush()
     sys.stderr.flush()
     saved = [os.dup(1), os.dup(2)]
-    null = os.open(os.devnull, os.O_WRONLY)
+    read, write = os.pipe()
+    tail = _Tail(read)
     try:
-        os.dup2(null, 1)
-        os.dup2(null, 2)
+        os.dup2(write, 1)
+        os.dup2(write, 2)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            yield
+            yield tail
     finally:
         os.dup2(saved[0], 1)
         os.dup2(saved[1], 2)
-        for fd in (*saved, null):
+        for fd in (*saved, write):
             os.close(fd)
+
+
+_THREAD_EXCEPTION = re.compile(r'^Exception in thread "[^"]*" ([\w.$]+)(?::\s*(.*))?$')
+_CAUSE = re.compile(r"^Caused by: ([\w.$]+)(?::\s*(.*))?$")
+_LOG_LINE = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (?:WARN|INFO|DEBUG|TRACE) ")
+
+
+def root_cause(lines: list[str]) -> str | None:
+    """The line of a failed launch's output that says why: the deepest ``Caused by``, else the main
+    thread's exception, else an ``Error:`` line (spark-submit's argument checks, a missing Java), else the
+    last line that is not a stack frame or a warning. The Java class name is dropped when a message follows."""
+    text = [line.rstrip() for line in lines if line.strip()]
+    for pattern in (_CAUSE, _THREAD_EXCEPTION):
+        found = [m for line in text if (m := pattern.match(line))]
+        if found:
+            return found[-1].group(2) or found[-1].group(1)
+    errors = [line for line in text if line.startswith(("Error:", "ERROR", "error:")) or "JAVA_HOME" in line]
+    if errors:
+        return errors[-1]
+    rest = [
+        line
+        for line in text
+        if not line.startswith(("\t", " ", "at ", "...")) and not _LOG_LINE.match(line) and "WARNING:" not in line
+    ]
+    return rest[-1] if rest else None
 
 
 def get_session(
@@ -60,9 +149,14 @@ def get_session(
 
     Python workers must use this interpreter (else executors miss pyarrow),
     so PYSPARK_PYTHON is pinned to ``sys.executable`` unless already set.
-    ``quiet`` sends the output of the JVM it launches (and of its workers) to /dev/null.
+    ``quiet`` keeps the output of the JVM it launches (and of its workers) off the terminal; if the JVM
+    exits instead of starting, :class:`SparkEnvironmentError` names the cause from that output in one line.
+    Under spark-submit (:func:`submitted`) ``master`` is not used: spark-submit's session is returned,
+    with :data:`DEFAULT_CONF` added where spark-submit was not given the setting (``conf`` always wins).
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if submitted():
+        return _submitted_session(app_name, conf or {})
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     ensure_java()
     from pyspark.sql import SparkSession
@@ -74,8 +168,45 @@ def get_session(
         builder = builder.master(master)
         for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
             builder = builder.config(key, value)
-    with _output_to_devnull() if quiet else nullcontext():
+    if quiet:
+        failed: Exception | None = None
+        with _launch_output() as tail:
+            try:
+                session = builder.getOrCreate()
+            except Exception as exc:
+                failed = exc
+            else:
+                tail.keep = False
+        if failed is not None:
+            cause = root_cause(tail.finished(timeout=5.0))
+            head = first_line(failed)
+            raise SparkEnvironmentError(f"{cause} ({head})" if cause and cause not in head else head) from None
+    else:
         session = builder.getOrCreate()
     if not master.startswith("sc://"):
         session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def _submitted_session(app_name: str, conf: dict[str, str]) -> Any:
+    """spark-submit's session: its master and settings stand; ours fill in what it was not given."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.sql import SparkSession
+
+    SparkContext._ensure_initialized()  # joins spark-submit's JVM (the gateway port it exported)
+    launched = SparkConf()  # spark-submit's --master, --conf ... as the JVM holds them
+    builder = SparkSession.builder
+    if not launched.contains("spark.app.name"):
+        builder = builder.appName(app_name)
+    for key, value in DEFAULT_CONF.items():
+        if key not in _LAUNCH_ONLY and not launched.contains(key):
+            builder = builder.config(key, value)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    logger.info("running under spark-submit: master %s", session.sparkContext.master)
+    return session
+
+
+__all__ = ["DEFAULT_CONF", "SparkEnvironmentError", "get_session", "root_cause", "submitted"]

@@ -5,9 +5,9 @@ The stateful processors (:class:`~reassembly.spark.stream.processor.Reassembler`
 :class:`~reassembly.spark.resequence.processor.ResequenceProcessor`) run under Spark's
 ``transformWithState``, which only works on the RocksDB state store provider. Without it the
 query would fail only once it runs, deep in a Python worker; :func:`require_rocksdb` refuses the
-session when the stream is set up instead, with the setting to change. :func:`configure` sets it
-(with the other session settings a stream wants). Nothing here imports pyspark: a session is only
-asked for its configuration.
+session when the stream is set up instead, with the setting to change.
+:func:`reassembly.spark.environment.configure` sets it (with the other settings the library wants).
+Nothing here imports pyspark: a session is only asked for its configuration.
 """
 
 from __future__ import annotations
@@ -29,21 +29,4 @@ def require_rocksdb(spark: Any, what: str) -> None:
         raise ValueError(f"{what} needs {PROVIDER}={ROCKSDB}")
 
 
-def configure(spark: Any, partitions: int | None = None) -> int:
-    """Session settings for a stream: the RocksDB provider, changelog checkpointing, and state
-    partitions (``spark.sql.shuffle.partitions``; default: the cores Spark has). Returns the partitions.
-
-    Every micro-batch pays a fixed cost per state partition (a RocksDB commit, a Python state worker
-    round trip), so more partitions than cores only add latency. Spark fixes the number into a
-    checkpoint at its first start: a resumed stream keeps its own, whatever is set here.
-    """
-    if partitions is None:
-        sc = getattr(spark, "sparkContext", None)  # None on Spark Connect: keep the session's setting
-        partitions = sc.defaultParallelism if sc is not None else int(spark.conf.get("spark.sql.shuffle.partitions"))
-    spark.conf.set(PROVIDER, ROCKSDB)
-    spark.conf.set(CHANGELOG, "true")
-    spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
-    return partitions
-
-
-__all__ = ["CHANGELOG", "PROVIDER", "ROCKSDB", "configure", "require_rocksdb"]
+__all__ = ["CHANGELOG", "PROVIDER", "ROCKSDB", "require_rocksdb"]

@@ -26,7 +26,7 @@ Broker fields carry only what the broker itself must act on:
 The modules: :mod:`.base` (:class:`Sender`, :class:`Consumer`, :class:`Delivery`, :func:`body_view`,
 the size limits), :mod:`.connect` (:func:`open_sender`, :func:`open_consumer`: a URL to its
 transport), :mod:`.amqp` (python-qpid-proton, imported only when an ``amqp://`` URL is opened:
-``pip install segmenter[broker]``, so importing this package never needs it), :mod:`.stomp` (the
+``pip install segment-reassembly[broker]``, so importing this package never needs it), :mod:`.stomp` (the
 standard library only) over :mod:`.stomp_client` (a sans-I/O STOMP 1.2 frame parser and one
 connection), and :mod:`.recycle` (the pool of reused receive buffers STOMP bodies land in).
 This package is the transport only (connect, send with broker confirmation, fetch and settle

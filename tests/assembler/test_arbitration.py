@@ -92,7 +92,7 @@ def resealed(seg: Segment, **changes: Any) -> Segment:
 
 
 def with_extension(raw: bytes, extension: bytes) -> bytes:
-    """The same segment with header-extension bytes (header_length > 84), as docs/wire-format.md allows:
+    """The same segment with header-extension bytes (header_length > 84), as docs/concepts/wire-format.md allows:
     ``extension`` as the value of a record readers skip (type 0xC5)."""
     extension = struct.pack(">BH", 0xC5, len(extension)) + extension
     fields = bytearray(raw[:80])
@@ -390,7 +390,7 @@ def test_a_forged_last_msg_seq_number_lists_a_bounded_number_of_missing_messages
 def test_a_segment_with_a_header_extension_comes_back_byte_for_byte() -> None:
     payload = os.urandom(500)
     segs = segment(payload, HEADER_LENGTH + 200, group_id=GID)
-    skippable = bytes([0xC5, 0, 10]) + b"EXTENSION!"  # a TLV record readers skip (docs/wire-format.md)
+    skippable = bytes([0xC5, 0, 10]) + b"EXTENSION!"  # a TLV record readers skip (docs/concepts/wire-format.md)
     extended = [with_extension(s.encode(), skippable) for s in segs]
     assert Assembler().receive_many(extended)[-1].payload == payload  # type: ignore[union-attr]
     incomplete = Assembler()

@@ -133,8 +133,8 @@ def test_a_column_that_is_not_binary_is_a_one_line_error(tmp_path: Path) -> None
     table = tmp_path / "strings.parquet"
     pq.write_table(pa.table({"segment": pa.array(["not", "binary"], pa.string())}), table)
     done = reassemble("run", str(table), str(tmp_path / "out"))
-    assert done.returncode == 1
-    assert "reassemble: error: column 'segment' is string, expected binary" in done.stderr
+    assert done.returncode == 2  # a usage error: refused before anything is written
+    assert "reassemble: error: column 'segment' is string, expected binary (columns: segment string)" in done.stderr
     assert not (tmp_path / "out").exists()
 
 

@@ -4,44 +4,22 @@ from __future__ import annotations
 
 import configparser
 import os
-import shutil
-import socket
 import subprocess
 import sys
-import time
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
 from reassembly.spark.testdata import generate, write_parquet
+from tests.support.cluster import LIBRARY
 
 pytestmark = pytest.mark.cluster
 
-SPARK_HOME = Path(__import__("pyspark").__file__).parent
 REPO = Path(__file__).resolve().parents[2]
-LIBRARY = ("segmenter", "reassembly", "refmsg")  # bench and tests are not installed
 
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel pip builds from a copy of the source (so no build/ or egg-info lands in the tree)."""
-    src, dist = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("dist")
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO / name, src / name)
-    for name in (*LIBRARY, "bench", "tests"):
-        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
-    done = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(src)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    (built,) = dist.glob("*.whl")
-    return built
+# The fixtures `wheel` and `cluster` (one each per test run) are in tests/cli/conftest.py.
 
 
 def test_the_wheel_holds_every_module_of_the_library_and_its_type_markers(wheel: Path) -> None:
@@ -80,87 +58,10 @@ def test_the_wheel_entry_points_resolve_to_its_own_code(wheel: Path, tmp_path: P
     assert done.stdout.count("resolved") == len(scripts)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_for_port(port: int, seconds: float = 60) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.5)
-    raise TimeoutError(f"nothing listens on 127.0.0.1:{port}")
-
-
 @pytest.fixture(scope="module")
 def landing(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ds = generate(n_messages=20, segments_per_message=3, segment_size=2048, groups=2)
     return write_parquet(ds, tmp_path_factory.mktemp("landing"), files=3)
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A master and two one-core workers on 127.0.0.1, stopped by PID whatever happens."""
-    work = tmp_path_factory.mktemp("cluster")
-    port, ui = free_port(), free_port()
-    env = {**os.environ, "SPARK_LOG_DIR": str(work), "SPARK_PID_DIR": str(work), "PYSPARK_PYTHON": sys.executable}
-    cls = str(SPARK_HOME / "bin" / "spark-class")
-    procs = [
-        subprocess.Popen(
-            [
-                cls,
-                "org.apache.spark.deploy.master.Master",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--webui-port",
-                str(ui),
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-    ]
-    try:
-        wait_for_port(port)
-        for i in range(2):
-            procs.append(
-                subprocess.Popen(
-                    [
-                        cls,
-                        "org.apache.spark.deploy.worker.Worker",
-                        f"spark://127.0.0.1:{port}",
-                        "--host",
-                        "127.0.0.1",
-                        "--cores",
-                        "1",
-                        "--memory",
-                        "1g",
-                        "--work-dir",
-                        str(work / f"w{i}"),
-                        "--webui-port",
-                        str(free_port()),
-                    ],
-                    env=env,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-            )
-        time.sleep(6)  # workers register about 4 s after they start
-        yield f"spark://127.0.0.1:{port}"
-    finally:
-        for p in reversed(procs):
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
 
 
 def test_job_runs_unchanged_on_a_standalone_cluster(cluster: str, landing: Path, tmp_path: Path) -> None:

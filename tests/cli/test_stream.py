@@ -9,12 +9,13 @@ import argparse
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from reassembly._plumbing import JobError, UsageError
 from reassembly.cli._common import seconds
-from reassembly.cli.stream import add_parser, check_args
+from reassembly.cli.stream import add_parser, age, check_args, landed, running_batch
 
 
 @pytest.mark.parametrize(
@@ -178,21 +179,97 @@ def test_nothing_is_written_where_a_link_inside_the_input_leads(landing: Path, o
 
 
 def test_an_idle_trigger_is_one_line_never_a_batch_that_did_not_run(tmp_path: Path) -> None:
-    """A restart with no new files gets Spark's progress for an idle trigger: that is one 'idle' line,
-    never a status line for a batch that did not run (it would say "held unknown (checkpoint begun by
-    an older version)"), and the batch that then runs gets its own line."""
+    """Spark reports an idle trigger under the id of the batch still to run. That is one 'idle' line, never
+    a status line; and once that batch has run, its line counts its own rows: taken from the idle report
+    (0 rows in, found first for that id) it said "0 rows in" for a batch that read 8."""
     import io
-    from types import SimpleNamespace
 
     from reassembly.cli.stream import _Lines
 
     out = io.StringIO()
     lines = _Lines(out, tmp_path / "out")
-    idle = SimpleNamespace(batchId=2, numInputRows=0, stateOperators=[], eventTime={})
+    idle = SimpleNamespace(batchId=2, numInputRows=0, durationMs={"latestOffset": 3, "triggerExecution": 3})
     lines.flush(SimpleNamespace(recentProgress=[idle]))
     lines.flush(SimpleNamespace(recentProgress=[idle]))
-    ran = SimpleNamespace(batchId=2, numInputRows=5, stateOperators=[], eventTime={})
+    (tmp_path / "out" / "_commits").mkdir(parents=True)
+    (tmp_path / "out" / "_commits" / "2").write_text("message:complete 2\nstate:groups 0\n")  # the sink committed it
+    lines.flush(SimpleNamespace(recentProgress=[idle]))  # the batch's own report has not come yet: no line
+    ran = SimpleNamespace(
+        batchId=2,
+        numInputRows=8,
+        stateOperators=[],
+        eventTime={"watermark": "1970-01-01T00:00:00.000Z"},
+        timestamp="2026-01-02T03:04:05.678Z",
+        durationMs={"addBatch": 900, "triggerExecution": 1234},
+    )
+    lines.flush(SimpleNamespace(recentProgress=[idle, ran]))
     lines.flush(SimpleNamespace(recentProgress=[idle, ran]))
     text = out.getvalue().splitlines()
     assert text[0] == "idle: no new input (batch 2 did not run)" and len(text) == 2
-    assert text[1].startswith("batch 2: 5 rows in")
+    assert text[1].startswith("2026-01-02T03:04:05.678Z batch 2 (1.2s): 8 rows in; messages complete 2; ")
+    assert "; oldest held none; " in text[1]
+
+
+@pytest.mark.parametrize(
+    ("ms", "said"),
+    [
+        (-5, "0ms"),
+        (850, "850ms"),
+        (42_000, "42.0s"),
+        (725_000, "12m05s"),
+        (11_220_000, "3h07m"),
+        (187_200_000, "2d04h"),
+    ],
+)
+def test_ages_read_as_durations(ms: int, said: str) -> None:
+    assert age(ms) == said
+
+
+def test_every_option_of_stream_says_its_default() -> None:
+    parser = argparse.ArgumentParser()
+    p = add_parser(parser.add_subparsers(dest="command"))
+    valued = [a for a in p._actions if a.option_strings and a.nargs != 0 and not a.required and a.dest != "conf"]
+    assert {a.dest for a in valued} >= {"expire_after", "tombstone", "watermark", "trigger", "input_format"}
+    for action in valued:
+        assert action.help and "default" in action.help, action.dest
+    shown = p.format_help()
+    for said in ("(default 1h)", "(default 1d)", "(default 10m)", "(default available-now)", "(default encoded)"):
+        assert said in " ".join(shown.split()), said
+    args = stream_args("in", "out", "--checkpoint", "ck")
+    assert (args.expire_after, args.tombstone, args.watermark) == (3600.0, 86400.0, 600.0)  # the defaults parsed
+
+
+def test_the_batch_running_and_whether_anything_landed_are_read_from_files(tmp_path: Path) -> None:
+    ck = tmp_path / "ck"
+    assert running_batch(str(ck)) is None
+    (ck / "offsets").mkdir(parents=True)
+    (ck / "commits").mkdir()
+    for name in ("0", "1", ".1.crc"):
+        (ck / "offsets" / name).touch()
+    (ck / "commits" / "0").touch()
+    assert running_batch(str(ck)) == 1
+    (ck / "commits" / "1").touch()
+    assert running_batch(str(ck)) is None
+    (tmp_path / "landing" / "_spark_metadata").mkdir(parents=True)
+    (tmp_path / "landing" / ".part-0.parquet.crc").touch()
+    (tmp_path / "landing" / "_spark_metadata" / "0").touch()
+    assert not landed(str(tmp_path / "landing"))  # Spark skips names starting with . or _
+    (tmp_path / "landing" / "day=1").mkdir()
+    (tmp_path / "landing" / "day=1" / "part-0.parquet").touch()
+    assert landed(str(tmp_path / "landing"))
+
+
+def test_a_new_stream_on_an_empty_directory_has_nothing_to_do_and_starts_no_spark(tmp_path: Path) -> None:
+    """Not an error (the files land later); with available-now it ends at once, leaving the output's folders."""
+    (tmp_path / "landing").mkdir()
+    (tmp_path / "landing" / ".part-0.parquet.inprogress").touch()  # hidden: not landed yet
+    done = subprocess.run(
+        [sys.executable, "-m", "reassembly", "stream", "landing", "out", "--checkpoint", "ck"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.splitlines()[0] == "idle: nothing has landed in landing yet"
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "_commits", "_incoming", "duplicates", "messages", "quarantine"
+    ]  # fmt: skip
+    assert not running_batch(str(tmp_path / "ck")) and not (tmp_path / "ck" / "offsets").exists()

@@ -17,7 +17,6 @@ import pytest
 
 from reassembly.spark.stream.functions import read_committed
 from reassembly.spark.testdata import generate
-from tests.cli.test_deploy import cluster  # noqa: F401  (the fixture: a master and two workers, stopped by PID)
 from tests.spark.test_stream import land, stream_command
 
 pytestmark = pytest.mark.cluster
@@ -35,7 +34,7 @@ def _stream(master: str, base: Path) -> None:
     assert "rows in; messages" in done.stdout
 
 
-def test_stream_runs_on_a_standalone_cluster(cluster: str, tmp_path: Path) -> None:  # noqa: F811
+def test_stream_runs_on_a_standalone_cluster(cluster: str, tmp_path: Path) -> None:  # cluster: tests/cli/conftest.py
     ds = generate(n_messages=12, segments_per_message=3, segment_size=2048, groups=2, faults=False)
     (tmp_path / "landing").mkdir()
     half = len(ds.rows) // 2

@@ -217,7 +217,7 @@ def test_every_truncation_is_detected(tmp_path: Path) -> None:
             assert err.value.reason in (Reason.RMH_ERROR, Reason.HEADER_CHECKSUM_ERROR), n
     with pytest.raises(RmhError):  # with the Format, even an empty body is a damaged reference
         resolve(Message(FORMAT_REF_MSG_HEADER, b""), store)
-    # Bare, nothing is left to tell a reference cut to zero bytes from an empty payload (docs/refmsg.md).
+    # Bare, nothing is left to tell a reference cut to zero bytes from an empty payload (docs/how-to/refmsg.md).
     assert resolve(b"", store) == b""
 
 

@@ -252,7 +252,7 @@ def test_hasher_counts_bytes() -> None:
     assert hasher.length == 5 and hasher.digests() == Digests()
 
 
-# -- the worked example of docs/wire-format.md ---------------------------------------------------
+# -- the worked example of docs/concepts/wire-format.md ---------------------------------------------------
 
 EXAMPLE_KEY = bytes(range(32))
 EXAMPLE_SHA256 = "7c0f2efeacb1f77177f1c720e301065e510d8832286ebb96c7cddb926a207565"
@@ -283,7 +283,7 @@ def test_worked_example() -> None:
     decoded = decode_header(header + b" world!")  # today's reader skips the extension
     assert decoded.header_length == 160 and decoded.is_last_segment
     policy.verify(parse_extension(header[80 : header_length - 4]), [message])
-    doc = (Path(__file__).parents[2] / "docs" / "wire-format.md").read_text()
+    doc = (Path(__file__).parents[2] / "docs" / "concepts" / "wire-format.md").read_text()
     flat = "".join(doc.split())
     for value in (EXAMPLE_SHA256, EXAMPLE_TAG, EXAMPLE_EXTENSION, EXAMPLE_HEADER):
         assert value in flat

@@ -1,6 +1,6 @@
 """One producer behaviour: every input form follows the same rule for the message checksum.
 
-The rule (docs/wire-format.md, "Where the message checksum is carried"): only the last
+The rule (docs/concepts/wire-format.md, "Where the message checksum is carried"): only the last
 segment of a message carries the whole-message checksum. The same payload given as bytes,
 a bytearray, a memoryview, a real file, a pipe or a ``MessageWriter`` gives the same
 segments, except for exactly the differences the document lists (and these tests name).
@@ -233,8 +233,8 @@ def test_a_pipe_from_another_process() -> None:
 
 
 def test_the_worked_example_in_the_wire_format_document() -> None:
-    """docs/wire-format.md's first-segment bytes are what the producer writes."""
-    doc = (Path(__file__).parents[2] / "docs" / "wire-format.md").read_text()
+    """docs/concepts/wire-format.md's first-segment bytes are what the producer writes."""
+    doc = (Path(__file__).parents[2] / "docs" / "concepts" / "wire-format.md").read_text()
     block = doc.split("## Worked example", 1)[1].split("```", 2)[1]
     hex_lines = (re.match(r"((?:[0-9a-f]{2,}\s)+)", line.strip() + " ") for line in block.splitlines()[1:])
     documented = bytes.fromhex("".join(m.group(1).replace(" ", "") for m in hex_lines if m))

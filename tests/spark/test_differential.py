@@ -8,7 +8,10 @@ and HMAC-SHA-256 digests (read without keys, or with a keyring that demands a
 tag), garbage, truncated, empty and NULL rows. The Spark ``messages`` and ``quarantine`` must
 equal, row for row, what one in-process batch assembler reports on the same
 rows (through the same ``rows.py`` conversion), with the JVM fast path on and
-off, and with the large-message path on (a small ``large_message_bytes``).
+off, and with the large-message path on (a small ``large_message_bytes``): every column, the
+incomplete facts (``detail``, ``missing_ranges_basis``, ``last_seq_number``, declared lengths)
+included. With an input column kept, each row's lineage (``source`` / ``sources``) names landing
+rows holding the same bytes as the in-process assembler's (identical copies are interchangeable).
 """
 
 from __future__ import annotations
@@ -189,15 +192,43 @@ def in_process(rows: list[bytes | None], digest: DigestPolicy = NO_POLICY) -> li
     return canonical(reassemble_group(rows, ReassemblyOptions(max_message_size=MAX, digest=digest).limits()))
 
 
+def by_landing_bytes(rows: list[dict[str, Any]], landing: list[bytes | None]) -> list[str]:
+    """:func:`canonical`, each lineage entry (``{"row": i}``) replaced by the bytes of landing row i."""
+
+    def named(src: dict[str, Any] | None) -> bytes | None:
+        assert src is not None
+        return landing[src["row"]]
+
+    out = []
+    for row in rows:
+        lineage = [named(s) for s in row["sources"]] if row["kind"] == "message" else [named(row["source"])]
+        out.append(repr((canonical([row]), lineage)))
+    return sorted(out)
+
+
+def check_lineage(spark: Any, rows: list[bytes | None], path: Path, digest: DigestPolicy) -> None:
+    """The kept column ``row`` (each landing row's index) names rows with the same bytes as in-process."""
+    limits = ReassemblyOptions(max_message_size=MAX, digest=digest).limits()
+    expected = by_landing_bytes(reassemble_group(rows, limits, sources=[{"row": i} for i in range(len(rows))]), rows)
+    df = spark.read.parquet(str(path))
+    for use_jar in (True, False):  # the one pass, and the SQL aggregate (its pieces and metas apart)
+        opts = ReassemblyOptions(
+            max_message_size=MAX, partitions=3, digest=digest, keep_columns=("row",), use_jar=use_jar
+        )
+        got = [r.asDict(recursive=True) for r in reassemble(df, options=opts).combined.collect()]
+        assert by_landing_bytes(got, rows) == expected, f"lineage, use_jar={use_jar}"
+
+
 def check(spark: Any, rows: list[bytes | None], tmp: Path, digest: DigestPolicy = NO_POLICY) -> None:
     path = tmp / "landing.parquet"
-    pq.write_table(pa.table({"segment": pa.array(rows, pa.binary())}), path)
+    pq.write_table(pa.table({"segment": pa.array(rows, pa.binary()), "row": pa.array(range(len(rows)))}), path)
     expected = in_process(rows, digest)  # arbitration is order-independent: any order gives this
     assert canonical(spark_rows(spark, path, digest)) == expected, "JVM fast path on"
     assert canonical(spark_rows(spark, path, digest, jvm_fast_path=False)) == expected, "JVM fast path off"
     files = tmp / "payloads"
     large = spark_rows(spark, path, digest, payload_dir=str(files), large_message_bytes=150)
     assert canonical(large, files) == expected, "large-message path"
+    check_lineage(spark, rows, path, digest)
 
 
 # No shrinking: each example costs three Spark jobs; a failure prints its rows as drawn.

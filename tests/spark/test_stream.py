@@ -12,22 +12,25 @@ message and segment for segment, what one batch ``reassemble`` run reports.
 As a separate process (``reassemble stream``, 1 s trigger, one file per
 micro-batch): SIGKILL (the JVM with it) the moment a micro-batch starts
 writing, restart on the same checkpoint with a file far later in event time
-landed meanwhile (every incomplete message expires), Ctrl-C at a batch
-boundary (exit code 0); every message exactly once, byte-identical, and the
-accounting identity over the whole run.
+landed meanwhile (every incomplete message expires), Ctrl-C (exit code 130
+once the batch in flight has committed); every message exactly once,
+byte-identical, and the accounting identity over the whole run.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
@@ -61,6 +64,11 @@ def stream_spark(spark: Any) -> Iterator[Any]:
     yield spark
     for key in keys:
         spark.conf.unset(key)
+
+
+def _iso(at: float) -> str:
+    """Spark's way of writing a time in progress reports."""
+    return datetime.fromtimestamp(at, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def land(directory: Path, name: str, rows: list[bytes], at: float) -> None:
@@ -239,7 +247,7 @@ def test_sigkill_mid_batch_then_restart_exactly_once(tmp_path: Path) -> None:
     finally:
         if second.poll() is None:
             os.killpg(second.pid, signal.SIGKILL)
-    assert second.returncode == 0
+    assert second.returncode == 130  # stopped by Ctrl-C, after the batch in flight committed
     assert "rows in; messages" in stdout
 
     msgs = read_committed(out, "message")
@@ -324,7 +332,7 @@ def test_status_line_reports_exactly_what_state_holds(stream_spark: Any, tmp_pat
     from reassembly.cli.stream import status_line
     from reassembly.spark.pipeline import ReassemblyOptions
     from reassembly.spark.stream.core import Footprint
-    from reassembly.spark.stream.functions import batch_counts, committed_batches, state_after
+    from reassembly.spark.stream.functions import OLDEST, OPEN_KEYS, batch_counts, committed_batches, state_after
     from segmenter.wire import decode_header
 
     rng = random.Random(21)
@@ -350,9 +358,10 @@ def test_status_line_reports_exactly_what_state_holds(stream_spark: Any, tmp_pat
             options=options,
         )
         assert query.awaitTermination(600) and query.exception() is None
-        last = committed_batches(tmp_path / "out")[-1]
-        line = status_line(last, batch_counts(tmp_path / "out", last) or Counter(), None)
-        return state_after(tmp_path / "out"), line
+        # the batch that read the file (a batch without input may follow it: the watermark moved)
+        progress = [p for p in query.recentProgress if "addBatch" in p.durationMs and p.numInputRows][-1]
+        counts = batch_counts(tmp_path / "out", progress.batchId) or Counter()
+        return state_after(tmp_path / "out"), status_line(progress.batchId, counts, progress)
 
     land(tmp_path / "landing", "a", first, T0)
     held, line = run()
@@ -368,13 +377,29 @@ def test_status_line_reports_exactly_what_state_holds(stream_spark: Any, tmp_pat
         f"held 2 groups, {want.segments} segments, {want.held_bytes} bytes in state, {want.spooled_bytes} bytes spooled"
         in line
     )
-    assert "tombstones 0 (0 bytes)" in line
+    assert "tombstones 0 (0 bytes); oldest held 0ms;" in line  # event time now: the file's, when both opened
+    assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z batch 0 \(\d+\.\ds\): ", line), line
+    assert f"): {len(first)} rows in; " in line
+    counts = batch_counts(tmp_path / "out", 0)
+    assert counts is not None and abs(counts[OLDEST] - T0 * 1000) <= 1  # both groups opened at T0
+    later = SimpleNamespace(
+        numInputRows=0,
+        stateOperators=[],
+        timestamp="2026-01-01T00:00:00.000Z",
+        durationMs={"triggerExecution": 1500},
+        eventTime={"max": _iso(T0 + 90), "watermark": _iso(T0 + 80)},
+    )
+    assert "; oldest held 1m30s;" in status_line(0, counts, later)
+    assert "; oldest held 1m40s;" in status_line(0, counts, later, lateness=20)  # the watermark trails by 20 s
 
     land(tmp_path / "landing", "b", [small[1], *large[2:]], T0 + 1)
     held, line = run()
     assert held is not None and held._replace(tombstone_bytes=0) == Footprint(tombstones=2)
     assert held.tombstone_bytes > 0
     assert "held 0 groups, 0 segments, 0 bytes in state, 0 bytes spooled; tombstones 2 (" in line
+    assert "oldest held none" in line
+    last = committed_batches(tmp_path / "out")[-1]
+    assert pq.read_table(tmp_path / "out" / OPEN_KEYS / f"{last}.parquet").num_rows == 0
     assert not list((bodies / ".stream").iterdir())  # the spooled data left with its message
 
     fresh = [s.encode() for s in Segmenter(300).segment(b"moves event time on" * 10)]
@@ -413,9 +438,9 @@ def test_rows_that_are_not_whole_segments_are_quarantined_as_they_came_even_when
     assert query.awaitTermination(600) and query.exception() is None
     (msg,) = read_committed(tmp_path / "out", "message")
     assert msg["status"] == "complete" and (tmp_path / "bodies" / msg["payload_path"]).read_bytes() == payload
-    quarantined = sorted((r["reason"], bytes(r["raw"] or b"")) for r in read_committed(tmp_path / "out", "quarantine"))
-    assert quarantined == sorted([(int(Reason.TRUNCATED), overlong), (int(Reason.TRUNCATED), short),
-                                  (int(Reason.TRUNCATED), b"")])  # fmt: skip
+    quarantined = Counter((r["reason"], r["raw"]) for r in read_committed(tmp_path / "out", "quarantine"))
+    truncated = int(Reason.TRUNCATED)
+    assert quarantined == Counter([(truncated, overlong), (truncated, short), (truncated, None)])  # NULL stays NULL
 
 
 def test_null_event_times_and_old_files_are_read(stream_spark: Any, tmp_path: Path) -> None:
@@ -444,3 +469,132 @@ def test_null_event_times_and_old_files_are_read(stream_spark: Any, tmp_path: Pa
     query = start(reassemble_stream(df, options=OPTIONS), tmp_path / "out", str(tmp_path / "ck"), "available-now")
     assert query.awaitTermination(600) and query.exception() is None
     assert sorted(r["status"] for r in read_committed(tmp_path / "out", "message")) == ["complete", "complete"]
+
+
+def test_each_batch_publishes_its_counts_as_spark_observed_metrics(stream_spark: Any, tmp_path: Path) -> None:
+    """The stream's output carries ``DataFrame.observe("reassembly", ...)``: each batch's counts are in its
+    ``StreamingQueryProgress.observedMetrics`` (what Spark's UI, listeners and metrics sinks read), equal
+    to what the batch committed. A NULL row is quarantined with its value, NULL, never ``b''``."""
+    from reassembly.spark.stream.functions import OBSERVATION, STATUSES, batch_counts
+
+    rng = random.Random(51)
+    good = [s.encode() for s in Segmenter(300).segment(rng.randbytes(700))]
+    open_ = [s.encode() for s in Segmenter(300).segment(rng.randbytes(700))][:1]  # its message stays open
+    (tmp_path / "landing").mkdir()
+    land(tmp_path / "landing", "a", [*good, good[0], b"not a segment", None, *open_], T0)  # type: ignore[list-item]
+    query = start(
+        reassemble_stream(file_source(stream_spark, str(tmp_path / "landing")), options=OPTIONS),
+        tmp_path / "out",
+        str(tmp_path / "ck"),
+        "available-now",
+    )
+    assert query.awaitTermination(600) and query.exception() is None
+    assert OBSERVATION in query.lastProgress["observedMetrics"]
+    ran = [p for p in query.recentProgress if "addBatch" in p.durationMs]
+    got: Counter[str] = Counter()
+    for p in ran:
+        metrics = p.observedMetrics[OBSERVATION].asDict()
+        counts = batch_counts(tmp_path / "out", p.batchId)
+        assert counts is not None
+        assert metrics["quarantined"] == counts["quarantine"] and metrics["duplicates"] == counts["duplicate"]
+        assert all(metrics[f"messages_{s}"] == counts[f"message:{s}"] for s in STATUSES)
+        got.update(metrics)
+    assert got["messages"] == got["messages_complete"] == 1
+    assert got["segments_used"] == len(good) and got["message_duplicates"] == 1
+    assert (got["quarantined"], got["late"], got["duplicates"]) == (2, 0, 0)
+    q = Counter(r["raw"] for r in read_committed(tmp_path / "out", "quarantine"))
+    assert q == Counter([b"not a segment", None])
+
+
+STATUS = re.compile(
+    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z batch \d+ \(\d+\.\ds\): (\d+) rows in; messages [^;]+; quarantined \d+"
+    r" \(late \d+\); duplicates \d+; held \d+ groups, .*; oldest held [^;]+; store rows \d+; watermark \S+"
+)
+
+
+class _Running:
+    """``reassemble stream`` as a process (its own process group, as a terminal's job), its output read as it comes."""
+
+    def __init__(self, base: Path, trigger: str) -> None:
+        import threading
+
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+        self.proc = subprocess.Popen(
+            _command(base, trigger), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            start_new_session=True,
+        )  # fmt: skip
+        self.out: list[str] = []
+        self.err: list[str] = []
+        for stream, into in ((self.proc.stdout, self.out), (self.proc.stderr, self.err)):
+            threading.Thread(
+                target=lambda s=stream, i=into: i.extend(line.rstrip("\n") for line in s), daemon=True
+            ).start()
+
+    def ctrl_c(self) -> float:
+        os.killpg(self.proc.pid, signal.SIGINT)  # to the whole group, as a terminal sends it
+        return time.monotonic()
+
+    def said(self, prefix: str) -> bool:
+        return any(line.startswith(prefix) for line in self.err)
+
+    def end(self) -> int:
+        try:
+            return self.proc.wait(timeout=300)
+        finally:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+def test_status_lines_and_ctrl_c_stopping_after_the_batch_in_flight(tmp_path: Path) -> None:
+    """One status line per batch, with its time, duration, own rows in and oldest held age; the first batch
+    after an idle trigger counts its own rows (Spark reports the idle trigger under the same batch id).
+    Ctrl-C mid-batch says so on stderr at once, lets that batch commit, writes no other and exits 130; a
+    second Ctrl-C aborts at once, the batch in flight uncommitted. The same command resumes: every row
+    counted in exactly one status line, every message exactly once."""
+    ds = generate(n_messages=24, segments_per_message=3, segment_size=1024, seed=7, faults=False)
+    cuts = [0, 10, 30, 45, 60, len(ds.rows)]
+    files = [ds.rows[cuts[i] : cuts[i + 1]] for i in range(len(cuts) - 1)]
+    (tmp_path / "landing").mkdir()
+    out = tmp_path / "out"
+    land(tmp_path / "landing", "f0", files[0], T0)
+
+    first = _Running(tmp_path, "1s")
+    try:
+        _wait(lambda: any(line.startswith("idle: no new input") for line in first.out), 600, "an idle trigger")
+        for i in range(1, len(files)):
+            land(tmp_path / "landing", f"f{i}", files[i], T0 + i)
+        _wait(lambda: any(f": {len(files[1])} rows in; " in line for line in first.out), 600, "the batch after idling")
+        _wait(lambda: any((out / "_incoming").iterdir()) or first.proc.poll() is not None, 600, "a batch in flight")
+        sent = first.ctrl_c()
+        _wait(lambda: first.said("reassemble: stopping"), 5, "the stopping line")
+        said_in = time.monotonic() - sent
+    finally:
+        code = first.end()
+    assert code == 130 and said_in < 5, first.err
+    (stopping,) = [line for line in first.err if line.startswith("reassemble: stopping")]
+    committed = sorted(int(p.name) for p in (out / "_commits").iterdir() if p.name.isdigit())
+    assert stopping == f"reassemble: stopping after batch {committed[-1]} (Ctrl-C again to abort)", first.err
+    assert first.err[-1] == f"reassemble: stopped after batch {committed[-1]} (the same command resumes from there)"
+    assert not (out / "_incoming" / f"batch={committed[-1] + 1}").exists()  # the next batch wrote nothing
+    status = [line for line in first.out if " rows in; " in line]
+    assert status and all(STATUS.fullmatch(line) for line in status), status
+
+    second = _Running(tmp_path, "1s")
+    try:
+        _wait(lambda: len(list((out / "_incoming").iterdir())) > 0 or second.proc.poll() is not None, 600, "a batch")
+        second.ctrl_c()
+        _wait(lambda: second.said("reassemble: stopping"), 5, "the stopping line")
+        second.ctrl_c()
+    finally:
+        code = second.end()
+    assert code == 130 and second.err[-1] == "reassemble: interrupted", second.err
+    status += [line for line in second.out if " rows in; " in line]
+
+    done = subprocess.run(_command(tmp_path, "available-now"), capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    status += [line for line in done.stdout.splitlines() if " rows in; " in line]
+    assert all(STATUS.fullmatch(line) for line in status), status
+    assert sum(int(STATUS.fullmatch(line)[1]) for line in status) == len(ds.rows)  # type: ignore[index]
+    msgs = _by_key(read_committed(out, "message"))  # each message once
+    assert {k: m["status"] for k, m in msgs.items()} == {k: "complete" for k in ds.expected}

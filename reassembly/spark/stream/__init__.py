@@ -5,7 +5,8 @@ processor (``processor``), its state layout (``layout``) and its spool.
 without Spark); ``processor`` is the stateful processor that only reads and writes Spark state
 (the variables of ``layout``) and calls the core; ``reassemble`` sets the stream up and holds the
 sink and the checkpoint's manifest; ``spool`` keeps held segments' bodies outside the state store.
-The state store check and session settings are :mod:`reassembly.spark.state_store`'s.
+The state store check is :mod:`reassembly.spark.state_store`'s; the session settings
+(``configure``, re-exported here) are :mod:`reassembly.spark.environment`'s.
 """
 
 from reassembly.spark.stream.functions import (
@@ -13,10 +14,13 @@ from reassembly.spark.stream.functions import (
     KIND_STATE,
     LAYOUT,
     MANIFEST,
+    OBSERVATION,
     PROFILE,
     ROCKSDB,
     BatchWriter,
     CheckpointMismatch,
+    Halt,
+    InputRefused,
     SinkError,
     StreamOptions,
     batch_counts,
@@ -24,6 +28,7 @@ from reassembly.spark.stream.functions import (
     committed_batches,
     configure,
     file_source,
+    observed,
     read_committed,
     reassemble_stream,
     start,
@@ -39,6 +44,9 @@ __all__ = [
     "ROCKSDB",
     "BatchWriter",
     "CheckpointMismatch",
+    "Halt",
+    "InputRefused",
+    "OBSERVATION",
     "SinkError",
     "StreamOptions",
     "batch_counts",
@@ -46,6 +54,7 @@ __all__ = [
     "committed_batches",
     "configure",
     "file_source",
+    "observed",
     "read_committed",
     "reassemble_stream",
     "start",

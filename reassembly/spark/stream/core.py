@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple, overload
+from typing import NamedTuple, TypeVar, overload
 
 from reassembly.assembler import snapshot as assembler_snapshot
 from reassembly.assembler._state import GroupState
@@ -42,13 +42,14 @@ from reassembly.assembler.events import (
 )
 from reassembly.assembler.model import Closed, Fingerprint, missing_numbers
 from reassembly.assembler.positions import Ledger, Origin
-from reassembly.spark.rows import GroupRows, Row, event_rows
+from reassembly.spark.rows import GroupRows, Row, Sources, event_rows, receive
 from reassembly.spark.stream.spool import IN_STATE, SpoolState
 from segmenter.coverage import RangeSet
 from segmenter.errors import Reason, SegmentationError
 from segmenter.flags import in_group, is_last_in_group
 from segmenter.wire import SegmentHeader, decode_header
 
+T = TypeVar("T")
 KIND_DUPLICATE = "duplicate"  # an identical copy of a segment whose message already left (counted, no bytes)
 
 
@@ -210,10 +211,11 @@ def undecodable(raw: bytes) -> bool:
     return False
 
 
-def reject_now(raws: Iterable[bytes], limits: Limits) -> list[Row]:
-    """Quarantine rows for rows with no readable header (the assembler gives the exact reason)."""
+def reject_now(raws: Sequence[bytes], limits: Limits, sources: Sources | None = None) -> list[Row]:
+    """Quarantine rows for rows with no readable header (the assembler gives the exact reason);
+    ``sources``: the rows' kept columns, parallel to ``raws`` (lineage)."""
     asm = Assembler(limits)
-    return event_rows(ev for raw in raws for ev in asm.receive(raw))
+    return event_rows(receive(asm, enumerate(raws), sources), sources=sources)
 
 
 def _seq(raw: bytes) -> int:
@@ -228,6 +230,7 @@ def judge(
     summary: Summary | None = None,
     group_id: bytes | None = None,
     bodies: BodyStore | None = None,
+    sources: Sources | None = None,
 ) -> Verdict | Partial | None:
     """Judge every segment held for one key; ``None`` while it is undecided and ``final`` is not given.
 
@@ -241,24 +244,27 @@ def judge(
     messages of an MQ group that is not complete leave at once (:class:`Partial`),
     as the in-process assembler delivers them; ``summary`` (updated here)
     remembers them. With ``bodies``, the messages it wants are built there (rows with
-    ``payload_path``), as the batch job does with ``payload_dir``.
+    ``payload_path``), as the batch job does with ``payload_dir``. ``sources``: the held segments'
+    kept columns, parallel to ``raws`` (lineage: rows carry ``source`` / ``sources``).
     """
     summary = summary if summary is not None else Summary()
     asm = Assembler(limits, batch=True, unit_of_work=unit_of_work, bodies=bodies)
-    events = asm.receive_many(raws) + asm.close()
+    events = receive(asm, enumerate(raws), sources) + asm.close()
     failed = any(isinstance(e, (MessageFailed, GroupFailed)) for e in events)
     complete = any(isinstance(e, (MessageComplete, GroupComplete)) for e in events)
     unfinished = any(isinstance(e, Unfinished) for e in events)
     if complete and not failed and not unfinished and not summary.left:
-        return Verdict(_plain(event_rows(events)), asm.snapshot(), "complete")
+        return Verdict(_plain(event_rows(events, sources=sources)), asm.snapshot(), "complete")
     if final is None:
-        return None if unit_of_work else _partial(raws, events, asm.snapshot(), summary, limits)
+        return None if unit_of_work else _partial(raws, events, asm.snapshot(), summary, limits, sources)
     gid = decode_header(raws[0]).group_id if raws else group_id
     state = final.value if unfinished or not failed else "failed"
     events = [_finally(e, final, summary) if isinstance(e, Unfinished) else e for e in events]
     if summary.left and not unfinished and not summary.whole and gid is not None:
         events.append(_finally(Unfinished(gid, final, Reason.INCOMPLETE_GROUP, (), (), None), final, summary))
-    rows = [r for r in event_rows(events) if not (r["kind"] == "message" and r["msg_seq_number"] in summary.left)]
+    every = event_rows(events, sources=sources)
+    rows = [r for r in every if not (r["kind"] == "message" and r["msg_seq_number"] in summary.left)]
+    rows = _with_last(rows, summary)
     tomb = asm.snapshot()
     if summary.left and gid is not None:
         closed = assembler_snapshot.decode(tomb, _nothing, {}, Ledger())
@@ -283,7 +289,12 @@ def _finally(ev: Unfinished, final: Cause, summary: Summary) -> Unfinished:
 
 
 def _partial(
-    raws: Sequence[bytes], events: list[Event], tomb: bytes, summary: Summary, limits: Limits
+    raws: Sequence[bytes],
+    events: list[Event],
+    tomb: bytes,
+    summary: Summary,
+    limits: Limits,
+    sources: Sources | None = None,
 ) -> Verdict | Partial | None:
     """The messages of an open non-Unit-of-Work group that are complete now leave (what the in-process
     assembler would have delivered); their other copies and duplicates leave with them."""
@@ -303,12 +314,30 @@ def _partial(
     summary.left.update(done)
     summary.last_left = next((s for s, f in done.items() if is_last_in_group(f)), summary.last_left)
     summary.forget(done)
-    rows = _plain(event_rows(mine))
+    rows = _with_last(_plain(event_rows(mine, sources=sources)), summary)
     if not summary.whole:
         return Partial(rows, frozenset(done))
     tombstone = summary.tombstone(gid)
-    keep = [raw for raw in raws if _seq(raw) not in done]  # beyond the last message: late
-    return Verdict(rows + late_rows(tombstone, "complete", keep, limits, False), tombstone, "complete")
+    keep = [i for i, raw in enumerate(raws) if _seq(raw) not in done]  # beyond the last message: late
+    late = late_rows(
+        tombstone,
+        "complete",
+        [raws[i] for i in keep],
+        limits,
+        False,
+        None if sources is None else [sources[i] for i in keep],
+    )
+    return Verdict(rows + late, tombstone, "complete")
+
+
+def _with_last(rows: list[Row], summary: Summary) -> list[Row]:
+    """Message rows of a group whose last message already left say its number, as the batch job's
+    rows (which see the whole group at once) do."""
+    if summary.last_left is not None:
+        for r in rows:
+            if r["kind"] == "message" and r.get("last_seq_number") is None:
+                r["last_seq_number"] = summary.last_left
+    return rows
 
 
 def _about(ev: Event) -> int | None:
@@ -329,53 +358,67 @@ def take(
     limits: Limits,
     unit_of_work: bool,
     bodies: BodyStore | None = None,
+    held_sources: Callable[[], Sequence[object]] | None = None,
+    sources: Sequence[object] | None = None,
 ) -> Verdict | Partial | None:
     """New segments for an undecided key. If holding them all would pass ``max_held_bytes``, decided at
     once as evicted (the bound is checked before anything is stored). Else judged with what it holds, but
     only when ``summary`` (updated with ``new``) says that could decide something: ``held`` is read back
-    only then. ``None``: hold ``new`` too."""
+    only then. ``None``: hold ``new`` too. Lineage: ``held_sources`` and ``sources`` give the kept
+    columns of the held and of the new segments, in their order."""
     over = held_bytes + sum(len(r) for r in new) > max_held_bytes
     summary.add(decode_header(r) for r in new)
     if not over and not summary.ready(unit_of_work):
         return None
     every = _Chain(held(), new)
-    return judge(every, limits, unit_of_work, Cause.EVICTED if over else None, summary, bodies=bodies)
+    srcs = None if held_sources is None or sources is None else _Chain(held_sources(), sources)
+    return judge(every, limits, unit_of_work, Cause.EVICTED if over else None, summary, bodies=bodies, sources=srcs)
 
 
-class _Chain(Sequence[bytes]):
+class _Chain(Sequence[T]):
     """Held segments (perhaps read from disk on demand), then the new ones: no list of them all."""
 
-    def __init__(self, first: Sequence[bytes], second: Sequence[bytes]) -> None:
+    def __init__(self, first: Sequence[T], second: Sequence[T]) -> None:
         self.first, self.second = first, second
 
     def __len__(self) -> int:
         return len(self.first) + len(self.second)
 
     @overload
-    def __getitem__(self, i: int) -> bytes: ...
+    def __getitem__(self, i: int) -> T: ...
     @overload
-    def __getitem__(self, i: slice) -> Sequence[bytes]: ...
-    def __getitem__(self, i: int | slice) -> bytes | Sequence[bytes]:
+    def __getitem__(self, i: slice) -> Sequence[T]: ...
+    def __getitem__(self, i: int | slice) -> T | Sequence[T]:
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         n = len(self.first)
         return self.first[i] if i < n else self.second[i - n]
 
-    def __iter__(self) -> Iterator[bytes]:
+    def __iter__(self) -> Iterator[T]:
         yield from self.first
         yield from self.second
 
 
-def late_rows(tombstone: bytes, state: str, raws: Iterable[bytes], limits: Limits, unit_of_work: bool) -> list[Row]:
-    """Rows for segments of a decided key: duplicates (counted), conflicts and ``late`` (quarantined)."""
+def late_rows(
+    tombstone: bytes,
+    state: str,
+    raws: Iterable[bytes],
+    limits: Limits,
+    unit_of_work: bool,
+    sources: Sources | None = None,
+) -> list[Row]:
+    """Rows for segments of a decided key: duplicates (counted), conflicts and ``late`` (quarantined);
+    ``sources``: the segments' kept columns, parallel to ``raws`` (lineage)."""
     asm = Assembler.restore(tombstone, limits, unit_of_work=unit_of_work)
     out: list[Row] = []
-    for raw in raws:
-        for ev in asm.receive(raw):
+    for i, raw in enumerate(raws):
+        for ev in receive(asm, [(i, raw)], sources):
             if isinstance(ev, Duplicate):
                 out.append(_duplicate_row(ev))
+                if sources is not None:
+                    out[-1]["source"] = sources[i]
                 continue
-            acc = GroupRows(ev.header.group_id if isinstance(ev, Rejected) and ev.header else None)
+            acc = GroupRows(ev.header.group_id if isinstance(ev, Rejected) and ev.header else None, None, sources)
             acc.add(ev)
             for row in acc.quarantine:
                 if row["reason_name"] == "LATE_SEGMENT":

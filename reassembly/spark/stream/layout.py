@@ -20,6 +20,9 @@ from reassembly.spark.stream.core import Footprint
 # string: JFR put 43% of the JVM's samples in a 128 MiB run there with binary held rows. An ASCII string
 # crosses both ways as a plain copy; base64 costs 4/3 the bytes in RocksDB and a C-speed encode/decode here.
 HELD = "raw string, at long"
+# With input columns kept (lineage: ``ReassemblyOptions.keep_columns``, which the checkpoint's manifest
+# records among its options, so a checkpoint is never read with other ones), a held row has one more
+# field, ``src``: the struct of its landing row's kept columns. Without, the held row is as above.
 # Everything else about a key, in one value, so that one get() answers "new, open or decided?": open
 # (``state`` null): its first and last event times, its expiry deadline (its timer), the state bytes of its
 # held segments and ``blob`` = core.Summary.dump(); decided: how it ended (``state``), ``blob`` = the
@@ -45,6 +48,10 @@ FOOTPRINT_COLUMNS = dict(
         strict=True,
     )
 )
+# A ``state`` row also names its key (``group_id``) and, in the call that opened the key (``groups`` +1),
+# the key's first event time in epoch milliseconds in this column: the sink keeps the set of open keys
+# from them, for the status line's age of the oldest held segment.
+OPENED_COLUMN = "message_checksum"
 
 
 def held_text(head: bytes) -> str:
@@ -57,4 +64,14 @@ def held_bytes(text: str) -> bytes:
     return a2b_base64(text)
 
 
-__all__ = ["FOOTPRINT_COLUMNS", "HELD", "KEY", "KIND_STATE", "LAYOUT", "STATE", "held_bytes", "held_text"]
+__all__ = [
+    "FOOTPRINT_COLUMNS",
+    "HELD",
+    "KEY",
+    "KIND_STATE",
+    "LAYOUT",
+    "OPENED_COLUMN",
+    "STATE",
+    "held_bytes",
+    "held_text",
+]

@@ -1,4 +1,5 @@
-"""The streaming job's stateful processor: reads and writes one GroupId's Spark state, asks :mod:`.core`.
+"""The streaming job's stateful processor: reads and writes one GroupId's Spark state, asks
+:mod:`~reassembly.spark.stream.core`.
 
 :class:`Reassembler` runs under ``transformWithState`` (Row API, event time), one instance per
 state task: Spark pickles the instance made on the driver and calls :meth:`~Reassembler.init`
@@ -22,7 +23,8 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from reassembly.assembler.core import Limits
 from reassembly.assembler.events import Cause
 from reassembly.assembler.filestore import FileBodyStore
-from reassembly.spark.schema import OUTPUT_FIELDS
+from reassembly.spark.rows import null_row
+from reassembly.spark.schema import OUTPUT_FIELDS, SOURCE, SOURCES, SRC
 from reassembly.spark.stream.core import (
     Footprint,
     Partial,
@@ -34,7 +36,15 @@ from reassembly.spark.stream.core import (
     take,
     undecodable,
 )
-from reassembly.spark.stream.layout import FOOTPRINT_COLUMNS, HELD, KEY, KIND_STATE, held_bytes, held_text
+from reassembly.spark.stream.layout import (
+    FOOTPRINT_COLUMNS,
+    HELD,
+    KEY,
+    KIND_STATE,
+    OPENED_COLUMN,
+    held_bytes,
+    held_text,
+)
 from reassembly.spark.stream.spool import IN_STATE, HeldRows, Spool
 from segmenter.wire import SegmentHeader, decode_header
 
@@ -66,9 +76,9 @@ class _Profiler:
         self.profile.dump_stats(self.directory / f"{os.getpid()}-{uuid.uuid4().hex[:8]}.prof")
 
 
-def _out(rows: list[dict[str, Any]]) -> Iterator[Any]:
+def _out(rows: list[dict[str, Any]], names: tuple[str, ...] = _NAMES) -> Iterator[Any]:
     for r in rows:
-        yield Row(**{n: r.get(n) for n in _NAMES})
+        yield Row(**{n: r.get(n) for n in names})
 
 
 class Reassembler(StatefulProcessor):
@@ -92,6 +102,7 @@ class Reassembler(StatefulProcessor):
         large_message_bytes: int,
         spool: Spool | None = None,
         profile: str | None = None,
+        lineage: Any = None,
     ) -> None:
         self.limits = limits
         self.uow = unit_of_work
@@ -101,40 +112,71 @@ class Reassembler(StatefulProcessor):
         self.large_message_bytes = large_message_bytes
         self.spool = spool  # large messages' data on disk (None: everything in state)
         self.profile = profile  # a directory: cProfile each task's processor into it (for the bench)
+        # Lineage: the kept columns' StructType; each input row's ``src`` is held beside its segment (a
+        # field of its held row) and given to the rows (``source`` / ``sources``). None: nothing kept.
+        self.lineage = lineage
+        self.names = _NAMES + ((SOURCES, SOURCE) if lineage is not None else ())
 
     def init(self, handle: Any) -> None:
         self.profiler = _Profiler(self.profile) if self.profile else None
         self.handle = handle
-        self.held = handle.getListState("held", _struct(HELD))
+        held = _struct(HELD)
+        if self.lineage is not None:  # a checkpoint records the kept columns (StreamOptions): no mixing
+            held = held.add(SRC, self.lineage)
+        self.held = handle.getListState("held", held)
         self.key = handle.getValueState("key", _struct(KEY))
         self.change = Footprint()  # what this call changed in the key's state (one kind=state row)
+        self.gid: bytes = b""  # the call's key, and its first event time if the call opened it (the state row)
+        self.opened: int | None = None
         self.read: list[tuple[bytes, int, SegmentHeader]] | None = None  # held rows, read once a call
+        self.read_src: list[Any] = []  # lineage: the held rows' kept columns, parallel to ``read``
 
     def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
         self.change, self.read = Footprint(), None
+        self.gid, self.opened = bytes(key[0]), None
         raws: list[bytes] = []
         stamps: list[int | None] = []
+        srcs: list[Any] = []  # lineage: each row's kept columns, parallel to raws
+        nulls: list[Any] = []
         for r in rows:
-            raws.append(b"" if r.raw is None else bytes(r.raw))  # NULL: garbage, quarantined (9007) as `run` does
+            if r.raw is None:  # no bytes at all: quarantined (9007) with its value, NULL, as `run` does
+                nulls.append(r[SRC] if self.lineage is not None else None)
+                continue
+            raws.append(bytes(r.raw))
             stamps.append(r.event_ms)
+            if self.lineage is not None:
+                srcs.append(r[SRC])
         # A NULL event time: the row counts as arriving with the call's latest (else the watermark).
         known_times = [t for t in stamps if t is not None]
         fill = max(known_times) if known_times else timerValues.getCurrentWatermarkInMs()
         times = [fill if t is None else t for t in stamps]
         unreadable = [undecodable(raw) for raw in raws]
         good = [raw for raw, u in zip(raws, unreadable, strict=True) if not u]
-        result = reject_now([raw for raw, u in zip(raws, unreadable, strict=True) if u], self.limits)
+        lineage = None if self.lineage is None else nulls
+        result = [null_row(lineage, i) for i in range(len(nulls))]
+        bad = [i for i, u in enumerate(unreadable) if u]
+        result += reject_now([raws[i] for i in bad], self.limits, self._pick(srcs, bad))
+        good_srcs = self._pick(srcs, [i for i, u in enumerate(unreadable) if not u])
         now = self.key.get() if good else None  # one round trip: new (None), open, or decided
         if now is not None and now[5] is not None:
-            result += late_rows(bytes(now[4]), now[5], good, self.limits, self.uow)
+            result += late_rows(bytes(now[4]), now[5], good, self.limits, self.uow, good_srcs)
         elif good:
-            result += self._take(bytes(key[0]), good, times, now)
+            result += self._take(bytes(key[0]), good, times, now, good_srcs)
             if self.spool is not None:
                 self.spool.sync()  # before the state that points at the spool files commits
-        return _out(result + self._accounted())
+        return _out(result + self._accounted(), self.names)
+
+    def _pick(self, srcs: list[Any], at: list[int]) -> list[Any] | None:
+        """Lineage: the kept columns of the rows at ``at`` (None: nothing kept)."""
+        return None if self.lineage is None else [srcs[i] for i in at]
 
     def _take(
-        self, gid: bytes, good: list[bytes], times: list[int], now: tuple[Any, ...] | None
+        self,
+        gid: bytes,
+        good: list[bytes],
+        times: list[int],
+        now: tuple[Any, ...] | None,
+        srcs: list[Any] | None = None,
     ) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []
         known = now is not None
@@ -142,31 +184,47 @@ class Reassembler(StatefulProcessor):
             first, deadline, held_bytes_, last, blob, _ = now
             summary = Summary.load(bytes(blob))
             if summary.left:  # non-Unit-of-Work: copies of messages that already left are judged late
-                gone = [raw for raw in good if decode_header(raw).msg_seq_number in summary.left]
-                rows += late_rows(summary.tombstone(gid), "complete", gone, self.limits, self.uow)
-                good = [raw for raw in good if decode_header(raw).msg_seq_number not in summary.left]
+                left = [decode_header(raw).msg_seq_number in summary.left for raw in good]
+                gone = [i for i, x in enumerate(left) if x]
+                rows += late_rows(
+                    summary.tombstone(gid),
+                    "complete",
+                    [good[i] for i in gone],
+                    self.limits,
+                    self.uow,
+                    None if srcs is None else [srcs[i] for i in gone],
+                )
+                srcs = None if srcs is None else [s for s, x in zip(srcs, left, strict=True) if not x]
+                good = [raw for raw, x in zip(good, left, strict=True) if not x]
         else:
             first, held_bytes_, last, summary = min(times), 0, min(times), Summary()
             deadline = first + self.expire_ms  # its timer is registered only if the key stays open (_keep)
         if held_bytes_ == 0:
-            self.read = []  # nothing held: no need to ask the state store
+            self.read, self.read_src = [], []  # nothing held: no need to ask the state store
         last = max(last, *times)
         if not good:
             return rows
         store = self._store()
-        verdict = take(self._held, good, held_bytes_, summary, self.max_held_bytes, self.limits, self.uow, store)
+        lineage = None if srcs is None else self._held_sources
+        verdict = take(
+            self._held, good, held_bytes_, summary, self.max_held_bytes, self.limits, self.uow, store, lineage, srcs
+        )
         if verdict is None:
             fresh = self._hold(good, summary)
-            self.held.appendList([(held_text(head), at) for head, at, _ in fresh])
+            self.held.appendList(self._state(fresh, srcs))
             self._keep(first, deadline, held_bytes_ + Footprint.of(fresh).held_bytes, last, summary, known)
         elif isinstance(verdict, Partial):
             before = self._rows()
-            kept = [r for r in before if r[2].msg_seq_number not in verdict.left]
-            every = kept + self._hold(
-                [raw for raw in good if decode_header(raw).msg_seq_number not in verdict.left], summary
-            )
+            stays = [r[2].msg_seq_number not in verdict.left for r in before]
+            kept = [r for r, x in zip(before, stays, strict=True) if x]
+            new = [decode_header(raw).msg_seq_number not in verdict.left for raw in good]
+            every = kept + self._hold([raw for raw, x in zip(good, new, strict=True) if x], summary)
+            every_srcs = None
+            if srcs is not None:
+                every_srcs = [s for s, x in zip(self._held_sources(), stays, strict=True) if x]
+                every_srcs += [s for s, x in zip(srcs, new, strict=True) if x]
             if every:
-                self.held.put([(held_text(head), at) for head, at, _ in every])  # replaces the list: one round trip
+                self.held.put(self._state(every, every_srcs))  # replaces the list: one round trip
             elif before:
                 self.held.clear()
             self.change = self.change.plus(Footprint.of(kept)).plus(Footprint.of(before), -1)
@@ -201,9 +259,22 @@ class Reassembler(StatefulProcessor):
 
     def _rows(self) -> list[tuple[bytes, int, SegmentHeader]]:
         if self.read is None:
-            heads = [(held_bytes(text), at) for text, at in self.held.get()]
+            items = list(self.held.get())
+            heads = [(held_bytes(item[0]), item[1]) for item in items]
             self.read = [(head, at, decode_header(head)) for head, at in heads]
+            self.read_src = [item[2] for item in items] if self.lineage is not None else []
         return self.read
+
+    def _held_sources(self) -> list[Any]:
+        """Lineage: the held rows' kept columns, in the order of :meth:`_rows`."""
+        self._rows()
+        return self.read_src
+
+    def _state(self, rows: list[tuple[bytes, int, SegmentHeader]], srcs: list[Any] | None) -> list[tuple[Any, ...]]:
+        """Held rows as the state stores them (with their kept columns, when kept)."""
+        if self.lineage is None or srcs is None:
+            return [(held_text(head), at) for head, at, _ in rows]
+        return [(held_text(head), at, src) for (head, at, _), src in zip(rows, srcs, strict=True)]
 
     def _held(self) -> HeldRows:
         return HeldRows(self._rows(), self.spool)
@@ -213,6 +284,7 @@ class Reassembler(StatefulProcessor):
         if not known:
             self.handle.registerTimer(deadline)
             self.change = self.change._replace(groups=self.change.groups + 1)
+            self.opened = first  # the state row says when the key opened (the sink's oldest held key)
 
     def _decided(
         self, verdict: Verdict, first: int, deadline: int, last: int, known: bool, fired: int | None = None
@@ -236,6 +308,7 @@ class Reassembler(StatefulProcessor):
 
     def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[Any]:
         self.change, self.read = Footprint(), None
+        self.gid, self.opened = bytes(key[0]), None
         at = expiredTimerInfo.getExpiryTimeInMs()
         rows: list[dict[str, Any]] = []
         now = self.key.get()
@@ -243,10 +316,13 @@ class Reassembler(StatefulProcessor):
             first, deadline, held, last, blob, state = now
             if state is None and deadline == at:  # an open key's expiry
                 if held == 0:
-                    self.read = []
+                    self.read, self.read_src = [], []
                 store = self._store()
                 summary = Summary.load(bytes(blob))
-                verdict = judge(self._held(), self.limits, self.uow, Cause.EXPIRED, summary, bytes(key[0]), store)
+                lineage = self._held_sources() if self.lineage is not None else None
+                verdict = judge(
+                    self._held(), self.limits, self.uow, Cause.EXPIRED, summary, bytes(key[0]), store, lineage
+                )
                 assert isinstance(verdict, Verdict)  # a final cause always decides
                 if store is not None:
                     store.close()
@@ -259,13 +335,14 @@ class Reassembler(StatefulProcessor):
                 self.change = Footprint(tombstones=-1, tombstone_bytes=-Footprint.tombstone_size(bytes(blob), state))
             elif state is not None:  # the expiry timer of a key decided before it: now the tombstone's
                 self.handle.registerTimer(deadline)
-        return _out(rows + self._accounted())
+        return _out(rows + self._accounted(), self.names)
 
     def _accounted(self) -> list[dict[str, Any]]:
         """The call's change of the key's footprint as one ``state`` row (none if nothing changed)."""
         if self.change == Footprint():
             return []
-        return [{"kind": KIND_STATE, **{FOOTPRINT_COLUMNS[k]: v for k, v in self.change._asdict().items()}}]
+        footprint = {FOOTPRINT_COLUMNS[k]: v for k, v in self.change._asdict().items()}
+        return [{"kind": KIND_STATE, "group_id": self.gid, OPENED_COLUMN: self.opened, **footprint}]
 
     def close(self) -> None:
         if self.profiler is not None:

@@ -5,6 +5,7 @@ import java.util.ArrayDeque;
 import java.util.Arrays;
 import java.util.Iterator;
 import java.util.NoSuchElementException;
+import java.util.function.BiConsumer;
 
 import org.apache.spark.api.java.JavaRDD;
 import org.apache.spark.rdd.RDD;
@@ -37,6 +38,9 @@ import org.apache.spark.unsafe.types.BinaryView;
  * {@code sk}, {@code piece}, {@code plen}, {@code far} and {@code is_null} only), where the SQL reads
  * what bytes there are.
  * A far row (offset at or past {@code largeMessageBytes}) comes out twice, as in {@code jvm.route}.
+ *
+ * <p>Lineage: an input with a second column (a struct of the input columns kept, {@code src}) is
+ * read row by row, and each output row carries that struct unchanged as its last column.
  */
 public final class Decode implements java.io.Serializable {
     private static final long serialVersionUID = 1L;
@@ -79,16 +83,21 @@ public final class Decode implements java.io.Serializable {
     private static final int C_DATA_CHECKSUM = SCHEMA.fieldIndex("data_checksum");
     private static final int C_HEADER_LENGTH = SCHEMA.fieldIndex("header_length");
 
+    private static final int C_SRC = SCHEMA.size(); // the kept columns' struct, when kept: the last column
+
     private final long maxMessageSize, maxHeaderLength, maxSegmentSize;
     private final long largeMessageBytes; // negative: no far rows
     private final long crc32; // the CRC-32/IEEE algorithm id: its data checksum is verified here
+    private final int srcFields; // fields of the kept columns' struct; negative: nothing kept
 
-    private Decode(long maxMessageSize, long maxHeaderLength, long maxSegmentSize, long largeMessageBytes, long crc32) {
+    private Decode(long maxMessageSize, long maxHeaderLength, long maxSegmentSize, long largeMessageBytes, long crc32,
+        int srcFields) {
         this.maxMessageSize = maxMessageSize;
         this.maxHeaderLength = maxHeaderLength;
         this.maxSegmentSize = maxSegmentSize;
         this.largeMessageBytes = largeMessageBytes;
         this.crc32 = crc32;
+        this.srcFields = srcFields;
     }
 
     private static StructType schema(Object... pairs) {
@@ -99,10 +108,21 @@ public final class Decode implements java.io.Serializable {
         return new StructType(fields);
     }
 
-    /** {@code segments} (one binary column) decoded, lazily; {@code largeMessageBytes} negative: none far. */
+    /**
+     * {@code segments} (one binary column, then optionally the kept columns' struct) decoded, lazily;
+     * {@code largeMessageBytes} negative: none far.
+     */
     public static Dataset<Row> run(Dataset<Row> segments, long maxMessageSize, long maxHeaderLength,
         long maxSegmentSize, long largeMessageBytes, long crc32) {
-        Decode decode = new Decode(maxMessageSize, maxHeaderLength, maxSegmentSize, largeMessageBytes, crc32);
+        StructType in = segments.schema();
+        if (in.size() > 1) {
+            StructType src = (StructType) in.fields()[1].dataType();
+            Decode decode = new Decode(maxMessageSize, maxHeaderLength, maxSegmentSize, largeMessageBytes, crc32,
+                src.size());
+            JavaRDD<InternalRow> rows = Plans.rows(segments).toJavaRDD().mapPartitions(decode::keptRows);
+            return Plans.frame(segments, rows.rdd(), SCHEMA.add("src", src, true));
+        }
+        Decode decode = new Decode(maxMessageSize, maxHeaderLength, maxSegmentSize, largeMessageBytes, crc32, -1);
         RDD<ColumnarBatch> batches = Plans.batches(segments);
         JavaRDD<InternalRow> rows = batches != null
             ? batches.toJavaRDD().mapPartitions(input -> decode.rows(batchValues(input)))
@@ -159,8 +179,21 @@ public final class Decode implements java.io.Serializable {
         };
     }
 
-    /** The output rows of {@code input}'s values; each value is read before the next is asked for. */
+    /** The output rows of rows (value, kept columns): each carries its kept columns, copied out of the row. */
+    private Iterator<InternalRow> keptRows(Iterator<InternalRow> input) {
+        return expand(input, (row, out) -> {
+            InternalRow src = row.isNullAt(1) ? null : row.getStruct(1, srcFields).copy();
+            decode(row.isNullAt(0) ? null : row.getBinaryView(0), src, out);
+        });
+    }
+
+    /** The output rows of {@code input}'s values. */
     private Iterator<InternalRow> rows(Iterator<BinaryView> input) {
+        return expand(input, (value, out) -> decode(value, null, out));
+    }
+
+    /** The rows {@code one} makes of each input, one input at a time: each is read before the next is asked for. */
+    private static <T> Iterator<InternalRow> expand(Iterator<T> input, BiConsumer<T, ArrayDeque<InternalRow>> one) {
         return new Iterator<InternalRow>() {
             private final ArrayDeque<InternalRow> ready = new ArrayDeque<>(2);
 
@@ -175,7 +208,7 @@ public final class Decode implements java.io.Serializable {
                     if (!input.hasNext()) {
                         throw new NoSuchElementException();
                     }
-                    decode(input.next(), ready);
+                    one.accept(input.next(), ready);
                 }
                 return ready.poll();
             }
@@ -184,14 +217,18 @@ public final class Decode implements java.io.Serializable {
 
     /**
      * The output row(s) of one input row ({@code segment}: a view of the scan's row, valid until the
-     * next). Only the header is copied for the rules; the piece once, straight from the view.
+     * next; {@code src}: its kept columns, or null). Only the header is copied for the rules; the piece
+     * once, straight from the view.
      */
-    private void decode(BinaryView segment, ArrayDeque<InternalRow> out) {
+    private void decode(BinaryView segment, InternalRow src, ArrayDeque<InternalRow> out) {
         int length = segment == null ? 0 : segment.numBytes();
         byte[] header = segment == null ? null : bytes(segment, 0, headerBytes(segment));
         int verdict = segment == null ? 0
             : HeaderTable.verdict(header, length, maxMessageSize, maxHeaderLength, maxSegmentSize);
-        Object[] v = new Object[SCHEMA.size()];
+        Object[] v = new Object[srcFields < 0 ? SCHEMA.size() : SCHEMA.size() + 1];
+        if (srcFields >= 0) {
+            v[C_SRC] = src;
+        }
         v[C_IS_NULL] = segment == null;
         v[C_HEADER_OK] = verdict == 2;
         v[C_FAR] = false;

@@ -55,6 +55,10 @@ import org.apache.spark.unsafe.types.BinaryView;
  * <p>{@link #split}: the same pass emitting only the clean rows and writing every other group to a
  * {@link SideFile}, for a second, Python-only job: then the plan that writes the clean messages has
  * no Python operator (reassembly/spark/save.py).
+ *
+ * <p>Lineage: when the meta struct has a field {@code src} (the input columns kept), a clean row
+ * also carries {@code sources}, the {@code src} of each of its rows in sort (offset) order, and a
+ * side file carries each row's {@code src} beside it.
  */
 public final class Reassemble implements FlatMapFunction<Iterator<InternalRow>, InternalRow> {
     private static final long serialVersionUID = 1L;
@@ -69,6 +73,8 @@ public final class Reassemble implements FlatMapFunction<Iterator<InternalRow>, 
     private final DataType[] metaTypes;
     private final String sideDir; // null: no side file
     private final int skHeader, sk, far, isNull, plen;
+    private final int src; // the meta field of the kept columns; negative: nothing kept
+    private final StructType srcType;
 
     private Reassemble(StructType meta, long maxMessageSize, boolean emitClean, boolean emitDirty, String sideDir,
         int skHeader) {
@@ -91,10 +97,22 @@ public final class Reassemble implements FlatMapFunction<Iterator<InternalRow>, 
         messageChecksum = meta.fieldIndex("message_checksum");
         lengthDeferred = meta.fieldIndex("length_deferred");
         dataChecksum = meta.fieldIndex("data_checksum");
+        src = sourceField(meta);
+        srcType = src < 0 ? null : (StructType) meta.fields()[src].dataType();
     }
 
-    /** The output schema for input whose meta struct is {@code meta}. */
+    private static int sourceField(StructType meta) {
+        return Arrays.asList(meta.fieldNames()).indexOf("src");
+    }
+
+    /** The output schema for input whose meta struct is {@code meta} ({@code sources} last when it has {@code src}). */
     public static StructType outputSchema(StructType meta) {
+        int src = sourceField(meta);
+        StructType out = baseSchema(meta);
+        return src < 0 ? out : out.add("sources", new ArrayType(meta.fields()[src].dataType(), true), true);
+    }
+
+    private static StructType baseSchema(StructType meta) {
         return new StructType(new StructField[] {
             DataTypes.createStructField("routable", DataTypes.BooleanType, false),
             DataTypes.createStructField("pk", DataTypes.BinaryType, true),
@@ -138,7 +156,8 @@ public final class Reassemble implements FlatMapFunction<Iterator<InternalRow>, 
 
     @Override
     public Iterator<InternalRow> call(Iterator<InternalRow> input) {
-        return new Groups(input, sideDir == null ? null : new SideFile(sideDir, skHeader, sk, far, isNull, plen));
+        SideFile side = sideDir == null ? null : new SideFile(sideDir, skHeader, sk, far, isNull, plen, src, srcType);
+        return new Groups(input, side);
     }
 
     /** A binary column of a row the sorter may overwrite: a view while the row lasts, else a copy. */
@@ -275,7 +294,14 @@ public final class Reassemble implements FlatMapFunction<Iterator<InternalRow>, 
                 // the pieces' own lengths, no declared length; the buffer itself when they fill it (see the class doc)
                 byte[] blob = size == buffer.length ? buffer : Arrays.copyOf(buffer, (int) size);
                 Object meta = ok ? null : new GenericArrayData(metas.toArray());
-                out = new GenericInternalRow(new Object[] {routable, pk, bk, blob, metas.size(), last, meta, ok});
+                if (src < 0) {
+                    out = new GenericInternalRow(new Object[] {routable, pk, bk, blob, metas.size(), last, meta, ok});
+                } else { // a clean row's kept columns, row by row; the judge reads them from meta
+                    Object sources = ok ? new GenericArrayData(metas.stream().map(m -> m.get(src, srcType)).toArray())
+                        : null;
+                    out = new GenericInternalRow(
+                        new Object[] {routable, pk, bk, blob, metas.size(), last, meta, ok, sources});
+                }
             }
             if (buffer != null && buffer.length > KEEP) { // a large message's buffer is not held for the task
                 buffer = null;
