@@ -156,11 +156,13 @@ def run_python(code: str) -> str:
     return done.stdout
 
 
+@pytest.mark.slow  # minutes: its own Spark (Connect server, spill sizes); run with -m slow
 def test_a_session_started_without_the_jar_adds_it() -> None:
     out = run_script('get_session("local[1]")')
     assert "ENABLED True" in out and "SAVED True" in out and "OK pyspark.sql.session" in out
 
 
+@pytest.mark.slow  # minutes: its own Spark (Connect server, spill sizes); run with -m slow
 def test_spark_connect_takes_the_sql_path_with_the_same_rows() -> None:
     out = run_script('__import__("pyspark.sql").sql.SparkSession.builder.remote("local[2]").getOrCreate()')
     assert "ENABLED False" in out and "SAVED False" in out and "OK pyspark.sql.connect" in out

@@ -63,6 +63,7 @@ print("OK", spilled)
 """
 
 
+@pytest.mark.slow  # minutes: its own Spark (Connect server, spill sizes); run with -m slow
 def test_the_same_rows_when_the_sort_spills_and_records_outgrow_a_page() -> None:
     from tests.spark.test_jvm_jar import run_python  # tests/ is on sys.path (pytest's rootdir import mode)
 
