@@ -20,18 +20,9 @@ import pytest
 
 from reassembly.spark.quarantine import read_quarantined
 from reassembly.spark.testdata import generate, write_parquet
+from tests.support.command import reassemble
 
 pytestmark = pytest.mark.spark
-
-
-def reassemble(*args: str, env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "reassembly", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
 
 
 @pytest.fixture(scope="module")

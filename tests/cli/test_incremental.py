@@ -31,20 +31,11 @@ from reassembly.spark.incremental import FIRST_SEEN, KILL_AT, with_routing_key
 from reassembly.spark.testdata import generate
 from segmenter.errors import SegmentationError
 from segmenter.wire import decode_header
+from tests.support.command import reassemble
 
 pytestmark = pytest.mark.spark
 
 FILES = 3
-
-
-def reassemble(*args: str, env: dict[str, str] | None = None, timeout: int = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "reassembly", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
 
 
 def _start(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:

@@ -20,14 +20,9 @@ from reassembly.cli._common import EXIT_CODES, EXIT_CONDITION, EXIT_FAILED, EXIT
 from reassembly.cli.summary import SCHEMA, problems
 from reassembly.spark.testdata import generate, write_parquet
 from segmenter import segment
+from tests.support.command import reassemble
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def reassemble(*args: str, cwd: Path | None = None, timeout: int = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "reassembly", *args], capture_output=True, text=True, timeout=timeout, cwd=cwd
-    )
 
 
 @pytest.fixture(scope="module")

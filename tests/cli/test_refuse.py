@@ -21,17 +21,12 @@ import pytest
 
 from reassembly.spark.stream.functions import read_committed
 from reassembly.spark.testdata import generate
+from tests.support.command import reassemble
 
 pytestmark = pytest.mark.spark
 
 KAFKA_COLUMNS = "key binary, value binary, topic string, partition int, offset bigint"
 T0 = time.time() - 100_000
-
-
-def reassemble(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "reassembly", *args], capture_output=True, text=True, timeout=900, check=False
-    )
 
 
 def kafka_landing(directory: Path, values: list[bytes], files: int = 2) -> Path:

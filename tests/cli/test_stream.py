@@ -16,6 +16,7 @@ import pytest
 from reassembly._plumbing import JobError, UsageError
 from reassembly.cli._common import seconds
 from reassembly.cli.stream import add_parser, age, check_args, landed, running_batch
+from tests.support.command import reassemble as run_command
 
 
 @pytest.mark.parametrize(
@@ -34,9 +35,7 @@ def test_bad_durations(text: str) -> None:
 
 def reassemble(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """The command as a real process (nothing imports the command module)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "reassembly", *args], capture_output=True, text=True, timeout=120, cwd=cwd, check=False
-    )
+    done = run_command(*args, cwd=cwd, timeout=120)
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("reassemble: error: "), done.stderr[-3000:]
     return done

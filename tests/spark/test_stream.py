@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
@@ -38,7 +38,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from reassembly.spark import reassemble
-from reassembly.spark.state_store import CHANGELOG, PROVIDER, ROCKSDB
 from reassembly.spark.stream.functions import (
     StreamOptions,
     file_source,
@@ -54,16 +53,6 @@ pytestmark = pytest.mark.spark
 
 T0 = time.time() - 100_000  # event times (file modification times) of the landing files
 OPTIONS = StreamOptions(expire_after=300, watermark=0, tombstone=5000)
-
-
-@pytest.fixture(scope="module")
-def stream_spark(spark: Any) -> Iterator[Any]:
-    keys = {PROVIDER: ROCKSDB, CHANGELOG: "true"}  # as configure() sets
-    for key, value in keys.items():
-        spark.conf.set(key, value)
-    yield spark
-    for key in keys:
-        spark.conf.unset(key)
 
 
 def _iso(at: float) -> str:

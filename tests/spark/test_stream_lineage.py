@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,6 @@ import pytest
 
 from reassembly.spark import ReassemblyOptions
 from reassembly.spark.schema import SOURCE, SOURCES, folder_columns
-from reassembly.spark.state_store import CHANGELOG, PROVIDER, ROCKSDB
 from reassembly.spark.stream.functions import (
     FOLDERS,
     CheckpointMismatch,
@@ -35,16 +33,6 @@ from segmenter.wire import decode_segment
 pytestmark = pytest.mark.spark
 
 T0 = time.time() - 100_000
-
-
-@pytest.fixture(scope="module")
-def stream_spark(spark: Any) -> Iterator[Any]:
-    keys = {PROVIDER: ROCKSDB, CHANGELOG: "true"}  # as configure() sets
-    for key, value in keys.items():
-        spark.conf.set(key, value)
-    yield spark
-    for key in keys:
-        spark.conf.unset(key)
 
 
 def land(directory: Path, name: str, rows: list[tuple[int, bytes | None]], at: float) -> None:
