@@ -14,6 +14,8 @@ than the declared original length.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable
 from operator import attrgetter
@@ -121,6 +123,16 @@ class Assembler:
         self._ledger = Ledger()
         if self.limits.expiry_seconds is not None and clock is None:
             raise SegmentationError("expiry_seconds needs a clock", reason=Reason.STATE_ERROR)
+        gap = self.limits.expiry_offsets
+        if gap is not None and (not isinstance(gap, int) or isinstance(gap, bool) or gap < 0):
+            raise SegmentationError(f"expiry_offsets must be an int >= 0, not {gap!r}", reason=Reason.STATE_ERROR)
+        # Per partition, a heap of (position, tie-breaker, group) for every piece held at an int
+        # position while expiry_offsets is set. Entries are never removed when a piece leaves: one
+        # is checked only when it has fallen more than the gap behind, so a receive costs one
+        # push and a peek, never a scan of the open groups.
+        self._behind: dict[Hashable, list[tuple[int, int, Group]]] = {}
+        self._compact_at: dict[Hashable, int] = {}  # a heap this long drops the entries of ended groups
+        self._tie = itertools.count()
         self._clock = clock
         self.unit_of_work = unit_of_work
         self._groups: OrderedDict[bytes, Group] = OrderedDict()  # oldest first
@@ -164,6 +176,10 @@ class Assembler:
             return events
         track = None if position is None else self._ledger.track(partition)
         origin = None if track is None else Origin(partition, position)
+        gap = self.limits.expiry_offsets is not None and _counts(position)
+        if gap:  # before the segment, as a time expiry: it is the newest position of its partition
+            assert track is not None
+            self._expire_behind(partition, position if track.high is None else max(track.high, position), events)
         piece = self._decode(item, events, origin, track)
         if piece is not None:
             if seen is not None:
@@ -172,6 +188,8 @@ class Assembler:
             self._accept(piece, events)
         if track is not None:
             track.seen(position)
+            if gap:  # a segment read again after a rewind may itself be held too far behind
+                self._expire_behind(partition, track.high, events)
         return events
 
     def receive_many(self, items: Iterable[Buffer | Segment]) -> list[Event]:
@@ -372,6 +390,8 @@ class Assembler:
                         # held from a revoked partition, read again now: this read keeps it unsettled
                         held.origin, held.track = piece.origin, piece.track
                         held.hold()
+                        if self.limits.expiry_offsets is not None:
+                            self._watch(group, held)
                     events.append(Duplicate(h.group_id, h.msg_seq_number, h.offset, h.data_length, piece.positions))
                     return False
         if self.bodies is not None and not msg.stored and self.bodies.wants(h):
@@ -383,7 +403,24 @@ class Assembler:
             self._buffered += h.data_length
         msg.add(piece)
         piece.hold()
+        if self.limits.expiry_offsets is not None:
+            self._watch(group, piece)
         return True
+
+    def _watch(self, group: Group, piece: Piece) -> None:
+        """Note a held piece for ``expiry_offsets`` (a piece without an int position: nothing to note)."""
+        origin = piece.origin
+        if origin is not None and _counts(origin.position):
+            partition = origin.partition
+            heap = self._behind.setdefault(partition, [])
+            heapq.heappush(heap, (origin.position, next(self._tie), group))
+            if len(heap) > self._compact_at.get(partition, _COMPACT_AT):
+                # Completed groups leave their entries behind until they fall past the gap: with a
+                # large gap that is many, so drop them now and then (amortised: the threshold doubles).
+                groups = self._groups
+                heap[:] = [e for e in heap if groups.get(e[2].group_id) is e[2]]
+                heapq.heapify(heap)
+                self._compact_at[partition] = max(_COMPACT_AT, 2 * len(heap))
 
     def _put(self, msg: Message, piece: Piece, placed: RangeSet) -> None:
         """Move a piece into the store: into the body when nothing held overlaps it, else aside."""
@@ -683,6 +720,20 @@ class Assembler:
             events.append(self._unfinished(group, Cause.EXPIRED, GroupInput.EXPIRE))
         return events
 
+    def _expire_behind(self, partition: Hashable, newest: int, events: list[Event]) -> None:
+        """Expire every open group holding a piece of ``partition`` more than ``expiry_offsets``
+        positions behind ``newest`` (one ``Unfinished(cause=expired)`` each, as a time expiry).
+        Entries of pieces that left, or of groups that ended, are dropped when they reach the top."""
+        heap = self._behind.get(partition)
+        assert self.limits.expiry_offsets is not None
+        if not heap or not _counts(newest):
+            return
+        floor = newest - self.limits.expiry_offsets
+        while heap and heap[0][0] < floor:
+            position, _, group = heapq.heappop(heap)
+            if self._groups.get(group.group_id) is group and _holds(group, Origin(partition, position)):
+                events.append(self._unfinished(group, Cause.EXPIRED, GroupInput.EXPIRE))
+
     def close(self) -> list[Event]:
         """End of input: in batch mode, judge every group now; what is still open comes back as
         :class:`Unfinished` (cause closed)."""
@@ -803,6 +854,19 @@ class Assembler:
                 reason=Reason.STATE_ERROR,
                 events=len(events),
             )
+
+
+_COMPACT_AT = 1024  # entries of one partition's expiry_offsets heap before its first compaction
+
+
+def _counts(position: Any) -> bool:
+    """A position ``expiry_offsets`` measures: an int (a Kafka offset); others are only ordered."""
+    return isinstance(position, int) and not isinstance(position, bool)
+
+
+def _holds(group: Group, origin: Origin) -> bool:
+    """The group still holds a piece read at ``origin`` (asked only of a piece fallen too far behind)."""
+    return any(p.origin == origin for m in group.messages.values() for p in m.pieces())
 
 
 def _claimed_last(group: Group) -> int | None:

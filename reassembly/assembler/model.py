@@ -52,6 +52,9 @@ class Limits:
     max_buffered_bytes: int = 2 << 30  # segment data held across all open groups
     max_open_groups: int = 100_000  # groups held open after a receive (one completed within it never counts)
     expiry_seconds: float | None = None  # incomplete groups strictly older than this expire (needs a clock)
+    # incomplete groups holding a segment more than this many positions behind the newest position
+    # received on that segment's partition expire (int positions only; li-kafka's expiration.offset.gap)
+    expiry_offsets: int | None = None
     remember_closed: int = 100_000  # finished group ids kept to recognise late segments
     # SHA-256 / HMAC-SHA-256 demanded and keys to check them (default: check any SHA-256 declared)
     digest: DigestPolicy = NO_POLICY

@@ -27,7 +27,14 @@ Semantics, per group instance (options in :mod:`.resequence_model`):
 - An instance closes (:class:`GroupClosed`) when its end is passed (at once
   if nothing was skipped, else after ``missing_timeout`` more), after
   ``EndAuto.idle`` with nothing held, when ``max_groups`` needs room, or at
-  :meth:`close`. A later message for the group id opens instance + 1.
+  :meth:`close`. A later message for the group id opens instance + 1; once
+  the closed instance is forgotten (``keep_closed``, ``max_closed``), one
+  above every instance number forgotten so far (:attr:`Resequencer.instance_floor`),
+  so a ``(group, instance)`` never names two instances.
+- All-or-nothing (``release_partial=False``): nothing is passed on until the
+  instance holds its whole sequence (start to end); then all of it goes to
+  Out at once. A timeout, limit or close sends the held prefix to Expire and
+  skips the gap after it; the instance then goes on as one with a gap.
 
 Hot path: a dict lookup, one comparison against ``next`` and one event per
 in-order message; a dict of held messages only when out of order; one timer
@@ -101,11 +108,13 @@ class Resequencer:
         self._end_when = _predicate(e.predicate if isinstance(e, EndWhen) else None, "end")
         self._idle = e.idle if isinstance(e, EndAuto) else None
         self._timeout = opts.missing_timeout
+        self._whole = not opts.release_partial  # all-or-nothing: hold until start..end is all there
         self._groups: dict[Any, Group] = {}  # open, oldest first
         self._closed: dict[Any, Group] = {}  # closed, remembered for their instance number
         self._waiting: dict[Any, None] = {}  # groups holding messages, longest waiting first
         self._heap: list[tuple[float, int, Group]] = []
         self._serial = 0
+        self._floor = 0  # the highest instance number forgotten: new instance numbers go above it
         self.held_messages = 0
         self.held_bytes = 0
         self._max_group = self.limits.max_group_messages
@@ -250,6 +259,13 @@ class Resequencer:
     def open_groups(self) -> int:
         return len(self._groups)
 
+    @property
+    def instance_floor(self) -> int:
+        """The highest instance number forgotten (0: none). A group id with no closed instance
+        remembered opens ``instance_floor + 1``: the one number that keeps ``(group, instance)``
+        unique after closed instances are forgotten, so whoever keeps the state keeps it too."""
+        return self._floor
+
     # ------------------------------------------------------------------ the rules
     def _fail(self, g: Group | None, key: Any, seq: Any, item: Any, reason: Reason, why: str, **details: Any) -> Failed:
         if g is not None:
@@ -327,7 +343,7 @@ class Resequencer:
             self._restop(g)
         if starts or (g.phase is Phase.GATHERING and self._gather is not None and self._gather <= 0):
             self._start(g, seq, expiring=False)
-        if g.phase is Phase.RUNNING and seq == g.next:
+        if g.phase is Phase.RUNNING and seq == g.next and not (self._whole and not g.expiring):
             g.held[seq] = item  # passed on at once by _progress
             self.held_messages += 1
             self._progress(g, now, events)
@@ -342,10 +358,24 @@ class Resequencer:
             g.sizes[seq] = size
             g.nbytes += size
             self.held_bytes += size
+        if self._whole and self._whole_now(g):
+            self._progress(g, now, events)
+            return
         self._bound(g, now, events)
+
+    def _whole_now(self, g: Group) -> bool:
+        """All-or-nothing: the instance holds every number from ``next`` to its end (held numbers lie
+        in that range once running and are distinct, so counting them is enough)."""
+        return g.phase is Phase.RUNNING and g.end is not None and len(g.held) == g.end - g.next + 1
 
     def _progress(self, g: Group, now: float, events: list[Event]) -> None:
         """After ``next`` moved: pass on what follows without a gap, then set the group's deadline."""
+        if self._whole and not g.expiring and not self._whole_now(g):
+            # All-or-nothing, not whole yet: keep holding. The missing timeout counts from the first
+            # message held; a deadline that just fired (or none yet) is set again from now.
+            if g.armed is None:
+                self._set(g, None if self._timeout is None or not g.held else now + self._timeout)
+            return
         held, sizes, key, instance = g.held, g.sizes, g.key, g.instance
         seq, pos = g.next, g.position
         kind = Expired if g.expiring else Released
@@ -385,7 +415,7 @@ class Resequencer:
 
     def _restop(self, g: Group) -> None:
         """The bound below which ``offer`` may take the fast paths (none: -inf)."""
-        if g.phase is not Phase.RUNNING or self._end_when is not None:
+        if g.phase is not Phase.RUNNING or self._end_when is not None or (self._whole and not g.expiring):
             g.stop = NEVER
         else:
             g.stop = ALWAYS if g.end is None else g.end
@@ -398,6 +428,13 @@ class Resequencer:
 
     def _force(self, g: Group, at: float, cause: SkipCause, events: list[Event]) -> None:
         """Move on without the next number: skip to the lowest held one; everything after goes to Expire."""
+        if self._whole and g.phase is Phase.RUNNING and not g.expiring:
+            g.expiring = True  # the sequence will not be whole: what is held is a partial one
+            self._restop(g)
+            if g.next in g.held:  # the held prefix, to Expire (no gap before it)
+                self._progress(g, at, events)
+                if not g.held or g.key not in self._groups:
+                    return
         lowest = min(g.held)
         if g.phase is Phase.RUNNING:
             first: int | None = g.next
@@ -424,6 +461,7 @@ class Resequencer:
         """A deadline passed (``at`` is its time)."""
         if g.phase is Phase.CLOSED:
             del self._closed[g.key]
+            self._floor = max(self._floor, g.instance)
         elif g.phase is Phase.GATHERING:
             self._start(g, min(g.held), expiring=False)
             self._progress(g, at, events)
@@ -441,7 +479,7 @@ class Resequencer:
             if oldest.key in self._groups:
                 self._close(oldest, now, CloseCause.EVICTED, events)
         was = self._closed.pop(key, None)
-        instance = was.instance + 1 if was is not None else 1
+        instance = was.instance + 1 if was is not None else self._floor + 1
         if self._start_at is not None:
             g = Group(key, instance, Phase.RUNNING, self._start_at, self._end_at)
         elif self._start_when is not None:
@@ -465,7 +503,8 @@ class Resequencer:
         g.held, g.sizes, g.gap_lo, g.gap_hi = {}, {}, [], []
         self._closed[g.key] = g
         while len(self._closed) > self.limits.max_closed:
-            del self._closed[next(iter(self._closed))]
+            forgotten = self._closed.pop(next(iter(self._closed)))
+            self._floor = max(self._floor, forgotten.instance)
         keep = self.options.keep_closed
         self._set(g, None if keep is None else at + keep)
 
@@ -490,7 +529,8 @@ class Resequencer:
         (default: items must be bytes-like). Deadlines are stored as clock values: use a wall clock if a
         snapshot must outlive the process."""
         live = sorted(e for e in self._heap if self._live(e[0], e[2]))
-        return codec.encode(self._groups, self._waiting, self._closed, [g for _, _, g in live], encode)
+        timers = [g for _, _, g in live]
+        return codec.encode(self._groups, self._waiting, self._closed, timers, self._floor, encode)
 
     @classmethod
     def restore(
@@ -503,7 +543,7 @@ class Resequencer:
     ) -> Resequencer:
         """A resequencer in the snapshot's state; a malformed or hostile snapshot is a STATE_ERROR."""
         r = cls(options, clock=clock)
-        r._groups, r._waiting, r._closed, timers = codec.decode(blob, r.limits, decode)
+        r._groups, r._waiting, r._closed, timers, r._floor = codec.decode(blob, r.limits, decode, whole=r._whole)
         for g in timers:  # in the order they fire: equal deadlines keep their order
             assert g.armed is not None  # codec.decode() checked it
             r._serial += 1

@@ -100,8 +100,23 @@ class ResequenceOptions:
     on; ``None`` waits for ever (only a limit moves on). After a literal or
     predicate end is reached with numbers skipped, the group stays open this
     long more so they can still arrive (to Missing). ``keep_closed``: how long
-    a closed group's instance number is remembered (a later message for the
-    same group id then opens instance + 1; after it, numbering restarts at 1).
+    a closed group's instance number is remembered under its group id (a later
+    message for it opens instance + 1). Forgetting it never lets a number
+    repeat: a group id with no closed group remembered opens an instance
+    above every instance number forgotten so far (one counter, kept in
+    snapshots), so ``(group, instance)`` names one instance for as long as
+    the state lives, with memory bounded by ``max_closed``.
+
+    ``release_partial``: ``True`` (default) passes on every in-order prefix at
+    once. ``False`` is all-or-nothing (Spring Integration's
+    ``releasePartialSequences=false``): a group instance's messages are held
+    until the whole sequence, start to end, is there, then all go to Out
+    together. It needs an end that is known (``EndAt`` or ``EndWhen``): with
+    no end a sequence is never whole. When the group is moved on without it
+    (``missing_timeout`` counted from the first message held, a limit, or
+    :meth:`~reassembly.resequencer.core.Resequencer.close`), the held prefix
+    goes to Expire, the gap after it is skipped as in the default mode, and
+    from then on the instance behaves as any instance with a skipped gap.
     """
 
     start: Start = field(default_factory=StartAt)
@@ -109,12 +124,21 @@ class ResequenceOptions:
     missing_timeout: float | None = 30.0
     keep_closed: float | None = 3600.0
     limits: ResequenceLimits = field(default_factory=ResequenceLimits)
+    release_partial: bool = True
 
     def __post_init__(self) -> None:
         s, e = self.start, self.end
         if isinstance(s, StartAt) and isinstance(e, EndAt) and e.seq < s.seq:
             raise SegmentationError(
                 f"literal end {e.seq} is below the literal start {s.seq}", reason=Reason.STATE_ERROR, start=s.seq
+            )
+        if type(self.release_partial) is not bool:
+            raise SegmentationError("release_partial must be True or False", reason=Reason.STATE_ERROR)
+        if not self.release_partial and not isinstance(e, (EndAt, EndWhen)):
+            raise SegmentationError(
+                "release_partial=False needs an end that is known (EndAt or EndWhen): without one a sequence "
+                "is never whole",
+                reason=Reason.STATE_ERROR,
             )
         for name in ("missing_timeout", "keep_closed"):
             value = getattr(self, name)

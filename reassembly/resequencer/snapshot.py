@@ -1,6 +1,6 @@
 """Snapshot and restore of a :class:`~reassembly.resequencer.core.Resequencer`: versioned, checked field by field.
 
-Framed by :mod:`reassembly._framing` (magic ``b"RSEQ"``, version 2): one part,
+Framed by :mod:`reassembly._framing` (magic ``b"RSEQ"``, version 3 or 2): one part,
 a JSON document, then as the tail every held item's bytes back to back (their
 lengths are in the document). The document has the open groups in age order
 (each with its phase, start, end, next, position, counters, skipped ranges,
@@ -8,8 +8,16 @@ deadline and held ``[seq, size, length]``), the order in which groups began
 waiting, the closed groups kept for their instance numbers, and the live
 timers in firing order (``["o"|"c", index, armed]``): deadlines that are equal
 fire in the order they were armed, so without them a restored resequencer
-could report two groups' timeouts in the other order. Version 1 is the same
-document without the timers; it restores, its timers armed in age order.
+could report two groups' timeouts in the other order, and (version 3)
+``"floor"``, the highest instance number forgotten (see
+:attr:`~reassembly.resequencer.core.Resequencer.instance_floor`): without it a
+restored resequencer could number a group's instance as one it had already
+forgotten. Version 2 is the same document without ``"floor"``, and is what is
+written while nothing has been forgotten (floor 0): the bytes are then those
+the previous release wrote and reads, so a rollback keeps its checkpoints
+until the state actually needs the floor. Version 1 is version 2 without the
+timers. Older versions restore with floor 0, version 1's timers armed in age
+order.
 
 Restore trusts nothing: every field is type-checked, every number range- and
 consistency-checked (held numbers above ``next`` and within start/end,
@@ -33,8 +41,8 @@ from segmenter.errors import Reason, SegmentationError
 Groups = dict[Any, Group]
 
 MAGIC = b"RSEQ"
-VERSION = 2
-VERSIONS = (1, 2)
+VERSION = 3
+VERSIONS = (1, 2, 3)
 
 
 def _key_out(key: Any) -> list[Any]:
@@ -78,10 +86,12 @@ def encode(
     waiting: dict[Any, None],
     closed: Groups,
     timers: list[Group],
+    floor: int,
     encode_item: Callable[[Any], bytes] | None,
 ) -> bytes:
     """The open groups (age order), the order they began waiting in, the closed groups, the groups
-    whose timer is live in the order it fires (each group's ``armed`` is its time)."""
+    whose timer is live in the order it fires (each group's ``armed`` is its time), the highest
+    instance number forgotten."""
     enc = encode_item or _bytes_of
     blobs: list[bytes] = []
     groups = []
@@ -117,30 +127,37 @@ def encode(
         "timers": [["o", where[g.key], g.armed] if open_groups.get(g.key) is g else ["c", shut[g.key], g.armed]
                    for g in timers],
     }  # fmt: skip
+    if floor:
+        meta["floor"] = floor
     doc = json.dumps(meta, separators=(",", ":")).encode()
-    return frame(MAGIC, VERSION, doc, tail=b"".join(blobs))
+    return frame(MAGIC, VERSION if floor else 2, doc, tail=b"".join(blobs))
 
 
-Loaded = tuple[Groups, dict[Any, None], Groups, list[Group]]
+Loaded = tuple[Groups, dict[Any, None], Groups, list[Group], int]
 
 
-def decode(blob: bytes, limits: ResequenceLimits, decode_item: Callable[[bytes], Any] | None) -> Loaded:
+def decode(
+    blob: bytes, limits: ResequenceLimits, decode_item: Callable[[bytes], Any] | None, *, whole: bool = False
+) -> Loaded:
     """Open groups, waiting order, closed groups, the timers in firing order (each group's
-    ``armed`` set; push them in this order); deadlines are in ``Group.deadline``."""
+    ``armed`` set; push them in this order), the highest instance number forgotten; deadlines are in
+    ``Group.deadline``. ``whole``: restored into all-or-nothing options, where a running group not
+    yet moved on holds its ``next`` number too."""
     with restoring("resequencer snapshot"):
-        return _decode(unframe(blob, MAGIC, VERSIONS), limits, decode_item)
+        return _decode(unframe(blob, MAGIC, VERSIONS), limits, decode_item, whole)
 
 
-def _decode(parts: Reader, lim: ResequenceLimits, decode_item: Callable[[bytes], Any] | None) -> Loaded:
+def _decode(parts: Reader, lim: ResequenceLimits, decode_item: Callable[[bytes], Any] | None, whole: bool) -> Loaded:
     groups: Groups = {}
     waiting: dict[Any, None] = {}
     closed_groups: Groups = {}
     meta = json.loads(bytes(parts.part("document")))
     names = {"groups", "waiting", "closed"} | ({"timers"} if parts.version > 1 else set())
+    names |= {"floor"} if parts.version > 2 else set()
     check(isinstance(meta, dict) and set(meta) == names, "document")
     check(isinstance(meta["groups"], list) and len(meta["groups"]) <= lim.max_groups, "groups")
     for doc in meta["groups"]:
-        g = _group(lim, doc, parts, decode_item)
+        g = _group(lim, doc, parts, decode_item, whole)
         check(g.key not in groups, "duplicate group id")
         groups[g.key] = g
     parts.end()
@@ -162,7 +179,11 @@ def _decode(parts: Reader, lim: ResequenceLimits, decode_item: Callable[[bytes],
         check(g.instance >= 1, "instance")
         g.deadline = opt_time(entry[2], "deadline")
         closed_groups[key] = g
-    return groups, waiting, closed_groups, _timers(meta.get("timers", []), list(groups.values()), closed_groups)
+    floor = integer(meta.get("floor", 0), "floor")
+    # Version 2 is what is written for 0; above 2**62 an instance number could leave 64 bits (a Spark bigint).
+    check(0 < floor < 1 << 62 if parts.version > 2 else floor == 0, "floor")
+    timers = _timers(meta.get("timers", []), list(groups.values()), closed_groups)
+    return groups, waiting, closed_groups, timers, floor
 
 
 def _timers(doc: Any, opened: list[Group], closed: Groups) -> list[Group]:
@@ -185,7 +206,9 @@ def _timers(doc: Any, opened: list[Group], closed: Groups) -> list[Group]:
     return timers
 
 
-def _group(lim: ResequenceLimits, d: Any, parts: Reader, decode_item: Callable[[bytes], Any] | None) -> Group:
+def _group(
+    lim: ResequenceLimits, d: Any, parts: Reader, decode_item: Callable[[bytes], Any] | None, whole: bool
+) -> Group:
     """One open group; its held items are the next bytes of the tail."""
     fields = {"key", "instance", "phase", "start", "end", "next", "expiring", "position"}
     fields |= {"counts", "gaps", "floor", "deadline", "held"}
@@ -224,7 +247,8 @@ def _group(lim: ResequenceLimits, d: Any, parts: Reader, decode_item: Callable[[
         check(isinstance(entry, list) and len(entry) == 3, "held message")
         seq, size, length = (integer(v, "held message") for v in entry)
         check(size >= 0 and seq not in g.held, "held message")
-        check((not running or seq > g.next) and (start is None or seq >= start), "held number")
+        above = seq > g.next or (whole and not g.expiring and seq == g.next)  # all-or-nothing holds ``next``
+        check((not running or above) and (start is None or seq >= start), "held number")
         check(end is None or seq <= end, "held number above the end")
         raw = bytes(parts.take(length, "held message"))
         try:

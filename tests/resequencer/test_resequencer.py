@@ -272,7 +272,7 @@ def test_hostile_snapshot_fields_give_our_error(data: st.DataObject, value: Any)
 def test_snapshot_version_and_magic_are_checked() -> None:
     blob = _genuine()
     with pytest.raises(SegmentationError, match="version"):
-        Resequencer.restore(blob[:4] + b"\x03" + blob[5:], clock=Clock())
+        Resequencer.restore(blob[:4] + b"\x04" + blob[5:], clock=Clock())
     with pytest.raises(SegmentationError, match="magic"):
         Resequencer.restore(b"XXXX" + blob[4:], clock=Clock())
     with pytest.raises(SegmentationError, match="encode"):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import random
 from collections import Counter
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -157,17 +158,19 @@ def _stream_equals_in_process(stream_spark: Any, tmp_path: Path) -> None:
 SCHEMA_DDL = "grp string, seq bigint, body binary, is_last boolean, ts timestamp"
 
 
-def test_batch_equals_in_process_with_a_perfect_watermark(spark: Any) -> None:
+@pytest.mark.parametrize("options", [OPTIONS, replace(OPTIONS, release_partial=False)], ids=["partial", "whole"])
+def test_batch_equals_in_process_with_a_perfect_watermark(spark: Any, options: ResequenceOptions) -> None:
+    """Also all-or-nothing (``release_partial=False``): the operator passes the option through."""
     rows = [row for batch in dataset(seed=9) for row in batch]
     table = [(g, s, b, last, datetime.fromtimestamp(ms / 1000, tz=timezone.utc)) for g, s, b, last, ms in rows]
     df = spark.createDataFrame(table, SCHEMA_DDL)
-    got = _got(resequence(df, group="grp", seq="seq", event_time="ts", options=OPTIONS).collect())
+    got = _got(resequence(df, group="grp", seq="seq", event_time="ts", options=options).collect())
     # the specification: each row sees every deadline up to its own time; then the input ends
     want: Counter[tuple[Any, ...]] = Counter()
     for grp in sorted({r[0] for r in rows}):
         mine = sorted((r for r in rows if r[0] == grp), key=lambda r: (r[4], r[1] is None, r[1] or 0))
         clock = Clock()
-        rs = Resequencer(core_options(OPTIONS), clock=clock)
+        rs = Resequencer(core_options(options), clock=clock)
         events: list[Event] = []
         for i, r in enumerate(mine):
             clock.now = r[4]

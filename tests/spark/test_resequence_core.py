@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from reassembly.resequencer.model import EndWhen, ResequenceLimits, ResequenceOptions, StartAt
+from reassembly.resequencer.model import EndAt, EndWhen, ResequenceLimits, ResequenceOptions, StartAt
 from reassembly.spark.resequence.core import HELD, Decision, Item, ResequenceCore
 from tests.spark.test_resequence import OPTIONS, Row, dataset, flush, freeze, reference
 
@@ -119,3 +119,27 @@ def test_the_core_pickles_with_its_predicates() -> None:
     items = [Item(T0, 1, 0, 0), Item(T0 + 1, 0, 0, 0), Item(T0 + 2, 2, 2, 0)]  # 2 is flagged last
     assert copy.offer(None, 0, "g", items) == core.offer(None, 0, "g", items)
     assert {o.extra[1] for o in core.offer(None, 0, "g", items).rows} >= {"out", "group_closed"}
+
+
+def test_a_key_keeps_its_forgotten_instance_number_in_state() -> None:
+    """Once the closed instance is forgotten the key's snapshot stays (the floor alone), so the next
+    instance of the key is numbered 2, not 1 again."""
+    core = ResequenceCore(ResequenceOptions(start=StartAt(0), end=EndAt(0), keep_closed=1.0))
+    first = core.offer(None, 0, "g", [Item(T0, 0, 0, 0)])
+    assert [(o.extra[0], o.extra[1]) for o in first.rows] == [(1, "out"), (1, "group_closed")]
+    assert first.deadline == T0 + 1000
+    forgotten = core.fire(first.snapshot, first.deadline, first.deadline)
+    assert forgotten.rows == [] and forgotten.deadline is None and forgotten.snapshot is not None
+    again = core.offer(forgotten.snapshot, T0 + 2000, "g", [Item(T0 + 3000, 0, 0, 0)])
+    assert [o.extra[0] for o in again.rows] == [2, 2]
+
+
+def test_all_or_nothing_holds_the_rows_in_state_until_the_sequence_is_whole() -> None:
+    core = ResequenceCore(ResequenceOptions(start=StartAt(0), end=EndAt(2), release_partial=False))
+    first = core.offer(None, 0, "g", [Item(T0 + 1, 1, 0, 0), Item(T0, 0, 0, 0)])
+    assert first.rows == [] and first.hold == [1, 0]  # number 0 is held too: the sequence is not whole
+    last = core.offer(first.snapshot, 0, "g", [Item(T0 + 2, 2, 0, 0)])
+    assert [(o.at, o.seq, o.extra[1]) for o in last.rows] == [
+        (HELD, 0, "out"), (HELD, 1, "out"), (0, 2, "out"), (None, None, "group_closed")
+    ]  # fmt: skip
+    assert last.hold == []

@@ -231,7 +231,10 @@ class ResequenceCore:
             rows.append(Out(ref.row, ev.seq, extra))
             if ref.row != HELD:
                 left.add(ref.row)
-        keep = None if r.open_groups == 0 and r.next_deadline() is None else r.snapshot(encode=_flags)
+        # Nothing open, nothing timed and no instance number forgotten: the key's state can go. Once one
+        # is forgotten the snapshot (a few bytes) stays, or the key's next instance could repeat a number.
+        idle = r.open_groups == 0 and r.next_deadline() is None and r.instance_floor == 0
+        keep = None if idle else r.snapshot(encode=_flags)
         deadline = r.next_deadline()
         hold = [i for i in order if i not in left]
         return Decision(rows, hold, keep, None if deadline is None else int(deadline))

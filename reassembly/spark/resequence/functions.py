@@ -17,9 +17,13 @@ set) with ``cause``, ``skip_first``/``skip_stop`` and the closed instance's
 Stream: ``transformWithState`` keyed by the group column, RocksDB state
 store, **event-time** timers. Per key the state holds the resequencer's
 snapshot (one group: its counters, skipped ranges, deadline; a closed group's
-instance number until ``keep_closed``) and the held rows (map state, by
-sequence number). Within a micro-batch a key's rows are offered in event-time
-order (ties by sequence number); before them, and when a key's timer fires,
+instance number until ``keep_closed``, then the highest instance number
+forgotten, so the key's instance numbers never repeat: a key that has closed
+an instance keeps a few bytes of state for good) and the held rows (map
+state, by sequence number). ``release_partial=False`` (all-or-nothing) works
+as in-process: the rows are held in state until the whole sequence is there.
+Within a micro-batch a key's rows are offered in event-time order (ties by
+sequence number); before them, and when a key's timer fires,
 the resequencer is ticked to the batch's watermark: a deadline is handled at
 its own time, so the rows of a micro-batch only see the deadlines the
 watermark has passed. Processing time is not offered: event time lets an
