@@ -14,10 +14,8 @@ import pytest
 from reassembly.collector import Rule
 from reassembly.collector.storage import SQLiteStorage
 from reassembly.spark.collect import SparkCollectOptions, collect_stream, message_source, start
-from tests.spark.test_stream import stream_spark
 from tests.support.collect_helpers import read_batches
 
-__all__ = ["stream_spark"]  # the RocksDB-configured session fixture of the streaming tests
 pytestmark = pytest.mark.spark
 T0 = time.time() - 100_000
 

@@ -34,7 +34,7 @@ from reassembly.spark.stream.functions import (
 )
 from segmenter.producer import Segmenter
 from tests.cli.test_stream import reassemble
-from tests.spark.test_stream import T0, land, stream_spark  # noqa: F401  (the module's session fixture)
+from tests.spark.test_stream import T0, land
 
 
 def _options(**reassembly: Any) -> StreamOptions:
@@ -155,7 +155,7 @@ def test_the_command_refuses_before_spark_starts(tmp_path: Path) -> None:
 
 @pytest.mark.spark
 def test_a_real_checkpoint_resumes_with_its_options_and_refuses_others(
-    stream_spark: Any,  # noqa: F811
+    stream_spark: Any,
     tmp_path: Path,
 ) -> None:
     """Spark keeps our manifest beside its own files; a message straddling two runs completes in the
