@@ -40,7 +40,13 @@ class Cause(str, Enum):
 
 @dataclass(frozen=True)
 class Rule:
-    """How one destination is batched (a row of ``destination_rules``). Times in seconds."""
+    """How one destination is batched (a row of ``destination_rules``). Times in seconds.
+
+    ``max_attempts`` is how many times the durable collector tries to write one of the
+    destination's batches before it moves the batch to the dead letter (Camel's
+    ``maximumRedeliveries`` with a dead-letter channel): one batch that can never be written must
+    not hold its destination, or the collector, forever.
+    """
 
     destination: str
     target: str
@@ -49,6 +55,7 @@ class Rule:
     max_wait: float = 60.0
     stranded_after: float = 300.0
     enabled: bool = True
+    max_attempts: int = 5
 
     def __post_init__(self) -> None:
         limits = {
@@ -56,8 +63,9 @@ class Rule:
             "max_bytes": self.max_bytes,
             "max_wait": self.max_wait,
             "stranded_after": self.stranded_after,
+            "max_attempts": self.max_attempts,
         }
-        counts = (self.max_messages, self.max_bytes)
+        counts = (self.max_messages, self.max_bytes, self.max_attempts)
         times = (self.max_wait, self.stranded_after)
         if (
             not all(type(v) is int and 0 < v <= _MAX_COUNT for v in counts)  # no bool, no float, fits a BIGINT

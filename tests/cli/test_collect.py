@@ -1,0 +1,62 @@
+"""``reassemble collect`` as a real process: the dead letter reported and listed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from reassembly.collector import Rule
+from reassembly.collector.storage import SQLiteStorage
+from tests.support.collect_helpers import land, read_batches
+from tests.support.command import reassemble
+
+
+def test_poison_batch_reported_listed_and_the_rest_written(tmp_path: Path) -> None:
+    landing, out, db = tmp_path / "landing", tmp_path / "out", str(tmp_path / "c.db")
+    landing.mkdir()
+    storage = SQLiteStorage(db)
+    storage.put_rule(Rule("poison", "blocked", max_messages=2, max_attempts=2))
+    storage.put_rule(Rule("fine", "ftp-fine", max_messages=2))
+    storage.close()
+    out.mkdir()
+    (out / "blocked").write_text("not a directory")  # every write of poison's batches fails
+    land(landing, "a.parquet", [("poison", b"p1"), ("fine", b"f1"), ("poison", b"p2"), ("fine", b"f2")])
+    run = reassemble("collect", str(landing), str(out), "--rules", db, "--once", "--lease", "0.3s", "--poll", "0.05s")
+    assert run.returncode == 1, run.stderr
+    lines = run.stderr.splitlines()
+    attempts = [x for x in lines if "not written, attempt 1 of 2" in x]
+    dead = [x for x in lines if "dead after 2 attempts" in x]
+    assert len(attempts) == 1 and len(dead) == 1 and "FileExistsError" in dead[0], run.stderr
+    assert "1 batches went to the dead letter" in lines[-1] and len(lines) == 3, run.stderr
+    assert "'fine' 2 messages" in run.stdout  # the other destination was not held up
+    assert sorted(m for ms in read_batches(out).values() for m in ms) == [b"f1", b"f2"]
+    (dead_file,) = (tmp_path / "out.dead-letter" / "blocked").glob("*.parquet")
+    assert str(dead_file) in dead[0]
+    assert pq.read_table(dead_file).column("payload").to_pylist() == [b"p1", b"p2"]
+
+    listed = reassemble("collect", "--rules", db, "--list-dead")
+    assert listed.returncode == 0 and listed.stderr == "", listed.stderr
+    (line, total) = listed.stdout.splitlines()
+    assert line.startswith("dead 20") and "'poison' 2 messages dead after 2 attempts" in line and str(dead_file) in line
+    assert total == f"collect: 1 dead batches in {db}"
+
+    # Land the dead letter again once the cause is fixed: a new input name, collected as usual.
+    (out / "blocked").unlink()
+    dead_file.rename(landing / "replay-1.parquet")
+    again = reassemble("collect", str(landing), str(out), "--rules", db, "--once", "--poll", "0.05s")
+    assert again.returncode == 0, again.stderr
+    assert sorted(m for ms in read_batches(out).values() for m in ms) == [b"f1", b"f2", b"p1", b"p2"]
+
+
+def test_usage_errors_of_the_new_forms(tmp_path: Path) -> None:
+    no_output = reassemble("collect", str(tmp_path), "--rules", str(tmp_path / "c.db"))
+    assert no_output.returncode == 2 and "needs INPUT and OUTPUT" in no_output.stderr
+    assert no_output.stderr.count("\n") == 1
+    missing = reassemble("collect", "--rules", str(tmp_path / "none.db"), "--list-dead")
+    assert missing.returncode == 2 and "no such database" in missing.stderr and not (tmp_path / "none.db").exists()
+    (tmp_path / "in").mkdir()
+    inside = reassemble(
+        "collect", str(tmp_path / "in"), str(tmp_path / "x"), "--rules", str(tmp_path / "x.dead-letter")
+    )
+    assert inside.returncode == 2 and "dead-letter directory" in inside.stderr, inside.stderr
