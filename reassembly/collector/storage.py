@@ -7,7 +7,7 @@ two dialects differ only in types, id allocation and the bulk statements (:class
 
 Tables (created if missing):
   destination_rules  destination, target, max_messages, max_bytes, max_wait, stranded_after, enabled,
-                     max_attempts (NULL: the default)
+                     max_attempts (NULL: the default), idle_timeout (NULL: none)
   collect_inputs     one row per input file stored, written in the transaction that stores its rows
   collect_messages   messages stored and in no batch yet: id, destination, payload, received_at
   collect_batches    closed batches: batch_id, destination, target, cause, count, closed_at/by, emitted_at,
@@ -82,13 +82,15 @@ class _Dialect:
     take: str  # (the member ids as one parameter): deletes the rows still there
 
 
-_RULE_COLUMNS = "destination, target, max_messages, max_bytes, max_wait, stranded_after, enabled, max_attempts"
+_RULE_COLUMNS = (
+    "destination, target, max_messages, max_bytes, max_wait, stranded_after, enabled, max_attempts, idle_timeout"
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS destination_rules (
   destination TEXT PRIMARY KEY, target TEXT NOT NULL, max_messages INTEGER NOT NULL, max_bytes BIGINT NOT NULL,
   max_wait DOUBLE PRECISION NOT NULL, stranded_after DOUBLE PRECISION NOT NULL, enabled BOOLEAN NOT NULL DEFAULT TRUE,
-  max_attempts BIGINT);
+  max_attempts BIGINT, idle_timeout DOUBLE PRECISION);
 CREATE TABLE IF NOT EXISTS collect_inputs (
   name TEXT PRIMARY KEY, messages INTEGER NOT NULL, stored_at DOUBLE PRECISION NOT NULL);
 CREATE TABLE IF NOT EXISTS collect_messages (
@@ -107,6 +109,7 @@ CREATE TABLE IF NOT EXISTS collect_leases (
 # made without them gets them when it is opened.
 _ADDED_COLUMNS = (
     ("destination_rules", "max_attempts", "BIGINT"),
+    ("destination_rules", "idle_timeout", "DOUBLE PRECISION"),
     ("collect_batches", "attempts", "INTEGER NOT NULL DEFAULT 0"),
     ("collect_batches", "last_error", "TEXT"),
     ("collect_batches", "dead_at", "DOUBLE PRECISION"),
@@ -195,7 +198,8 @@ class Storage:
         for r in rows:
             try:
                 attempts = DEFAULT_RULE.max_attempts if r[7] is None else r[7]
-                rules[r[0]] = Rule(r[0], r[1], r[2], r[3], float(r[4]), float(r[5]), _enabled(r[6]), attempts)
+                idle = None if r[8] is None else float(r[8])
+                rules[r[0]] = Rule(r[0], r[1], r[2], r[3], float(r[4]), float(r[5]), _enabled(r[6]), attempts, idle)
             except SegmentationError as exc:
                 self.invalid_rules.append(exc)
             except (TypeError, ValueError, OverflowError) as exc:  # text where a number belongs: the row, not the run
@@ -209,11 +213,11 @@ class Storage:
         with self._tx() as cur:
             self._run(
                 cur,
-                f"INSERT INTO destination_rules ({_RULE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+                f"INSERT INTO destination_rules ({_RULE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (destination) DO UPDATE SET target = excluded.target, "
                 "max_messages = excluded.max_messages, max_bytes = excluded.max_bytes, "
                 "max_wait = excluded.max_wait, stranded_after = excluded.stranded_after, enabled = excluded.enabled, "
-                "max_attempts = excluded.max_attempts",
+                "max_attempts = excluded.max_attempts, idle_timeout = excluded.idle_timeout",
                 (
                     rule.destination,
                     rule.target,
@@ -223,6 +227,7 @@ class Storage:
                     rule.stranded_after,
                     rule.enabled,
                     rule.max_attempts,
+                    rule.idle_timeout,
                 ),
             )
 

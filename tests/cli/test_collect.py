@@ -1,14 +1,15 @@
-"""``reassemble collect`` as a real process: the dead letter reported and listed."""
+"""``reassemble collect`` as a real process: the dead letter reported and listed, a quiet batch closed."""
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
 from reassembly.collector import Rule
 from reassembly.collector.storage import SQLiteStorage
-from tests.support.collect_helpers import land, read_batches
+from tests.support.collect_helpers import collect_cmd, land, read_batches, start
 from tests.support.command import reassemble
 
 
@@ -60,3 +61,22 @@ def test_usage_errors_of_the_new_forms(tmp_path: Path) -> None:
         "collect", str(tmp_path / "in"), str(tmp_path / "x"), "--rules", str(tmp_path / "x.dead-letter")
     )
     assert inside.returncode == 2 and "dead-letter directory" in inside.stderr, inside.stderr
+
+
+def test_idle_timeout_closes_a_quiet_batch_in_a_running_collector(tmp_path: Path) -> None:
+    landing, out, db = tmp_path / "landing", tmp_path / "out", str(tmp_path / "c.db")
+    landing.mkdir()
+    storage = SQLiteStorage(db)
+    storage.put_rule(Rule("acme", "ftp-acme", max_messages=100, max_wait=3600, idle_timeout=0.5))
+    assert storage.read_rules()["acme"].idle_timeout == 0.5  # stored and read back
+    proc = start(collect_cmd(landing, out, db, "--poll", "0.05s"))
+    try:
+        assert proc.stdout is not None
+        land(landing, "a.parquet", [("acme", b"1"), ("acme", b"2")])
+        line = proc.stdout.readline()  # half a second after the file's messages: one idle batch, not an hour
+        assert "'acme' 2 messages idle ->" in line, line
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert sorted(m for ms in read_batches(out).values() for m in ms) == [b"1", b"2"]
