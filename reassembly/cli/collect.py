@@ -10,6 +10,10 @@ batches stay in the database for the next run. Errors are one line (exit 2 usage
 A batch that cannot be written is tried again at every lease renewal; after its rule's
 ``max_attempts`` it goes to ``OUTPUT.dead-letter/<target>/`` with one line on stderr, and
 ``--list-dead`` lists the dead batches of a database (INPUT and OUTPUT are then not needed).
+
+``--flush DEST`` asks the collector running on that database to close DEST's batch now: it
+stores a request row and returns; the collector holding DEST's lease closes the batch (cause
+``forced``) at its next poll.
 """
 
 from __future__ import annotations
@@ -50,15 +54,22 @@ def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
     p.add_argument("--payload-column", default="payload")
     p.add_argument("--owner", default=None, help="this collector's name in the lease table (default host:pid:random)")
     p.add_argument("--quiet", action="store_true", help="no line per batch")
-    p.add_argument(
+    alone = p.add_mutually_exclusive_group()
+    alone.add_argument(
         "--list-dead", action="store_true", help="list the dead batches of the --rules database and exit (no INPUT)"
+    )
+    alone.add_argument(
+        "--flush",
+        action="append",
+        metavar="DEST",
+        help="ask the running collector to close DEST's batch at its next poll, and exit (repeatable; no INPUT)",
     )
     return p
 
 
 def _check(args: argparse.Namespace) -> tuple[Path, Path]:
     if args.input is None or args.output is None:
-        raise UsageError("collect needs INPUT and OUTPUT (only --list-dead goes without them)")
+        raise UsageError("collect needs INPUT and OUTPUT (only --list-dead and --flush go without them)")
     landing, output = Path(args.input), Path(args.output)
     if not landing.is_dir():
         raise UsageError(f"input is not a directory: {args.input}")
@@ -92,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
     """
     if args.list_dead:
         return _list_dead(args)
+    if args.flush:
+        return _request_flush(args)
     landing, output = _check(args)
     storage = open_storage(args.rules)
 
@@ -167,10 +180,33 @@ def _dead_line(batch: DeadBatch) -> str:
     )
 
 
-def _list_dead(args: argparse.Namespace) -> int:
-    """One line per dead batch, oldest first (UTC time it died), then a count."""
+def _existing(args: argparse.Namespace) -> None:
+    """--list-dead and --flush read a collector's database: never create an empty one by a typo."""
+    if args.input is not None or args.output is not None:
+        raise UsageError("--list-dead and --flush take no INPUT or OUTPUT, only --rules DB")
     if not is_postgres(args.rules) and not Path(args.rules).is_file():
         raise UsageError(f"--rules: no such database: {args.rules}")
+
+
+def _request_flush(args: argparse.Namespace) -> int:
+    """Store one flush request per DEST; say what each covers (or that nothing is held)."""
+    _existing(args)
+    storage = open_storage(args.rules)
+    try:
+        for destination in args.flush:
+            n = storage.request_flush(destination)
+            if n:
+                print(f"flush {destination!r}: requested for {n} messages; the collector holding it closes the batch")
+            else:
+                print(f"flush {destination!r}: no message held, nothing requested")
+    finally:
+        storage.close()
+    return 0
+
+
+def _list_dead(args: argparse.Namespace) -> int:
+    """One line per dead batch, oldest first (UTC time it died), then a count."""
+    _existing(args)
     storage = open_storage(args.rules)
     try:
         batches = storage.dead_batches()

@@ -37,6 +37,7 @@ class Cause(str, Enum):
     IDLE = "idle"  # no message was added for idle_timeout
     RECYCLED = "recycled"  # it holds messages left by an earlier collector for longer than stranded_after
     SHUTDOWN = "shutdown"  # flushed by close()
+    FORCED = "forced"  # forced out now, one destination (force())
 
 
 @dataclass(frozen=True)
@@ -254,6 +255,13 @@ class Collector:
         """Forget a destination's open batch (its lease was lost: another collector owns those messages now)."""
         batch = self._open.pop(destination, None)
         return batch.members if batch else []
+
+    def force(self, destination: str) -> list[BatchReady]:
+        """Close one destination's open batch now, whatever its rule says (Camel's
+        ``forceCompletionOfGroup``): cause ``forced``, cut to the rule's limits; [] if none is open."""
+        if destination not in self._open:
+            return []
+        return self._close(destination, Cause.FORCED, self._rules(destination))
 
     def close(self) -> list[BatchReady]:
         """End of input: every open batch, closed as ``shutdown``."""

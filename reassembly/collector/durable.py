@@ -28,6 +28,10 @@ batch is dead: its messages are written to the dead-letter directory (``<OUTPUT>
 <target>/<batch_id>.parquet``, the landing columns ``destination`` and ``payload``, so the file
 can be landed again once the cause is fixed) and its row is marked dead with the reason and the
 attempts (:meth:`~reassembly.collector.storage.Storage.dead_batches` lists them).
+
+A destination's batch can be forced out now: in this process with :meth:`DurableCollector.force`,
+and in a running collector through a request row (``Storage.request_flush``), which the lease
+holder picks up at its next :meth:`DurableCollector.tick` (every poll).
 """
 
 from __future__ import annotations
@@ -231,11 +235,34 @@ class DurableCollector:
         self._emit(ready)
 
     def tick(self) -> None:
-        """Close what is due; renew leases and look for work every ``sync_every`` seconds."""
+        """Close what is due and what a flush request asks for; renew leases and look for work every
+        ``sync_every`` seconds."""
         if self._clock() - self._synced >= self.sync_every:
             self.sync()
         self._emit(self.core.tick())
+        for destination, upto in self.storage.flush_requests().items():
+            if destination in self.leased:  # else its lease holder's (or the next one's) to do
+                self._force(destination, upto)
         self.settle()
+
+    def force(self, destination: str) -> int:
+        """Close ``destination``'s batch now (cause ``forced``), with every message of it stored so far,
+        if this collector holds its lease; the number of batches written."""
+        if destination not in self.leased:
+            return 0
+        before = self.emitted
+        self._force(destination, None)
+        self.settle()
+        return self.emitted - before
+
+    def _force(self, destination: str, upto: int | None) -> None:
+        """Load the destination's messages stored elsewhere, then close its batch if it holds one up to ``upto``."""
+        fresh = self.storage.open_messages(destination, self.core.held_ids(destination))
+        ready = self.core.restore(destination, fresh) if fresh else []
+        held = self.core.held_ids(destination)
+        if held and (upto is None or min(held) <= upto):
+            ready += self.core.force(destination)
+        self._emit(ready)
 
     def flush(self) -> None:
         """Close every open batch now (cause ``shutdown``)."""

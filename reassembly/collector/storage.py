@@ -14,6 +14,8 @@ Tables (created if missing):
                      members (the batch's messages, packed, until the batch file is in place),
                      attempts and last_error (failed writes), dead_at and dead_path (the dead letter)
   collect_leases     destination, owner, expires_at: who may close that destination's batches
+  collect_flush_requests  destination, upto_id, requested_at: close the batch holding the destination's
+                     messages up to that id now (see :meth:`Storage.request_flush`)
 
 A database made before a column existed gets it when it is opened (``ALTER TABLE ... ADD
 COLUMN``, in the opening transaction): existing rows read as the column's default.
@@ -103,6 +105,8 @@ CREATE TABLE IF NOT EXISTS collect_batches (
   dead_at DOUBLE PRECISION, dead_path TEXT);
 CREATE TABLE IF NOT EXISTS collect_leases (
   destination TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at DOUBLE PRECISION NOT NULL);
+CREATE TABLE IF NOT EXISTS collect_flush_requests (
+  destination TEXT PRIMARY KEY, upto_id BIGINT NOT NULL, requested_at DOUBLE PRECISION NOT NULL);
 """
 
 # Columns added after their table was first released: (table, column, its definition). A database
@@ -442,6 +446,43 @@ class Storage:
             DeadBatch(r[0], r[1], r[2], int(r[3]), int(r[4]), r[5] or "", None if r[6] is None else float(r[6]), r[7])
             for r in rows
         ]
+
+    # --- flush requests -------------------------------------------------------------------------
+    def request_flush(self, destination: str, now: float | None = None) -> int:
+        """Ask whichever collector holds ``destination`` to close its batch now (at its next poll).
+
+        The request covers the destination's messages stored so far (up to the newest id, not a
+        time: collectors' clocks may differ): the lease holder loads any of them it does not hold
+        yet and closes its open batch as ``forced``; messages stored later are batched as usual.
+        Returns how many messages it covers; 0 (and no request) if none is held. A request is
+        gone once none of the messages it covers is left unbatched.
+        """
+        with self._tx() as cur:
+            n, upto = self._run(
+                cur, "SELECT count(*), max(id) FROM collect_messages WHERE destination = ?", (destination,)
+            ).fetchone()
+            if not n:
+                return 0
+            self._run(
+                cur,
+                "INSERT INTO collect_flush_requests (destination, upto_id, requested_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (destination) DO UPDATE SET upto_id = excluded.upto_id, "
+                "requested_at = excluded.requested_at",
+                (destination, int(upto), time.time() if now is None else now),
+            )
+        return int(n)
+
+    def flush_requests(self) -> dict[str, int]:
+        """The pending requests (destination: the newest message id covered), after dropping the
+        ones none of whose messages is left unbatched."""
+        with self._tx() as cur:
+            self._run(
+                cur,
+                "DELETE FROM collect_flush_requests WHERE NOT EXISTS (SELECT 1 FROM collect_messages AS m "
+                "WHERE m.destination = collect_flush_requests.destination AND m.id <= collect_flush_requests.upto_id)",
+            )
+            rows = self._run(cur, "SELECT destination, upto_id FROM collect_flush_requests").fetchall()
+        return {r[0]: int(r[1]) for r in rows}
 
     def counts(self) -> dict[str, int]:
         """Messages held, batches closed, emitted and dead (for status lines and tests)."""

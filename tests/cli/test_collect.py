@@ -1,8 +1,10 @@
-"""``reassemble collect`` as a real process: the dead letter reported and listed, a quiet batch closed."""
+"""``reassemble collect`` as a real process: the dead letter reported and listed, a quiet batch
+closed, a batch forced out by ``--flush`` from another process."""
 
 from __future__ import annotations
 
 import signal
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -80,3 +82,36 @@ def test_idle_timeout_closes_a_quiet_batch_in_a_running_collector(tmp_path: Path
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert sorted(m for ms in read_batches(out).values() for m in ms) == [b"1", b"2"]
+
+
+def test_flush_dest_against_a_running_collector(tmp_path: Path) -> None:
+    landing, out, db = tmp_path / "landing", tmp_path / "out", str(tmp_path / "c.db")
+    landing.mkdir()
+    storage = SQLiteStorage(db)
+    storage.put_rule(Rule("acme", "ftp-acme", max_messages=100, max_wait=3600))
+    proc = start(collect_cmd(landing, out, db, "--poll", "0.05s"))
+    try:
+        assert proc.stdout is not None
+        land(landing, "a.parquet", [("acme", b"1"), ("acme", b"2"), ("acme", b"3"), ("globex", b"g")])
+        deadline = time.monotonic() + 60
+        while storage.counts()["held"] < 4:  # stored, held in the open batches (an hour's max_wait)
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        asked = reassemble("collect", "--rules", db, "--flush", "acme", "--flush", "initech")
+        assert asked.returncode == 0 and asked.stderr == "", asked.stderr
+        assert asked.stdout.splitlines() == [
+            "flush 'acme': requested for 3 messages; the collector holding it closes the batch",
+            "flush 'initech': no message held, nothing requested",
+        ]
+        line = proc.stdout.readline()
+        assert "'acme' 3 messages forced ->" in line, line
+        assert storage.counts()["held"] == 1  # globex's batch stays open
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert sorted(m for ms in read_batches(out).values() for m in ms) == [b"1", b"2", b"3"]
+    both = reassemble("collect", str(landing), str(out), "--rules", db, "--flush", "acme")
+    assert both.returncode == 2 and "take no INPUT or OUTPUT" in both.stderr
+    exclusive = reassemble("collect", "--rules", db, "--flush", "acme", "--list-dead")
+    assert exclusive.returncode == 2 and "not allowed with" in exclusive.stderr

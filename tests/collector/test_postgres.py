@@ -174,3 +174,18 @@ def test_poison_batch_dead_letter_on_postgres(pg_url: str, tmp_path: Path) -> No
     (row,) = storage.dead_batches()
     assert row.attempts == 2 and row.path is not None and Path(row.path).exists() and "FileExistsError" in row.reason
     assert storage.counts() == {"held": 0, "closed": 2, "emitted": 1, "dead": 1}
+
+
+def test_flush_request_on_postgres(pg_url: str, tmp_path: Path) -> None:
+    url = fresh_database(pg_url, "flush")
+    clock = Clock()
+    causes: list[Cause] = []
+    c = DurableCollector(PostgresStorage(url), tmp_path / "out", owner="A", lease=9, clock=clock,
+                         on_batch=lambda b, p: causes.append(b.cause))  # fmt: skip
+    c.sync()
+    c.ingest("in-1", [("acme", b"1"), ("acme", b"2")])
+    requester = PostgresStorage(url)
+    assert requester.request_flush("acme") == 2 and requester.request_flush("none") == 0
+    assert requester.flush_requests() == {"acme": min(c.core.held_ids("acme")) + 1}
+    c.tick()
+    assert causes == [Cause.FORCED] and requester.flush_requests() == {}
