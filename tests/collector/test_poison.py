@@ -160,5 +160,7 @@ def test_a_database_of_the_first_schema_is_migrated_on_open(tmp_path: Path) -> N
     assert sorted(sorted(ms) for ms in batches.values()) == [[b"a4"], [b"a5", b"a6", b"a7"], [b"g1"]]
     reopened = SQLiteStorage(str(db))  # a second open finds nothing to add
     assert reopened.counts() == {"held": 0, "closed": 4, "emitted": 4, "dead": 0}
-    reopened.put_rule(Rule("acme", "ftp-acme", max_attempts=2))
-    assert reopened.read_rules()["acme"].max_attempts == 2
+    reopened.put_rule(Rule("acme", "ftp-acme", max_attempts=2, idle_timeout=1.5))
+    assert reopened.read_rules()["acme"] == Rule("acme", "ftp-acme", max_attempts=2, idle_timeout=1.5)
+    assert reopened.store("in-3", [("acme", b"a8")], clock.now) is not None
+    assert reopened.request_flush("acme") == 1 and reopened.flush_requests() != {}  # the table made on open
