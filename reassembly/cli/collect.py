@@ -6,11 +6,20 @@ Batches are written as ``OUTPUT/<target>/<batch_id>.parquet`` (column ``segment`
 logical group each), which ``reassemble run`` reassembles with Unit-of-Work semantics. One line
 per batch goes to stdout. Ctrl-C (or SIGTERM) stops cleanly: leases are given back, open
 batches stay in the database for the next run. Errors are one line (exit 2 usage, 1 runtime).
+
+A batch that cannot be written is tried again at every lease renewal; after its rule's
+``max_attempts`` it goes to ``OUTPUT.dead-letter/<target>/`` with one line on stderr, and
+``--list-dead`` lists the dead batches of a database (INPUT and OUTPUT are then not needed).
+
+``--flush DEST`` asks the collector running on that database to close DEST's batch now: it
+stores a request row and returns; the collector holding DEST's lease closes the batch (cause
+``forced``) at its next poll.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,8 +27,8 @@ from typing import TYPE_CHECKING
 from reassembly._plumbing import JobError, UsageError, first_line, overlap
 from reassembly.cli._common import seconds
 from reassembly.collector.core import BatchReady
-from reassembly.collector.durable import DurableCollector, collect_directory
-from reassembly.collector.storage import is_postgres, open_storage
+from reassembly.collector.durable import DurableCollector, collect_directory, dead_letter_dir
+from reassembly.collector.storage import DeadBatch, is_postgres, open_storage
 from segmenter.producer import DEFAULT_SEGMENT_SIZE, Segmenter
 
 if TYPE_CHECKING:
@@ -29,8 +38,10 @@ if TYPE_CHECKING:
 def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
     """The ``collect`` subcommand."""
     p = sub.add_parser("collect", help="batch messages by destination under database rules")
-    p.add_argument("input", help="landing directory of Parquet files (destination and payload columns)")
-    p.add_argument("output", help="directory the batches are written under (OUTPUT/<target>/<batch>.parquet)")
+    p.add_argument("input", nargs="?", help="landing directory of Parquet files (destination and payload columns)")
+    p.add_argument(
+        "output", nargs="?", help="directory the batches are written under (OUTPUT/<target>/<batch>.parquet)"
+    )
     p.add_argument("--rules", required=True, metavar="DB", help="SQLite file or postgresql:// URL (rules and state)")
     p.add_argument(
         "--once", action="store_true", help="collect what is there, close every batch, exit (1 if a file is unreadable)"
@@ -43,21 +54,37 @@ def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
     p.add_argument("--payload-column", default="payload")
     p.add_argument("--owner", default=None, help="this collector's name in the lease table (default host:pid:random)")
     p.add_argument("--quiet", action="store_true", help="no line per batch")
+    alone = p.add_mutually_exclusive_group()
+    alone.add_argument(
+        "--list-dead", action="store_true", help="list the dead batches of the --rules database and exit (no INPUT)"
+    )
+    alone.add_argument(
+        "--flush",
+        action="append",
+        metavar="DEST",
+        help="ask the running collector to close DEST's batch at its next poll, and exit (repeatable; no INPUT)",
+    )
     return p
 
 
 def _check(args: argparse.Namespace) -> tuple[Path, Path]:
+    if args.input is None or args.output is None:
+        raise UsageError("collect needs INPUT and OUTPUT (only --list-dead and --flush go without them)")
     landing, output = Path(args.input), Path(args.output)
     if not landing.is_dir():
         raise UsageError(f"input is not a directory: {args.input}")
     why = overlap(output.resolve(), landing.resolve())
     if why:
         raise UsageError(f"output {args.output} {why} {args.input}: choose an output outside the input")
+    dead = dead_letter_dir(output).resolve()
+    why = overlap(dead, landing.resolve()) or overlap(landing.resolve(), dead)
+    if why:
+        raise UsageError(f"the dead-letter directory {dead} overlaps the input {args.input}: choose another output")
     if not is_postgres(args.rules):
         # The SQLite file (and its -wal/-journal siblings) is written to: never inside the input, and
         # never over the output's batches.
         rules = Path(args.rules).resolve()
-        for name, path in (("input", landing), ("output", output)):
+        for name, path in (("input", landing), ("output", output), ("dead-letter directory", dead)):
             why = overlap(rules, path.resolve())
             if why:
                 raise UsageError(f"--rules {args.rules} {why.replace('input', name)} {path}: keep the database apart")
@@ -74,6 +101,10 @@ def run(args: argparse.Namespace) -> int:
     Ctrl-C and SIGTERM (the command's interrupt, exit 130) unwind through the ``finally`` below:
     the collector gives its leases back and open batches stay in the database for the next run.
     """
+    if args.list_dead:
+        return _list_dead(args)
+    if args.flush:
+        return _request_flush(args)
     landing, output = _check(args)
     storage = open_storage(args.rules)
 
@@ -82,6 +113,10 @@ def run(args: argparse.Namespace) -> int:
             n, cause = len(batch.messages), batch.cause.value
             print(f"batch {batch.batch_id} {batch.destination!r} {n} messages {cause} -> {path}")
             sys.stdout.flush()
+
+    def dead(batch: DeadBatch) -> None:
+        print(f"reassemble: error: {_dead_line(batch)}", file=sys.stderr)
+        sys.stderr.flush()
 
     def warn(path: Path, exc: Exception) -> None:
         print(f"reassemble: warning: cannot read {path} yet: {first_line(exc)} (retried)", file=sys.stderr)
@@ -101,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
         lease=args.lease,
         rules_ttl=args.rules_ttl,
         on_batch=line,
+        on_dead=dead,
     )
     try:
         left = collect_directory(
@@ -123,9 +159,61 @@ def run(args: argparse.Namespace) -> int:
         raise JobError(
             f"{len(left.unreadable)} input files could not be read, e.g. {left.unreadable[0]} (left in place)"
         )
+    if collector.dead:
+        raise JobError(
+            f"{len(collector.dead)} batches went to the dead letter after their last attempt, e.g."
+            f" {collector.dead[0].batch_id} (reassemble collect --rules DB --list-dead lists them)"
+        )
     if left.replaced:
         raise JobError(
             f"{len(left.replaced)} input files changed after they were collected under their name, e.g."
             f" {left.replaced[0]} (not collected again: land new content under a new name)"
         )
+    return 0
+
+
+def _dead_line(batch: DeadBatch) -> str:
+    where = batch.path or "its messages kept in the database row (the dead-letter file could not be written)"
+    return (
+        f"batch {batch.batch_id} {batch.destination!r} {batch.messages} messages dead after {batch.attempts}"
+        f" attempts: {batch.reason} -> {where}"
+    )
+
+
+def _existing(args: argparse.Namespace) -> None:
+    """--list-dead and --flush read a collector's database: never create an empty one by a typo."""
+    if args.input is not None or args.output is not None:
+        raise UsageError("--list-dead and --flush take no INPUT or OUTPUT, only --rules DB")
+    if not is_postgres(args.rules) and not Path(args.rules).is_file():
+        raise UsageError(f"--rules: no such database: {args.rules}")
+
+
+def _request_flush(args: argparse.Namespace) -> int:
+    """Store one flush request per DEST; say what each covers (or that nothing is held)."""
+    _existing(args)
+    storage = open_storage(args.rules)
+    try:
+        for destination in args.flush:
+            n = storage.request_flush(destination)
+            if n:
+                print(f"flush {destination!r}: requested for {n} messages; the collector holding it closes the batch")
+            else:
+                print(f"flush {destination!r}: no message held, nothing requested")
+    finally:
+        storage.close()
+    return 0
+
+
+def _list_dead(args: argparse.Namespace) -> int:
+    """One line per dead batch, oldest first (UTC time it died), then a count."""
+    _existing(args)
+    storage = open_storage(args.rules)
+    try:
+        batches = storage.dead_batches()
+    finally:
+        storage.close()
+    for batch in batches:
+        at = datetime.datetime.fromtimestamp(batch.dead_at or 0.0, datetime.timezone.utc).isoformat(timespec="seconds")
+        print(f"dead {at} {_dead_line(batch)}")
+    print(f"collect: {len(batches)} dead batches in {storage.url}")
     return 0

@@ -34,13 +34,23 @@ class Cause(str, Enum):
 
     FULL = "full"  # max_messages reached, or the next message would pass max_bytes
     TIMEOUT = "timeout"  # the oldest member waited max_wait
+    IDLE = "idle"  # no message was added for idle_timeout
     RECYCLED = "recycled"  # it holds messages left by an earlier collector for longer than stranded_after
     SHUTDOWN = "shutdown"  # flushed by close()
+    FORCED = "forced"  # forced out now, one destination (force())
 
 
 @dataclass(frozen=True)
 class Rule:
-    """How one destination is batched (a row of ``destination_rules``). Times in seconds."""
+    """How one destination is batched (a row of ``destination_rules``). Times in seconds.
+
+    ``max_attempts`` is how many times the durable collector tries to write one of the
+    destination's batches before it moves the batch to the dead letter (Camel's
+    ``maximumRedeliveries`` with a dead-letter channel): one batch that can never be written must
+    not hold its destination, or the collector, forever. ``idle_timeout`` (None: off) closes a
+    batch to which no message was added for that long (Camel's ``completionTimeout``, restarted
+    by every message), while ``max_wait`` bounds how long its oldest member waits whatever comes.
+    """
 
     destination: str
     target: str
@@ -49,6 +59,8 @@ class Rule:
     max_wait: float = 60.0
     stranded_after: float = 300.0
     enabled: bool = True
+    max_attempts: int = 5
+    idle_timeout: float | None = None
 
     def __post_init__(self) -> None:
         limits = {
@@ -56,9 +68,11 @@ class Rule:
             "max_bytes": self.max_bytes,
             "max_wait": self.max_wait,
             "stranded_after": self.stranded_after,
+            "max_attempts": self.max_attempts,
+            "idle_timeout": self.idle_timeout,
         }
-        counts = (self.max_messages, self.max_bytes)
-        times = (self.max_wait, self.stranded_after)
+        counts = (self.max_messages, self.max_bytes, self.max_attempts)
+        times = (self.max_wait, self.stranded_after) + (() if self.idle_timeout is None else (self.idle_timeout,))
         if (
             not all(type(v) is int and 0 < v <= _MAX_COUNT for v in counts)  # no bool, no float, fits a BIGINT
             or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < math.inf for v in times)
@@ -69,7 +83,8 @@ class Rule:
         ):
             raise SegmentationError(
                 f"rule for {self.destination!r}: limits must be positive (counts whole numbers up to 2**63-1, times"
-                f" finite), max_messages at most {MAX_SEQ_NUMBER}, enabled true or false, names text",
+                f" finite; idle_timeout may be None), max_messages at most {MAX_SEQ_NUMBER}, enabled true or false,"
+                " names text",
                 reason=Reason.RULE_ERROR,
                 destination=self.destination,
                 **limits,
@@ -108,18 +123,20 @@ class BatchReady:
 
 
 class _Open:
-    __slots__ = ("bytes", "members", "oldest", "stranded_since")
+    __slots__ = ("bytes", "members", "newest", "oldest", "stranded_since")
 
     def __init__(self) -> None:
         self.members: list[Held] = []
         self.bytes = 0
         self.oldest = float("inf")
+        self.newest = float("-inf")  # the latest member's arrival: idle_timeout counts from it
         self.stranded_since = float("inf")  # oldest restored member's arrival
 
     def add(self, held: Held) -> None:
         self.members.append(held)
         self.bytes += len(held.payload)
         self.oldest = min(self.oldest, held.received_at)
+        self.newest = max(self.newest, held.received_at)
         if held.restored:
             self.stranded_since = min(self.stranded_since, held.received_at)
 
@@ -202,7 +219,7 @@ class Collector:
         return out
 
     def tick(self) -> list[BatchReady]:
-        """Close what the clock (or a changed rule) says is due: recycled, timed out, or now full."""
+        """Close what the clock (or a changed rule) says is due: recycled, timed out, idle, or now full."""
         now = self._clock()
         out = []
         for destination in list(self._open):
@@ -212,6 +229,8 @@ class Collector:
                 out += self._close(destination, Cause.RECYCLED, rule)
             elif now - batch.oldest >= rule.max_wait:
                 out += self._close(destination, Cause.TIMEOUT, rule)
+            elif rule.idle_timeout is not None and now - batch.newest >= rule.idle_timeout:
+                out += self._close(destination, Cause.IDLE, rule)
             elif len(batch.members) >= rule.max_messages or batch.bytes >= rule.max_bytes:
                 out += self._split(destination, rule)  # the rule was lowered under an open batch
         return out
@@ -228,13 +247,21 @@ class Collector:
         deadlines = []
         for destination, batch in self._open.items():
             rule = self._rules(destination)
-            deadlines.append(min(batch.oldest + rule.max_wait, batch.stranded_since + rule.stranded_after))
+            idle = math.inf if rule.idle_timeout is None else batch.newest + rule.idle_timeout
+            deadlines.append(min(batch.oldest + rule.max_wait, batch.stranded_since + rule.stranded_after, idle))
         return min(deadlines, default=None)
 
     def drop(self, destination: str) -> list[Held]:
         """Forget a destination's open batch (its lease was lost: another collector owns those messages now)."""
         batch = self._open.pop(destination, None)
         return batch.members if batch else []
+
+    def force(self, destination: str) -> list[BatchReady]:
+        """Close one destination's open batch now, whatever its rule says (Camel's
+        ``forceCompletionOfGroup``): cause ``forced``, cut to the rule's limits; [] if none is open."""
+        if destination not in self._open:
+            return []
+        return self._close(destination, Cause.FORCED, self._rules(destination))
 
     def close(self) -> list[BatchReady]:
         """End of input: every open batch, closed as ``shutdown``."""

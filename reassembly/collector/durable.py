@@ -20,12 +20,25 @@ lease next (this collector restarted, or another one once the lease expired) emi
 from the database, under the same name; if the file is already there it is kept. A message
 is therefore never lost (stored before acknowledged, deleted only after its batch file is in
 place) and never in two batches (a row is moved once, and the file name is the batch's).
+
+A write that fails (the target directory cannot be made, the disk refuses, the batch cannot be
+segmented) is counted in the batch's row and tried again at every lease renewal; the other
+batches, of this destination and of the others, go on. After the rule's ``max_attempts`` the
+batch is dead: its messages are written to the dead-letter directory (``<OUTPUT>.dead-letter/
+<target>/<batch_id>.parquet``, the landing columns ``destination`` and ``payload``, so the file
+can be landed again once the cause is fixed) and its row is marked dead with the reason and the
+attempts (:meth:`~reassembly.collector.storage.Storage.dead_batches` lists them).
+
+A destination's batch can be forced out now: in this process with :meth:`DurableCollector.force`,
+and in a running collector through a request row (``Storage.request_flush``), which the lease
+holder picks up at its next :meth:`DurableCollector.tick` (every poll).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import time
 import uuid
@@ -35,11 +48,13 @@ from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import quote
 
+from reassembly._plumbing import first_line
 from reassembly.collector.core import BatchReady, Cause, Collector, Rule, batch_segments
-from reassembly.collector.storage import RuleCache, Storage
+from reassembly.collector.storage import DeadBatch, RuleCache, Storage
 from segmenter.producer import Segmenter
 
 _MAX_NAME = 200  # bytes of a percent-encoded name kept whole
+_log = logging.getLogger(__name__)
 
 
 def safe_name(text: str) -> str:
@@ -77,18 +92,52 @@ def write_batch(output: Path, batch: BatchReady, segmenter: Segmenter, *, sync_d
     path = batch_path(output, batch.rule.target, batch.batch_id)
     if path.exists():  # an earlier attempt got as far as the rename: same claim, same content
         return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     segments = [s.encode() for s in batch_segments(batch, segmenter)]
     # No compression or statistics: segments of small messages are mostly unique bytes, and the
     # file is read whole by the job that reassembles it.
     table = pa.table({"segment": pa.array(segments, pa.binary())})
-    pq.write_table(table, tmp, compression="none", write_statistics=False)
-    _fsync(tmp)
-    os.replace(tmp, path)
+    _put(path, lambda tmp: pq.write_table(table, tmp, compression="none", write_statistics=False), sync_dir)
+    return path
+
+
+def dead_letter_dir(output: Path) -> Path:
+    """Where dead batches go: ``<OUTPUT>.dead-letter`` beside the output (not inside it, so a job
+    reading ``OUTPUT/<target>`` never sees them)."""
+    output = Path(os.path.abspath(output))
+    return output.with_name(f"{output.name}.dead-letter")
+
+
+def write_dead_letter(directory: Path, batch: BatchReady) -> Path:
+    """The batch's messages as a landing file (``destination``, ``payload``, and ``received_at``), atomically."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = batch_path(directory, batch.rule.target, batch.batch_id)
+    table = pa.table(
+        {
+            "destination": pa.array([batch.destination] * len(batch.messages), pa.string()),
+            "payload": pa.array([m.payload for m in batch.messages], pa.binary()),
+            "received_at": pa.array([m.received_at for m in batch.messages], pa.float64()),
+        }
+    )
+    _put(path, lambda tmp: pq.write_table(table, tmp), sync_dir=True)
+    return path
+
+
+def _put(path: Path, write: Callable[[Path], None], sync_dir: bool) -> None:
+    """``write`` to a temporary name beside ``path``, fsync, rename; no temporary file left on failure."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        write(tmp)
+        _fsync(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
     if sync_dir:
         _fsync(path.parent)
-    return path
 
 
 class DurableCollector:
@@ -96,7 +145,10 @@ class DurableCollector:
 
     Times are wall-clock seconds (``clock``): received times are stored and compared across
     processes. ``lease`` is how long a silent collector keeps its destinations; ``sync_every``
-    how often leases are renewed and new work is looked for (well under ``lease``).
+    how often leases are renewed, new work is looked for and failed writes are tried again
+    (well under ``lease``). ``on_dead`` hears of each batch moved to the dead letter
+    (``dead_letter``, by default :func:`dead_letter_dir` of ``output``); without it, each is
+    logged as an error.
     """
 
     def __init__(
@@ -110,9 +162,12 @@ class DurableCollector:
         rules_ttl: float = 5.0,
         clock: Callable[[], float] = time.time,
         on_batch: Callable[[BatchReady, Path], None] | None = None,
+        on_dead: Callable[[DeadBatch], None] | None = None,
+        dead_letter: Path | None = None,
     ) -> None:
         self.storage = storage
         self.output = output
+        self.dead_letter = dead_letter or dead_letter_dir(output)
         self.owner = owner or f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.lease = lease
         self.sync_every = lease / 3
@@ -120,10 +175,13 @@ class DurableCollector:
         self._clock = clock
         self._segmenter = segmenter or Segmenter()
         self._on_batch = on_batch
+        self._on_dead = on_dead
         self.core = Collector(self.rules, clock)
         self.leased: set[str] = set()
         self._synced = float("-inf")
         self.emitted = 0
+        self.dead: list[DeadBatch] = []  # the batches this collector moved to the dead letter
+        self._retry: dict[str, BatchReady] = {}  # claimed batches whose write failed, by id
         self._unmarked: list[str] = []  # batch files in place, not yet marked emitted
         self._dirs: set[Path] = set()  # their directories, to fsync before the mark
 
@@ -156,9 +214,16 @@ class DurableCollector:
         leased = self.storage.acquire(self.owner, now, self.lease)
         for lost in self.leased - leased:
             self.core.drop(lost)  # their messages stay in the database for the new holder
+        retry = [b for b in self._retry.values() if b.destination in leased]  # the rest: the new holder's
+        self._retry = {}
         gained = leased - self.leased
         self.leased = leased
+        for batch in retry:
+            self._write(batch)
+        retried = {b.batch_id for b in retry}
         for record in self.storage.unemitted(gained):
+            if record.batch_id in retried:
+                continue
             members = tuple(self.storage.members(record.batch_id))
             rule = Rule(record.destination, record.target)
             self._write(BatchReady(record.destination, record.batch_id, members, Cause(record.cause), rule))
@@ -170,11 +235,34 @@ class DurableCollector:
         self._emit(ready)
 
     def tick(self) -> None:
-        """Close what is due; renew leases and look for work every ``sync_every`` seconds."""
+        """Close what is due and what a flush request asks for; renew leases and look for work every
+        ``sync_every`` seconds."""
         if self._clock() - self._synced >= self.sync_every:
             self.sync()
         self._emit(self.core.tick())
+        for destination, upto in self.storage.flush_requests().items():
+            if destination in self.leased:  # else its lease holder's (or the next one's) to do
+                self._force(destination, upto)
         self.settle()
+
+    def force(self, destination: str) -> int:
+        """Close ``destination``'s batch now (cause ``forced``), with every message of it stored so far,
+        if this collector holds its lease; the number of batches written."""
+        if destination not in self.leased:
+            return 0
+        before = self.emitted
+        self._force(destination, None)
+        self.settle()
+        return self.emitted - before
+
+    def _force(self, destination: str, upto: int | None) -> None:
+        """Load the destination's messages stored elsewhere, then close its batch if it holds one up to ``upto``."""
+        fresh = self.storage.open_messages(destination, self.core.held_ids(destination))
+        ready = self.core.restore(destination, fresh) if fresh else []
+        held = self.core.held_ids(destination)
+        if held and (upto is None or min(held) <= upto):
+            ready += self.core.force(destination)
+        self._emit(ready)
 
     def flush(self) -> None:
         """Close every open batch now (cause ``shutdown``)."""
@@ -205,12 +293,39 @@ class DurableCollector:
                 self._synced = float("-inf")
 
     def _write(self, batch: BatchReady) -> None:
-        path = write_batch(self.output, batch, self._segmenter, sync_dir=False)
+        try:
+            path = write_batch(self.output, batch, self._segmenter, sync_dir=False)
+        except Exception as exc:  # whatever refuses this batch must not stop the others
+            self._failed(batch, f"{type(exc).__name__}: {first_line(exc)}")
+            return
         self._dirs.add(path.parent)
         self._unmarked.append(batch.batch_id)
         self.emitted += 1
         if self._on_batch is not None:
             self._on_batch(batch, path)
+
+    def _failed(self, batch: BatchReady, reason: str) -> None:
+        """Count the failed write; try again at the next sync, or, after the last attempt, bury the batch."""
+        attempts = self.storage.record_failure(batch.batch_id, reason)
+        limit = self.rules(batch.destination).max_attempts
+        if attempts < limit:
+            _log.warning("batch %s (%r) not written, attempt %d of %d: %s", batch.batch_id, batch.destination,
+                         attempts, limit, reason)  # fmt: skip
+            self._retry[batch.batch_id] = batch
+            return
+        try:
+            path: str | None = str(write_dead_letter(self.dead_letter, batch))
+        except Exception as exc:  # the messages stay packed in the batch row: still nothing lost
+            path, reason = None, f"{reason}; dead-letter file not written: {type(exc).__name__}: {first_line(exc)}"
+        now = self._clock()
+        self.storage.mark_dead(batch.batch_id, reason, path, now)
+        dead = DeadBatch(batch.batch_id, batch.destination, batch.rule.target, len(batch.messages), attempts,
+                         reason, now, path)  # fmt: skip
+        self.dead.append(dead)
+        if self._on_dead is not None:
+            self._on_dead(dead)  # the caller reports it (the command: one line)
+        else:
+            _log.error("batch %s (%r) dead after %d attempts: %s", batch.batch_id, batch.destination, attempts, reason)
 
     def _sync_dirs(self) -> None:
         for directory in self._dirs:
@@ -346,6 +461,6 @@ def collect_directory(
         if once and not stored:
             collector.flush()
             counts = collector.storage.counts()
-            if counts["held"] == 0 and counts["closed"] == counts["emitted"]:
+            if counts["held"] == 0 and counts["closed"] == counts["emitted"] + counts["dead"]:
                 return Leftovers(unreadable, list(replaced))
         time.sleep(poll)

@@ -6,12 +6,19 @@ embedded default, one file, several processes on one machine; PostgreSQL (psycop
 two dialects differ only in types, id allocation and the bulk statements (:class:`_Dialect`).
 
 Tables (created if missing):
-  destination_rules  destination, target, max_messages, max_bytes, max_wait, stranded_after, enabled
+  destination_rules  destination, target, max_messages, max_bytes, max_wait, stranded_after, enabled,
+                     max_attempts (NULL: the default), idle_timeout (NULL: none)
   collect_inputs     one row per input file stored, written in the transaction that stores its rows
   collect_messages   messages stored and in no batch yet: id, destination, payload, received_at
   collect_batches    closed batches: batch_id, destination, target, cause, count, closed_at/by, emitted_at,
-                     members (the batch's messages, packed, until the batch file is in place)
+                     members (the batch's messages, packed, until the batch file is in place),
+                     attempts and last_error (failed writes), dead_at and dead_path (the dead letter)
   collect_leases     destination, owner, expires_at: who may close that destination's batches
+  collect_flush_requests  destination, upto_id, requested_at: close the batch holding the destination's
+                     messages up to that id now (see :meth:`Storage.request_flush`)
+
+A database made before a column existed gets it when it is opened (``ALTER TABLE ... ADD
+COLUMN``, in the opening transaction): existing rows read as the column's default.
 
 Why leases per destination and not ``SELECT ... FOR UPDATE SKIP LOCKED`` over messages: a
 batch is a destination's messages in arrival order up to ``max_messages``; SKIP LOCKED would
@@ -56,6 +63,19 @@ class BatchRecord(NamedTuple):
     cause: str
 
 
+class DeadBatch(NamedTuple):
+    """A batch whose writes failed: dead (``dead_at`` set, moved to ``path``) or still being retried."""
+
+    batch_id: str
+    destination: str
+    target: str
+    messages: int
+    attempts: int
+    reason: str  # the last failure, one line
+    dead_at: float | None  # None: not dead yet, tried again
+    path: str | None  # the dead-letter file (None: not dead, or the file could not be written)
+
+
 @dataclass(frozen=True)
 class _Dialect:
     blob: str
@@ -64,12 +84,15 @@ class _Dialect:
     take: str  # (the member ids as one parameter): deletes the rows still there
 
 
-_RULE_COLUMNS = "destination, target, max_messages, max_bytes, max_wait, stranded_after, enabled"
+_RULE_COLUMNS = (
+    "destination, target, max_messages, max_bytes, max_wait, stranded_after, enabled, max_attempts, idle_timeout"
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS destination_rules (
   destination TEXT PRIMARY KEY, target TEXT NOT NULL, max_messages INTEGER NOT NULL, max_bytes BIGINT NOT NULL,
-  max_wait DOUBLE PRECISION NOT NULL, stranded_after DOUBLE PRECISION NOT NULL, enabled BOOLEAN NOT NULL DEFAULT TRUE);
+  max_wait DOUBLE PRECISION NOT NULL, stranded_after DOUBLE PRECISION NOT NULL, enabled BOOLEAN NOT NULL DEFAULT TRUE,
+  max_attempts BIGINT, idle_timeout DOUBLE PRECISION);
 CREATE TABLE IF NOT EXISTS collect_inputs (
   name TEXT PRIMARY KEY, messages INTEGER NOT NULL, stored_at DOUBLE PRECISION NOT NULL);
 CREATE TABLE IF NOT EXISTS collect_messages (
@@ -78,10 +101,24 @@ CREATE INDEX IF NOT EXISTS collect_messages_destination ON collect_messages (des
 CREATE TABLE IF NOT EXISTS collect_batches (
   batch_id TEXT PRIMARY KEY, destination TEXT NOT NULL, target TEXT NOT NULL, cause TEXT NOT NULL,
   messages INTEGER NOT NULL, closed_at DOUBLE PRECISION NOT NULL, closed_by TEXT NOT NULL,
-  emitted_at DOUBLE PRECISION, members {blob});
+  emitted_at DOUBLE PRECISION, members {blob}, attempts INTEGER NOT NULL DEFAULT 0, last_error TEXT,
+  dead_at DOUBLE PRECISION, dead_path TEXT);
 CREATE TABLE IF NOT EXISTS collect_leases (
   destination TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at DOUBLE PRECISION NOT NULL);
+CREATE TABLE IF NOT EXISTS collect_flush_requests (
+  destination TEXT PRIMARY KEY, upto_id BIGINT NOT NULL, requested_at DOUBLE PRECISION NOT NULL);
 """
+
+# Columns added after their table was first released: (table, column, its definition). A database
+# made without them gets them when it is opened.
+_ADDED_COLUMNS = (
+    ("destination_rules", "max_attempts", "BIGINT"),
+    ("destination_rules", "idle_timeout", "DOUBLE PRECISION"),
+    ("collect_batches", "attempts", "INTEGER NOT NULL DEFAULT 0"),
+    ("collect_batches", "last_error", "TEXT"),
+    ("collect_batches", "dead_at", "DOUBLE PRECISION"),
+    ("collect_batches", "dead_path", "TEXT"),
+)
 
 _SQLITE = _Dialect(
     blob="BLOB",
@@ -118,7 +155,16 @@ class Storage:
             for statement in _SCHEMA.format(blob=dialect.blob).split(";"):
                 if statement.strip():
                     cur.execute(statement)
+            self._migrate(cur)
             self._setup(cur)
+
+    def _migrate(self, cur: Any) -> None:
+        """Add the columns a database made before them lacks (the transaction that opens it, so two
+        collectors opening one old database do not both add them)."""
+        for table, column, definition in _ADDED_COLUMNS:
+            cur.execute(f"SELECT * FROM {table} WHERE 1 = 0")
+            if column not in {d[0] for d in cur.description}:
+                cur.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
 
     # --- dialect hooks ------------------------------------------------------------------------
     def _setup(self, cur: Any) -> None:
@@ -155,7 +201,9 @@ class Storage:
         rules, self.invalid_rules = {}, []
         for r in rows:
             try:
-                rules[r[0]] = Rule(r[0], r[1], r[2], r[3], float(r[4]), float(r[5]), _enabled(r[6]))
+                attempts = DEFAULT_RULE.max_attempts if r[7] is None else r[7]
+                idle = None if r[8] is None else float(r[8])
+                rules[r[0]] = Rule(r[0], r[1], r[2], r[3], float(r[4]), float(r[5]), _enabled(r[6]), attempts, idle)
             except SegmentationError as exc:
                 self.invalid_rules.append(exc)
             except (TypeError, ValueError, OverflowError) as exc:  # text where a number belongs: the row, not the run
@@ -169,10 +217,11 @@ class Storage:
         with self._tx() as cur:
             self._run(
                 cur,
-                f"INSERT INTO destination_rules ({_RULE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                f"INSERT INTO destination_rules ({_RULE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (destination) DO UPDATE SET target = excluded.target, "
                 "max_messages = excluded.max_messages, max_bytes = excluded.max_bytes, "
-                "max_wait = excluded.max_wait, stranded_after = excluded.stranded_after, enabled = excluded.enabled",
+                "max_wait = excluded.max_wait, stranded_after = excluded.stranded_after, enabled = excluded.enabled, "
+                "max_attempts = excluded.max_attempts, idle_timeout = excluded.idle_timeout",
                 (
                     rule.destination,
                     rule.target,
@@ -181,6 +230,8 @@ class Storage:
                     rule.max_wait,
                     rule.stranded_after,
                     rule.enabled,
+                    rule.max_attempts,
+                    rule.idle_timeout,
                 ),
             )
 
@@ -262,7 +313,7 @@ class Storage:
                 "INSERT INTO collect_leases (destination, owner, expires_at) "
                 "SELECT destination, ?, ? FROM ("
                 "  SELECT destination FROM collect_messages"
-                "  UNION SELECT destination FROM collect_batches WHERE emitted_at IS NULL) AS work "
+                "  UNION SELECT destination FROM collect_batches WHERE emitted_at IS NULL AND dead_at IS NULL) AS work "
                 "WHERE true ORDER BY destination "
                 "ON CONFLICT (destination) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at "
                 "WHERE collect_leases.expires_at < ?",
@@ -339,7 +390,7 @@ class Storage:
             rows = self._run(
                 cur,
                 "SELECT batch_id, destination, target, cause FROM collect_batches "
-                "WHERE emitted_at IS NULL ORDER BY closed_at",
+                "WHERE emitted_at IS NULL AND dead_at IS NULL ORDER BY closed_at",
             ).fetchall()
         return [BatchRecord(*r) for r in rows if r[1] in destinations]
 
@@ -360,12 +411,87 @@ class Storage:
                 cur, "UPDATE collect_batches SET emitted_at = ?, members = NULL WHERE batch_id = ?", (now, batch_id)
             )
 
+    def record_failure(self, batch_id: str, reason: str) -> int:
+        """One failed write of a claimed batch: its attempt count, now (kept across restarts)."""
+        with self._tx() as cur:
+            row = self._run(
+                cur,
+                "UPDATE collect_batches SET attempts = attempts + 1, last_error = ? WHERE batch_id = ? "
+                "RETURNING attempts",
+                (reason, batch_id),
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    def mark_dead(self, batch_id: str, reason: str, path: str | None, now: float) -> None:
+        """The batch's last attempt failed: it is dead, its messages in the dead-letter file ``path``
+        (then the packed members are dropped) or, if that could not be written either, kept in the row."""
+        with self._tx() as cur:
+            self._run(
+                cur,
+                "UPDATE collect_batches SET dead_at = ?, dead_path = ?, last_error = ?, "
+                "members = CASE WHEN ? THEN NULL ELSE members END WHERE batch_id = ?",
+                (now, path, reason, path is not None, batch_id),
+            )
+
+    def dead_batches(self, *, failing: bool = False) -> list[DeadBatch]:
+        """The dead batches, oldest first; with ``failing``, the batches still retried after a failed write."""
+        state = "dead_at IS NULL AND emitted_at IS NULL AND attempts > 0" if failing else "dead_at IS NOT NULL"
+        with self._tx() as cur:
+            rows = self._run(
+                cur,
+                "SELECT batch_id, destination, target, messages, attempts, last_error, dead_at, dead_path "
+                f"FROM collect_batches WHERE {state} ORDER BY coalesce(dead_at, closed_at), batch_id",
+            ).fetchall()
+        return [
+            DeadBatch(r[0], r[1], r[2], int(r[3]), int(r[4]), r[5] or "", None if r[6] is None else float(r[6]), r[7])
+            for r in rows
+        ]
+
+    # --- flush requests -------------------------------------------------------------------------
+    def request_flush(self, destination: str, now: float | None = None) -> int:
+        """Ask whichever collector holds ``destination`` to close its batch now (at its next poll).
+
+        The request covers the destination's messages stored so far (up to the newest id, not a
+        time: collectors' clocks may differ): the lease holder loads any of them it does not hold
+        yet and closes its open batch as ``forced``; messages stored later are batched as usual.
+        Returns how many messages it covers; 0 (and no request) if none is held. A request is
+        gone once none of the messages it covers is left unbatched.
+        """
+        with self._tx() as cur:
+            n, upto = self._run(
+                cur, "SELECT count(*), max(id) FROM collect_messages WHERE destination = ?", (destination,)
+            ).fetchone()
+            if not n:
+                return 0
+            self._run(
+                cur,
+                "INSERT INTO collect_flush_requests (destination, upto_id, requested_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (destination) DO UPDATE SET upto_id = excluded.upto_id, "
+                "requested_at = excluded.requested_at",
+                (destination, int(upto), time.time() if now is None else now),
+            )
+        return int(n)
+
+    def flush_requests(self) -> dict[str, int]:
+        """The pending requests (destination: the newest message id covered), after dropping the
+        ones none of whose messages is left unbatched."""
+        with self._tx() as cur:
+            self._run(
+                cur,
+                "DELETE FROM collect_flush_requests WHERE NOT EXISTS (SELECT 1 FROM collect_messages AS m "
+                "WHERE m.destination = collect_flush_requests.destination AND m.id <= collect_flush_requests.upto_id)",
+            )
+            rows = self._run(cur, "SELECT destination, upto_id FROM collect_flush_requests").fetchall()
+        return {r[0]: int(r[1]) for r in rows}
+
     def counts(self) -> dict[str, int]:
-        """Messages held, batches closed and emitted (for status lines and tests)."""
+        """Messages held, batches closed, emitted and dead (for status lines and tests)."""
         with self._tx() as cur:
             held = self._run(cur, "SELECT count(*) FROM collect_messages").fetchone()[0]
-            closed, emitted = self._run(cur, "SELECT count(*), count(emitted_at) FROM collect_batches").fetchone()
-        return {"held": int(held), "closed": int(closed), "emitted": int(emitted)}
+            closed, emitted, dead = self._run(
+                cur, "SELECT count(*), count(emitted_at), count(dead_at) FROM collect_batches"
+            ).fetchone()
+        return {"held": int(held), "closed": int(closed), "emitted": int(emitted), "dead": int(dead)}
 
     def close(self) -> None:
         self._conn.close()

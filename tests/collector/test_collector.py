@@ -68,6 +68,30 @@ def test_timeout_and_shutdown() -> None:
     assert len(c) == 0 and c.next_deadline() is None
 
 
+def test_idle_timeout_restarts_with_every_message_and_max_wait_still_bounds() -> None:
+    """Camel's completionTimeout: the batch closes once no message was added for idle_timeout."""
+    clock = Clock(1000.0)
+    c = make({"a": Rule("a", "ta", max_wait=10.0, idle_timeout=2.0), "b": Rule("b", "tb", max_wait=10.0)}, clock)
+    c.add("a", 1, b"x")
+    c.add("b", 2, b"y")
+    assert c.next_deadline() == 1002.0
+    clock.now += 1.5
+    c.add("a", 3, b"z")  # restarts the quiet period
+    assert c.tick() == [] and c.next_deadline() == 1003.5
+    clock.now += 1.5
+    assert c.tick() == []
+    clock.now += 0.5
+    (idle,) = c.tick()
+    assert idle.cause is Cause.IDLE and [m.id for m in idle.messages] == [1, 3] and c.held_ids("b") == {2}
+    closed = []
+    for i in range(7):  # a steady trickle never leaves the batch quiet: max_wait closes it
+        c.add("a", 20 + i, b"t")
+        clock.now += 1.9
+        closed += [(b.destination, b.cause, len(b.messages)) for b in c.tick()]
+    assert closed == [("b", Cause.TIMEOUT, 1), ("a", Cause.TIMEOUT, 6)]  # a: first at 1004.0, closed at 1015.4
+    assert Rule("a", "t").idle_timeout is None
+
+
 def test_restored_messages_are_recycled_once_stranded() -> None:
     clock = Clock(1000.0)
     c = make({"a": Rule("a", "ta", max_wait=600.0, stranded_after=60.0)}, clock)
@@ -122,6 +146,10 @@ def test_rule_validation() -> None:
         {"max_wait": float("nan")},
         {"stranded_after": float("inf")},
         {"enabled": "false"},
+        {"idle_timeout": 0},
+        {"idle_timeout": float("inf")},
+        {"max_attempts": 0},
+        {"max_attempts": 2.0},
     ):
         with pytest.raises(SegmentationError) as err:
             Rule("a", "t", **bad)  # type: ignore[arg-type]
@@ -211,7 +239,7 @@ def test_rule_cache_default_disabled_and_ttl() -> None:
 
 _RULES = {
     "a": Rule("a", "ta", max_messages=3, max_bytes=40, max_wait=5.0, stranded_after=8.0),
-    "b": Rule("b", "tb", max_messages=50, max_bytes=10_000, max_wait=2.0, stranded_after=30.0),
+    "b": Rule("b", "tb", max_messages=50, max_bytes=10_000, max_wait=2.0, stranded_after=30.0, idle_timeout=0.5),
 }
 _op = st.one_of(
     st.tuples(st.just("add"), st.sampled_from(["a", "b", "c"]), st.integers(0, 30)),
@@ -248,13 +276,19 @@ def test_every_message_in_exactly_one_batch(ops: list[tuple[str, object, int]]) 
         elif kind == "wait":
             clock.now += float(arg)  # type: ignore[arg-type]
         elif kind == "rule":  # lowered or raised under an open batch: every batch keeps the new limits
-            rules[str(arg)] = Rule(str(arg), "t", max_messages=1 + n % 4, max_bytes=n, max_wait=3.0)
+            idle = (None, 0.5, 1.5)[n % 3]
+            rules[str(arg)] = Rule(str(arg), "t", max_messages=1 + n % 4, max_bytes=n, max_wait=3.0, idle_timeout=idle)
         else:
             ticked = c.tick()
             for d in {b.destination for b in ticked if b.cause is Cause.TIMEOUT}:  # flushed together, cut to limits
                 timed_out = [b for b in ticked if b.destination == d]
                 oldest = min(m.received_at for b in timed_out for m in b.messages)
                 assert clock.now - oldest >= timed_out[0].rule.max_wait
+            for d in {b.destination for b in ticked if b.cause is Cause.IDLE}:  # quiet for idle_timeout
+                quiet = [b for b in ticked if b.destination == d]
+                newest = max(m.received_at for b in quiet for m in b.messages)
+                idle_timeout = quiet[0].rule.idle_timeout
+                assert idle_timeout is not None and clock.now - newest >= idle_timeout
             out += ticked
     out += c.close()
     seen = Counter(m.id for b in out for m in b.messages)

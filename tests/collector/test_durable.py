@@ -61,6 +61,7 @@ def test_crash_after_claim_or_after_write_is_emitted_once(tmp_path: Path) -> Non
         "held": 0,
         "closed": b.storage.counts()["closed"],
         "emitted": b.storage.counts()["closed"],
+        "dead": 0,
     }
     assert_exactly_once(out, sent)
     # A wakes up (a long pause) and tries to claim with its stale core: refused, nothing emitted twice.

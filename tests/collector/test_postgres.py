@@ -7,6 +7,7 @@ from pathlib import Path
 from reassembly.collector import Cause, Rule
 from reassembly.collector.durable import DurableCollector
 from reassembly.collector.storage import PostgresStorage
+from tests.collector.test_poison import OLD_DATABASE
 from tests.support.collect_helpers import (
     Clock,
     assert_exactly_once,
@@ -14,6 +15,7 @@ from tests.support.collect_helpers import (
     kill_9_then_restart,
     land,
     messages_for,
+    read_batches,
     start,
 )
 from tests.support.pg_server import fresh_database, pg_url
@@ -118,3 +120,72 @@ def test_rules_mid_run_in_a_real_process(pg_url: str, tmp_path: Path) -> None:
         proc.communicate(timeout=60)
     assert proc.returncode == 130
     storage.close()
+
+
+def test_a_database_of_the_first_schema_is_migrated_on_open(pg_url: str, tmp_path: Path) -> None:
+    """The first schema's tables (the SQLite fixture's own statements, with PostgreSQL's types) and rows
+    as that collector wrote them: opening adds the columns; rules, held messages and batches carry on."""
+    import sqlite3
+
+    import psycopg
+
+    url = fresh_database(pg_url, "schema1")
+    old = sqlite3.connect(OLD_DATABASE)
+    tables = [
+        t for t in old.execute("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL") if t[0] != "collect_ids"
+    ]
+    with psycopg.connect(url, autocommit=True) as conn:
+        for name, sql in tables:
+            conn.execute(sql.replace("BLOB", "BYTEA"))
+            if sql.startswith("CREATE TABLE"):
+                rows = old.execute(f"SELECT * FROM {name}").fetchall()
+                marks = ", ".join(["%s"] * len(rows[0])) if rows else ""
+                for row in rows:
+                    conn.execute(
+                        f"INSERT INTO {name} VALUES ({marks})",
+                        [bool(v) if name == "destination_rules" and i == 6 else v for i, v in enumerate(row)],
+                    )
+        conn.execute("CREATE SEQUENCE collect_ids START 100")
+    storage = PostgresStorage(url)
+    assert storage.read_rules()["acme"] == Rule("acme", "ftp-acme", max_messages=3, max_wait=60, stranded_after=120)
+    assert storage.counts() == {"held": 2, "closed": 2, "emitted": 1, "dead": 0}
+    c = DurableCollector(storage, tmp_path / "out", owner="new", lease=9, clock=Clock(1_000_500.0))
+    c.sync()
+    c.flush()
+    batches = read_batches(tmp_path / "out")
+    assert sorted(sorted(ms) for ms in batches.values()) == [[b"a4"], [b"a5", b"a6", b"a7"], [b"g1"]]
+    assert PostgresStorage(url).counts() == {"held": 0, "closed": 4, "emitted": 4, "dead": 0}
+
+
+def test_poison_batch_dead_letter_on_postgres(pg_url: str, tmp_path: Path) -> None:
+    url = fresh_database(pg_url, "poison")
+    clock, out = Clock(), tmp_path / "out"
+    storage = PostgresStorage(url)
+    storage.put_rule(Rule("poison", "blocked", max_messages=1, max_attempts=2))
+    out.mkdir()
+    (out / "blocked").write_text("not a directory")
+    c = DurableCollector(storage, out, owner="A", lease=9, clock=clock)
+    c.sync()
+    c.ingest("in-1", [("poison", b"p"), ("fine", b"f")])
+    c.flush()
+    assert [r.attempts for r in storage.dead_batches(failing=True)] == [1] and c.emitted == 1
+    clock.now += 3
+    c.tick()
+    (row,) = storage.dead_batches()
+    assert row.attempts == 2 and row.path is not None and Path(row.path).exists() and "FileExistsError" in row.reason
+    assert storage.counts() == {"held": 0, "closed": 2, "emitted": 1, "dead": 1}
+
+
+def test_flush_request_on_postgres(pg_url: str, tmp_path: Path) -> None:
+    url = fresh_database(pg_url, "flush")
+    clock = Clock()
+    causes: list[Cause] = []
+    c = DurableCollector(PostgresStorage(url), tmp_path / "out", owner="A", lease=9, clock=clock,
+                         on_batch=lambda b, p: causes.append(b.cause))  # fmt: skip
+    c.sync()
+    c.ingest("in-1", [("acme", b"1"), ("acme", b"2")])
+    requester = PostgresStorage(url)
+    assert requester.request_flush("acme") == 2 and requester.request_flush("none") == 0
+    assert requester.flush_requests() == {"acme": min(c.core.held_ids("acme")) + 1}
+    c.tick()
+    assert causes == [Cause.FORCED] and requester.flush_requests() == {}
