@@ -36,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", default=None, help="scratch directory for generated data (default: a temp dir)")
     p.add_argument("--skip-spark", action="store_true")
     p.add_argument(
+        "--skip-kafka", action="store_true", help="no Kafka case (bench.kafkabench; needs confluent-kafka)"
+    )
+    p.add_argument(
         "--only",
         choices=["matrix"],
         help="only the batch-job matrix of bench.jvmbench (must come first: --only matrix ...)",
@@ -63,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"spark {case['kind']} {case['bytes'] >> 20} MiB {case['approach']}: {case['seconds']}", flush=True)
             results["spark"].append(case)
             (out / "results.partial.json").write_text(json.dumps(results, indent=1))  # survives a crash
+    if not args.skip_kafka:
+        results["kafka"] = _kafka(args.quick)
     results["seconds_total"] = time.monotonic() - started
     (out / "results.json").write_text(json.dumps(results, indent=1))
     (out / "results.partial.json").unlink(missing_ok=True)
@@ -74,6 +79,18 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     print(f"done in {results['seconds_total']:.0f} s; results in {out}")
     return 0
+
+
+def _kafka(quick: bool) -> dict[str, Any]:
+    """The Kafka case (:mod:`bench.kafkabench`), each case in a fresh process: 256 MiB per case, 5
+    rounds after a warm-up round; ``--quick``: 8 MiB, one round, no warm-up (the harness only)."""
+    from . import kafkabench
+
+    print("kafka ...", flush=True)
+    mib, rounds, warmup = (8, 1, 0) if quick else (256, 5, 1)
+    kafka = kafkabench.run(mib, rounds, warmup, list(kafkabench.SIZES))
+    print(kafkabench.table(kafka), flush=True)
+    return kafka
 
 
 def _digests(work: Path, out: Path, quick: bool, started: float) -> int:

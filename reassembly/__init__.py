@@ -18,6 +18,16 @@ from reassembly.assembler.events import (
     Unfinished,
 )
 from reassembly.assembler.reader import read_events
+from reassembly.resequencer.batch import BatchResequencer
+from reassembly.resequencer.batch_model import (
+    BatchDuplicate,
+    BatchInvalid,
+    BatchOptions,
+    BatchReleased,
+    DuplicatePolicy,
+    WindowCause,
+    WindowClosed,
+)
 from reassembly.resequencer.core import Resequencer
 from reassembly.resequencer.model import (
     CloseCause,
@@ -58,7 +68,13 @@ __all__ = [
     "Unfinished",
     "read_events",
     # the resequencer
+    "BatchDuplicate",
+    "BatchInvalid",
+    "BatchOptions",
+    "BatchReleased",
+    "BatchResequencer",
     "CloseCause",
+    "DuplicatePolicy",
     "EndAt",
     "EndAuto",
     "EndWhen",
@@ -76,6 +92,8 @@ __all__ = [
     "StartAt",
     "StartAuto",
     "StartWhen",
+    "WindowCause",
+    "WindowClosed",
     "reassemble",
     "reassemble_all",
 ]

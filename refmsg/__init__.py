@@ -1,7 +1,7 @@
 """IBM MQ reference messages (MQRMH), chunked object transfer, a crash-safe receiver, claim check.
 
 See docs/how-to/refmsg.md for the byte layouts, the integrity block, the journal and
-the receiver's guarantees.
+the receiver's guarantees, docs/how-to/claim-check.md for object stores and encryption.
 """
 
 from .chunker import DEFAULT_MAX_LENGTH, Chunker, chunk, new_instance_id
@@ -9,19 +9,21 @@ from .claimcheck import (
     CLAIM_CHECK_TYPE,
     DEFAULT_THRESHOLD,
     Claim,
-    DirectoryStore,
     Message,
-    ObjectStore,
-    StoredObject,
+    MissingPayload,
+    MissingPolicy,
+    Stores,
     claim_check_message,
     is_claim_check,
     offload,
     read_claim,
+    release,
     resolve,
     resolve_into,
 )
 from .core import ChunkRow, ObjectState, RangeSet, assemble_chunks
-from .errors import JournalError, PathError, RmhError, StoreError
+from .envelope import EncryptedStore, EncryptionKeys
+from .errors import JournalError, PathError, RmhError, StoreError, StoreFault
 from .header import (
     ENCODING_BIG_ENDIAN,
     ENCODING_NATIVE,
@@ -35,6 +37,7 @@ from .header import (
 from .integrity import Integrity
 from .message import DecodedMessage, ReferenceMessage, decode_message
 from .receiver import DirectorySource, IncompleteObject, Outcome, RangeSource, Receipt, Receiver
+from .stores import DirectoryStore, FsspecStore, ListableStore, ObjectInfo, ObjectStore, StoredObject, open_store
 
 __all__ = [
     "CLAIM_CHECK_TYPE",
@@ -52,10 +55,17 @@ __all__ = [
     "DecodedRMH",
     "DirectorySource",
     "DirectoryStore",
+    "EncryptedStore",
+    "EncryptionKeys",
+    "FsspecStore",
     "IncompleteObject",
     "Integrity",
     "JournalError",
+    "ListableStore",
     "Message",
+    "MissingPayload",
+    "MissingPolicy",
+    "ObjectInfo",
     "ObjectState",
     "ObjectStore",
     "Outcome",
@@ -68,6 +78,8 @@ __all__ = [
     "RmhError",
     "RmhFlags",
     "StoreError",
+    "StoreFault",
+    "Stores",
     "StoredObject",
     "assemble_chunks",
     "chunk",
@@ -77,7 +89,9 @@ __all__ = [
     "is_claim_check",
     "new_instance_id",
     "offload",
+    "open_store",
     "read_claim",
+    "release",
     "resolve",
     "resolve_into",
 ]

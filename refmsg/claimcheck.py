@@ -20,19 +20,23 @@ reading a byte, then reads exactly the declared number of bytes in bounded
 pieces, updating the checksum as it reads (:func:`resolve_into` streams into a
 file in pieces of ``chunk_size``; :func:`resolve` returns the payload).
 
-Stores implement :class:`ObjectStore` (put/open/delete by key); the default
-:class:`DirectoryStore` writes each object atomically (temporary file, fsync,
-rename) under a directory, with keys confined like receiver names, and opens
-only regular files (no symlink, directory, FIFO or device).
+The receiving side (docs/how-to/claim-check.md): ``store`` is one store, or an
+allowlist mapping the store names references may carry to stores, checked
+before any store is touched; ``missing="skip"`` turns a missing object into a
+:class:`MissingPayload` (never ``b""``); :func:`release` deletes a payload after
+the consumer's commit, the safe order (``delete=True`` deletes before it).
+
+Stores (:mod:`refmsg.stores`) implement :class:`~refmsg.stores.ObjectStore`
+(put/open/delete by key): a directory, any fsspec file system, and
+:class:`~refmsg.envelope.EncryptedStore` over either.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
+import logging
 import uuid
-from collections.abc import Callable, Iterator
-from typing import BinaryIO, NamedTuple, Protocol, runtime_checkable
+from collections.abc import Callable, Iterator, Mapping
+from typing import BinaryIO, Literal, NamedTuple, overload
 
 from segmenter.checksum import DEFAULT_ALGORITHM, ChecksumAlgorithm, checksum, checksum_function
 from segmenter.digest import NO_DIGESTS, NO_POLICY, DigestPolicy, Digests
@@ -40,7 +44,7 @@ from segmenter.errors import ChecksumError, MessageTooBigError, Reason, Segmenta
 from segmenter.sources import argument_error, byte_view
 
 from .chunker import new_instance_id
-from .errors import RmhError, StoreError
+from .errors import RmhError, StoreError, StoreFault
 from .header import (
     CCSID_UTF8,
     ENCODING_NATIVE,
@@ -53,105 +57,19 @@ from .header import (
 )
 from .integrity import Integrity
 from .message import ReferenceMessage, decode_message
-from .paths import open_parent, open_regular, open_root, split_name
+from .stores import DirectoryStore as DirectoryStore  # re-exported: refmsg.claimcheck.DirectoryStore
+from .stores import ObjectStore, StoredObject
 
 Buffer = bytes | bytearray | memoryview
+Stores = ObjectStore | Mapping[str, ObjectStore]  # one store, or an allowlist: the name a reference must carry -> store
+MissingPolicy = Literal["raise", "skip"]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_THRESHOLD = 256 * 1024
 CLAIM_CHECK_TYPE = "CLAIMCHK"
 DEFAULT_CHUNK_SIZE = 1 << 20  # bytes per read when streaming: what resolve_into holds at a time
 _STRUC_ID = int.from_bytes(STRUC_ID, "big")
-
-
-class StoredObject(NamedTuple):
-    """An opened stored object: its size as the store reports it, and a stream at its first byte.
-
-    The size comes before any byte is read (``fstat``, S3's ContentLength), so a
-    reader can refuse an object of the wrong size without reading it. The
-    caller closes the stream.
-    """
-
-    size: int
-    stream: BinaryIO
-
-
-@runtime_checkable
-class ObjectStore(Protocol):
-    """Where offloaded payloads live. ``name`` is recorded in the message (SrcEnv)."""
-
-    name: str
-
-    def put(self, key: str, data: Buffer) -> None: ...
-
-    def open(self, key: str) -> StoredObject: ...
-
-    def delete(self, key: str) -> None: ...
-
-
-class DirectoryStore:
-    """An :class:`ObjectStore` over a local (or mounted shared) directory."""
-
-    def __init__(self, root: str | os.PathLike[str], *, name: str = "dir", fsync: bool = True) -> None:
-        self.root = os.fspath(root)
-        self.name = name
-        self._fsync = fsync
-        os.makedirs(self.root, exist_ok=True)
-
-    def _dir(self, key: str, create: bool) -> tuple[int, str]:
-        parts = split_name(key)
-        root_fd = open_root(self.root, create=False)
-        try:
-            return open_parent(root_fd, parts, create=create), parts[-1]
-        finally:
-            os.close(root_fd)
-
-    def put(self, key: str, data: Buffer) -> None:
-        dir_fd, leaf = self._dir(key, create=True)
-        tmp = f".{leaf[:200]}.{uuid.uuid4().hex}.tmp"
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=dir_fd)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                if self._fsync:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.rename(tmp, leaf, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-            if self._fsync:
-                os.fsync(dir_fd)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=dir_fd)
-            raise StoreError(f"cannot store {key!r}: {exc.strerror}", key=key) from None
-        finally:
-            os.close(dir_fd)
-
-    def open(self, key: str) -> StoredObject:
-        """The object under ``key``: a regular file only, its size from ``fstat`` of the open descriptor."""
-        try:
-            dir_fd, leaf = self._dir(key, create=False)
-        except SegmentationError as exc:
-            raise StoreError(f"cannot find {key!r}: {exc}", key=key, cause=exc.reason.name) from None
-        try:
-            fd, st = open_regular(dir_fd, leaf, key)
-        except SegmentationError as exc:
-            raise StoreError(f"cannot read {key!r}: {exc}", key=key, cause=exc.reason.name) from None
-        except OSError as exc:
-            raise StoreError(f"cannot read {key!r}: {exc.strerror}", key=key, errno=exc.errno) from None
-        finally:
-            os.close(dir_fd)
-        return StoredObject(st.st_size, os.fdopen(fd, "rb", buffering=0))  # unbuffered: no read-ahead past the size
-
-    def delete(self, key: str) -> None:
-        dir_fd, leaf = self._dir(key, create=False)
-        try:
-            os.unlink(leaf, dir_fd=dir_fd)
-        except FileNotFoundError:
-            pass
-        finally:
-            os.close(dir_fd)
 
 
 class Message(NamedTuple):
@@ -323,15 +241,71 @@ def _claim_of(message: Message | Buffer) -> Claim | None:
     return read_claim(message) if is_claim_check(message) else None
 
 
-def _open_checked(claim: Claim, store: ObjectStore, max_size: int) -> StoredObject:
-    """The stored object, opened only after the store name and sizes are known to be right."""
+class MissingPayload(NamedTuple):
+    """What :func:`resolve` and :func:`resolve_into` return with ``missing="skip"`` when the object is gone.
+
+    Never an empty payload: a distinct type, so a caller cannot mistake it for
+    ``b""``. ``claim`` names the store, key, length and checksum the reference declared.
+    """
+
+    claim: Claim
+
+    @property
+    def key(self) -> str:
+        return self.claim.key
+
+    @property
+    def store(self) -> str:
+        return self.claim.store
+
+
+def _store_for(claim: Claim, store: Stores) -> ObjectStore:
+    """The store a verified claim may be read from: refused before any store is touched otherwise.
+
+    With a mapping (an allowlist) the reference's store name must be one of its
+    keys; with one store it must be that store's ``name``.
+    """
+    if isinstance(store, Mapping):
+        chosen = store.get(claim.store)
+        if chosen is None:
+            raise StoreError(
+                f"message points at store {claim.store!r}, which is not in the allowlist {sorted(store)!r}",
+                cause=StoreFault.NOT_ALLOWED,
+                env=claim.store,
+                allowed=sorted(store),
+            )
+        return chosen
     if claim.store != store.name:
-        raise StoreError(f"message points at store {claim.store!r}, resolving with {store.name!r}", env=claim.store)
+        raise StoreError(
+            f"message points at store {claim.store!r}, resolving with {store.name!r}",
+            cause=StoreFault.WRONG_STORE,
+            env=claim.store,
+        )
+    return store
+
+
+def _check_missing_policy(missing: str) -> None:
+    if missing not in ("raise", "skip"):
+        raise argument_error(f"missing={missing!r}: 'raise' or 'skip'")
+
+
+def _open_checked(claim: Claim, store: Stores, max_size: int, missing: MissingPolicy) -> StoredObject | None:
+    """The stored object, opened only after the store name and sizes are known to be right.
+
+    None when the object is missing and ``missing`` is ``"skip"``.
+    """
+    chosen = _store_for(claim, store)
     if claim.length > max_size:
         raise MessageTooBigError(
             f"claim check for {claim.length} bytes, limit {max_size}", length=claim.length, limit=max_size
         )
-    obj = store.open(claim.key)
+    try:
+        obj = chosen.open(claim.key)
+    except StoreError as exc:
+        if missing == "skip" and exc.missing:
+            log.info("claim check %s/%s: object missing, skipped", claim.store, claim.key)
+            return None
+        raise
     if obj.size != claim.length:
         obj.stream.close()
         raise StoreError(
@@ -342,6 +316,20 @@ def _open_checked(claim: Claim, store: ObjectStore, max_size: int) -> StoredObje
             expected=claim.length,
         )
     return obj
+
+
+def _read(stream: BinaryIO, want: int, claim: Claim, done: int) -> bytes:
+    """One bounded read; a back end's own I/O error (fsspec, botocore) becomes a StoreError."""
+    try:
+        return stream.read(want)
+    except SegmentationError:
+        raise
+    except (OSError, ValueError) as exc:
+        raise StoreError(
+            f"stored object {claim.key!r}: read failed at {done} of {claim.length}: {exc}",
+            key=claim.key,
+            offset=done,
+        ) from None
 
 
 def _verified_pieces(claim: Claim, stream: BinaryIO, chunk_size: int, digest: DigestPolicy) -> Iterator[bytes]:
@@ -360,7 +348,7 @@ def _verified_pieces(claim: Claim, stream: BinaryIO, chunk_size: int, digest: Di
     held = b""
     while done < claim.length:
         want = min(chunk_size, claim.length - done)
-        piece = stream.read(want)
+        piece = _read(stream, want, claim, done)
         if not piece or len(piece) > want:
             raise StoreError(
                 f"stored object {claim.key!r} changed while read: {len(piece)} bytes for a read of {want} "
@@ -391,61 +379,153 @@ def _verified_pieces(claim: Claim, stream: BinaryIO, chunk_size: int, digest: Di
         yield held
 
 
+@overload
 def resolve(
     message: Message | Buffer,
-    store: ObjectStore,
+    store: Stores,
+    *,
+    delete: bool = ...,
+    max_size: int = ...,
+    digest: DigestPolicy = ...,
+    missing: Literal["raise"] = ...,
+) -> bytes: ...
+
+
+@overload
+def resolve(
+    message: Message | Buffer,
+    store: Stores,
+    *,
+    delete: bool = ...,
+    max_size: int = ...,
+    digest: DigestPolicy = ...,
+    missing: MissingPolicy,
+) -> bytes | MissingPayload: ...
+
+
+def resolve(
+    message: Message | Buffer,
+    store: Stores,
     *,
     delete: bool = False,
     max_size: int = MAX_MQLONG,
     digest: DigestPolicy = NO_POLICY,
-) -> bytes:
+    missing: MissingPolicy = "raise",
+) -> bytes | MissingPayload:
     """The payload: inline as is, or fetched from ``store`` and verified (size first, then checksum).
 
-    A reference (see :func:`is_claim_check`) that fails any check raises a
+    ``store`` is one store (the reference must name it) or an allowlist, a
+    mapping from the store names references may carry to stores: a reference
+    naming any other store is refused before any store is touched
+    (StoreError, ``details["cause"]`` ``"not_allowed"``). A reference (see
+    :func:`is_claim_check`) that fails any check raises a
     :class:`~segmenter.errors.SegmentationError` with its reason; it is never
     returned as a payload. A reference for more than ``max_size`` bytes is
     refused before the store is asked (2030). The object is read once, exactly
-    its declared size. ``delete`` removes it once verified. ``digest`` says which
-    SHA-256 / HMAC-SHA-256 a reference must carry and holds the keys to check them.
+    its declared size. ``digest`` says which SHA-256 / HMAC-SHA-256 a reference
+    must carry and holds the keys to check them.
+
+    ``missing="skip"`` returns a :class:`MissingPayload` instead of raising when
+    the object does not exist (the SQS extended client's ``ignorePayloadNotFound``);
+    any other failure still raises. ``delete=True`` removes the object as soon as
+    it is verified, *before* the caller has committed its work: a crash then
+    loses the payload while the message is redelivered. Prefer :func:`release`
+    after the commit.
     """
+    _check_missing_policy(missing)
     claim = _claim_of(message)
     if claim is None:
         return bytes(message.body if isinstance(message, Message) else message)
-    obj = _open_checked(claim, store, max_size)
+    obj = _open_checked(claim, store, max_size, missing)
+    if obj is None:
+        return MissingPayload(claim)
     with obj.stream:
         # One piece when the stream delivers it (one buffer, no join copy); more only if it reads short.
         data = b"".join(_verified_pieces(claim, obj.stream, max(claim.length, 1), digest))
     if delete:
-        store.delete(claim.key)
+        _store_for(claim, store).delete(claim.key)
     return data
+
+
+@overload
+def resolve_into(
+    message: Message | Buffer,
+    store: Stores,
+    sink: BinaryIO,
+    *,
+    delete: bool = ...,
+    max_size: int = ...,
+    chunk_size: int = ...,
+    digest: DigestPolicy = ...,
+    missing: Literal["raise"] = ...,
+) -> int: ...
+
+
+@overload
+def resolve_into(
+    message: Message | Buffer,
+    store: Stores,
+    sink: BinaryIO,
+    *,
+    delete: bool = ...,
+    max_size: int = ...,
+    chunk_size: int = ...,
+    digest: DigestPolicy = ...,
+    missing: MissingPolicy,
+) -> int | MissingPayload: ...
 
 
 def resolve_into(
     message: Message | Buffer,
-    store: ObjectStore,
+    store: Stores,
     sink: BinaryIO,
     *,
     delete: bool = False,
     max_size: int = MAX_MQLONG,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     digest: DigestPolicy = NO_POLICY,
-) -> int:
+    missing: MissingPolicy = "raise",
+) -> int | MissingPayload:
     """Write the payload into ``sink`` with memory bounded by ``chunk_size``; return the bytes written.
 
-    Checks as :func:`resolve` does, the checksum updated piece by piece. When it
-    raises, ``sink`` may hold part of the object, never all of it: write to a
-    temporary file and rename it only after this returns.
+    Checks as :func:`resolve` does (allowlist, ``missing``, ``delete`` alike),
+    the checksum updated piece by piece. When it raises, ``sink`` may hold part
+    of the object, never all of it: write to a temporary file and rename it
+    only after this returns. With ``missing="skip"`` and no object, nothing is
+    written and a :class:`MissingPayload` is returned.
     """
     if chunk_size < 1:
         raise SegmentationError(f"chunk_size {chunk_size} must be positive", chunk_size=chunk_size)
+    _check_missing_policy(missing)
     claim = _claim_of(message)
     if claim is None:
         return sink.write(message.body if isinstance(message, Message) else message)
-    obj = _open_checked(claim, store, max_size)
+    obj = _open_checked(claim, store, max_size, missing)
+    if obj is None:
+        return MissingPayload(claim)
     written = 0
     with obj.stream:
         for piece in _verified_pieces(claim, obj.stream, chunk_size, digest):
             written += sink.write(piece)
     if delete:
-        store.delete(claim.key)
+        _store_for(claim, store).delete(claim.key)
     return written
+
+
+def release(message: Message | Buffer, store: Stores) -> Claim | None:
+    """Delete the payload a reference names: call it after the consumer committed (the safe order).
+
+    Consume, commit your output and the message's offset/acknowledgement,
+    then release: a crash before the commit leaves the payload for the
+    redelivered message; a crash after it leaves at most an orphan (which a
+    sweep removes), never a message whose payload is gone. The reference is
+    verified and its store checked against ``store`` (one store or an
+    allowlist) as :func:`resolve` does. Idempotent: releasing twice, or a
+    payload already gone, is not an error. Returns the claim released, or None
+    for an inline message (nothing stored).
+    """
+    claim = _claim_of(message)
+    if claim is None:
+        return None
+    _store_for(claim, store).delete(claim.key)
+    return claim

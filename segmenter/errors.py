@@ -62,8 +62,8 @@ class Reason(IntEnum):
     # Collector (9040 up): see reassembly/collector.py and reassembly/storage.py.
     RULE_ERROR = 9040  # a destination rule with impossible limits
     STORAGE_ERROR = 9041  # the collection database refused or failed an operation
-    # Resequencer (9050 up): see reassembly/resequencer.py.
-    RESEQ_BAD_NUMBER = 9050  # the sequence number is not an integer (None, text, a float...)
+    # Resequencer (9050 up): see reassembly/resequencer/.
+    RESEQ_BAD_NUMBER = 9050  # sequence number not an integer (None, text...), or batch sort key missing or incomparable
     RESEQ_BEFORE_START = 9051  # below the group's start of sequence
     RESEQ_AFTER_END = 9052  # above the group's end of sequence
     RESEQ_DUPLICATE = 9053  # the number is already held or was already passed on

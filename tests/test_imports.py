@@ -99,7 +99,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("reassembly._framing", "reassembly._plumbing"),
     ("reassembly.assembler",),
     ("reassembly.resequencer", "reassembly.collector"),
-    ("reassembly.spark", "reassembly.brokers"),
+    ("reassembly.spark", "reassembly.brokers", "reassembly.claimcheck"),
     ("reassembly.cli",),
     ("reassembly", "reassembly.__main__"),  # the public face and `python -m reassembly`
 )
@@ -135,10 +135,14 @@ SANS_IO = (
     "reassembly.resequencer.snapshot",
     "reassembly.resequencer.ordered",
     "reassembly.resequencer.ordered_snapshot",
+    "reassembly.resequencer.batch",
+    "reassembly.resequencer.batch_model",
+    "reassembly.resequencer.batch_snapshot",
     "reassembly.collector.core",
     "reassembly.spark.stream.core",
     "reassembly.spark.collect.core",
     "reassembly.spark.resequence.core",
+    "reassembly.spark.resequence.batch_core",
 )
 IO_MODULES = (
     "os",
@@ -163,6 +167,7 @@ IO_MODULES = (
     "py4j",
     "pyarrow",
     "proton",
+    "confluent_kafka",
     "argparse",
     "reassembly.assembler.filestore",
     "reassembly.collector.storage",

@@ -1,10 +1,28 @@
-"""Segments from a message broker: the receiver that feeds an assembler, and the drain to a landing table.
+"""Segments from a message broker or Kafka: the receivers that feed an assembler, and the drain to a landing table.
 
 ``receiver`` holds :class:`BrokerReceiver` (deliveries in, settled once their message or group
-is decided); ``drain`` lands a queue's segments as Parquet files for the Spark job.
+is decided); ``kafka`` holds :class:`KafkaReassembler` (records in, only safe offsets committed)
+and :class:`KafkaSource` (the drain's Kafka consumer; confluent-kafka imported when one is
+created); ``drain`` lands a queue's or a topic's segments as Parquet files for the Spark job.
 """
 
-from reassembly.brokers.drain import Drain, DrainStats, Rolling, remove_orphans
+from reassembly.brokers.drain import BROKER_LANDING, KAFKA_LANDING, Drain, DrainStats, Landing, Rolling, remove_orphans
+from reassembly.brokers.kafka import CommitFailed, KafkaReassembler, KafkaSource, KafkaStats, Replay
 from reassembly.brokers.receiver import BrokerReceiver, ReceiverStats
 
-__all__ = ["BrokerReceiver", "Drain", "DrainStats", "ReceiverStats", "Rolling", "remove_orphans"]
+__all__ = [
+    "BROKER_LANDING",
+    "KAFKA_LANDING",
+    "BrokerReceiver",
+    "CommitFailed",
+    "Drain",
+    "DrainStats",
+    "KafkaReassembler",
+    "KafkaSource",
+    "KafkaStats",
+    "Landing",
+    "ReceiverStats",
+    "Replay",
+    "Rolling",
+    "remove_orphans",
+]

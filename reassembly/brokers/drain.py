@@ -10,7 +10,10 @@ count (STOMP's prefetch caps unacknowledged messages, so a file must never need 
 
 Landing schema (what ``reassemble run`` reads; extra columns are ignored by it):
 ``segment`` binary (the broker message body: one encoded segment, as sent), ``redelivered``
-bool (the broker's flag), ``landed_at`` timestamp[us, UTC] (when the drain received it).
+bool (the broker's flag), ``landed_at`` timestamp[us, UTC] (when the drain received it). A
+Kafka source (:class:`reassembly.brokers.kafka.KafkaSource`) lands ``segment`` (the record value)
+with ``key``, ``topic``, ``partition``, ``offset``, ``timestamp``, ``headers`` and ``landed_at``
+instead (:data:`KAFKA_LANDING`), and "acknowledging" a file commits the offsets after its records.
 
 The drain does not assemble anything: it lands every body, even garbage, so ``reassemble run``
 judges and quarantines it with the original bytes.
@@ -27,7 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
+from reassembly.brokers.kafka import landing_fields, landing_values
 from segmenter.brokers import Consumer, Delivery, body_view
 
 _TMP_PREFIX = ".drain-"
@@ -43,6 +48,28 @@ class Rolling:
     row_group_bytes: int = 16 << 20  # bodies buffered in memory before they go to the file
 
 
+def _broker_fields() -> list[tuple[str, Any]]:
+    import pyarrow as pa
+
+    return [("redelivered", pa.bool_()), ("landed_at", pa.timestamp("us", tz="UTC"))]
+
+
+@dataclass(frozen=True)
+class Landing:
+    """The columns a drain lands after ``segment``: their pyarrow fields (built when a file opens,
+    so importing this module needs no pyarrow) and each delivery's values, given the landing time."""
+
+    fields: Callable[[], list[tuple[str, Any]]]
+    values: Callable[[Any, datetime], tuple[Any, ...]]
+
+
+BROKER_LANDING = Landing(_broker_fields, lambda d, now: (d.redelivered, now))
+"""AMQP and STOMP: ``redelivered`` (the broker's flag) and ``landed_at``."""
+KAFKA_LANDING = Landing(landing_fields, landing_values)
+"""Kafka: ``key``, ``topic``, ``partition``, ``offset``, ``timestamp`` (the record's, ms), ``headers``
+(list of ``{key: string, value: binary}``, as Spark's Kafka source gives them) and ``landed_at``."""
+
+
 @dataclass
 class DrainStats:
     segments: int = 0  # landed and acknowledged
@@ -54,20 +81,18 @@ class DrainStats:
 class _OpenFile:
     """One landing file being written: a ParquetWriter on a hidden temporary path."""
 
-    def __init__(self, landing: Path, opened: float) -> None:
+    def __init__(self, landing: Path, opened: float, columns: Landing) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        self.schema = pa.schema(
-            [("segment", pa.binary()), ("redelivered", pa.bool_()), ("landed_at", pa.timestamp("us", tz="UTC"))]
-        )
+        self.schema = pa.schema([("segment", pa.binary()), *columns.fields()])
+        self.columns = columns
         self.tmp = landing / f"{_TMP_PREFIX}{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}.tmp"
         self.writer = pq.ParquetWriter(str(self.tmp), self.schema, compression="none")
         self.opened = opened
         self.deliveries: list[Delivery] = []
         self.bodies: list[bytes | memoryview] = []
-        self.flags: list[bool] = []
-        self.times: list[datetime] = []
+        self.rows: list[tuple[Any, ...]] = []
         self.buffered = 0
         self.bytes = 0
 
@@ -75,8 +100,7 @@ class _OpenFile:
         self.deliveries.append(d)
         body = body_view(d)
         self.bodies.append(body)
-        self.flags.append(d.redelivered)
-        self.times.append(datetime.now(timezone.utc))
+        self.rows.append(self.columns.values(d, datetime.now(timezone.utc)))
         self.buffered += len(body)
         self.bytes += len(body)
         if self.buffered >= rolling.row_group_bytes:
@@ -86,10 +110,10 @@ class _OpenFile:
         import pyarrow as pa
 
         if self.bodies:
-            cols = [self.bodies, self.flags, self.times]
+            cols = [self.bodies, *(list(c) for c in zip(*self.rows, strict=True))]
             arrays = [pa.array(c, type=f.type) for c, f in zip(cols, self.schema, strict=True)]
             self.writer.write_table(pa.Table.from_arrays(arrays, schema=self.schema))
-            self.bodies, self.flags, self.times, self.buffered = [], [], [], 0
+            self.bodies, self.rows, self.buffered = [], [], 0
 
     def publish(self, landing: Path) -> Path:
         """Close, fsync, rename into place, fsync the directory: the file is durable and visible."""
@@ -139,6 +163,7 @@ class Drain:
 
     ``on_file(path, segments)`` is called once a file is durable and visible, before its batch
     is acknowledged (to notify a downstream job; if it raises, the batch is not acknowledged).
+    ``columns``: what lands beside ``segment`` (:data:`BROKER_LANDING`, :data:`KAFKA_LANDING`).
     """
 
     def __init__(
@@ -149,8 +174,10 @@ class Drain:
         *,
         clock: Callable[[], float] = time.monotonic,
         on_file: Callable[[Path, int], None] | None = None,
+        columns: Landing = BROKER_LANDING,
     ) -> None:
         self.consumer = consumer
+        self.columns = columns
         self.landing = landing
         self.rolling = rolling or Rolling()
         self.clock = clock
@@ -185,11 +212,17 @@ class Drain:
     def _add(self, d: Delivery, now: float) -> None:
         r = self.rolling
         if self._file is None:
-            self._file = _OpenFile(self.landing, now)
+            self._file = _OpenFile(self.landing, now, self.columns)
         f = self._file
         f.add(d, r)
         self.stats.redelivered += d.redelivered
         if f.bytes >= r.max_bytes or len(f.deliveries) >= r.max_segments:
+            self._publish()
+
+    def publish(self) -> None:
+        """Finish and publish the open file now, if there is one (a Kafka rebalance is about to
+        take partitions away: what was read of them lands and is committed first)."""
+        if self._file is not None:
             self._publish()
 
     def _publish(self) -> None:

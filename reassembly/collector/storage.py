@@ -16,6 +16,9 @@ Tables (created if missing):
   collect_leases     destination, owner, expires_at: who may close that destination's batches
   collect_flush_requests  destination, upto_id, requested_at: close the batch holding the destination's
                      messages up to that id now (see :meth:`Storage.request_flush`)
+  claim_ledger       store, object_key, message_id, stored_at, settled_at, deleted_at: the claim check's
+                     reference ledger, one row per offloaded object (``reassembly.claimcheck``); a ledger
+                     may share the collector's database or have its own
 
 A database made before a column existed gets it when it is opened (``ALTER TABLE ... ADD
 COLUMN``, in the opening transaction): existing rows read as the column's default.
@@ -107,6 +110,9 @@ CREATE TABLE IF NOT EXISTS collect_leases (
   destination TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at DOUBLE PRECISION NOT NULL);
 CREATE TABLE IF NOT EXISTS collect_flush_requests (
   destination TEXT PRIMARY KEY, upto_id BIGINT NOT NULL, requested_at DOUBLE PRECISION NOT NULL);
+CREATE TABLE IF NOT EXISTS claim_ledger (
+  store TEXT NOT NULL, object_key TEXT NOT NULL, message_id TEXT, stored_at DOUBLE PRECISION,
+  settled_at DOUBLE PRECISION, deleted_at DOUBLE PRECISION, PRIMARY KEY (store, object_key));
 """
 
 # Columns added after their table was first released: (table, column, its definition). A database
@@ -484,6 +490,94 @@ class Storage:
             rows = self._run(cur, "SELECT destination, upto_id FROM collect_flush_requests").fetchall()
         return {r[0]: int(r[1]) for r in rows}
 
+    # --- the claim check's reference ledger (reassembly.claimcheck.Ledger wraps these) ----------
+    def ledger_record(self, store: str, key: str, message_id: str | None, at: float) -> str:
+        """Record that ``key`` in ``store`` holds a payload: what the row was, as one word.
+
+        ``"new"`` (no row: inserted, live), ``"live"`` (the same message's live row: left as it
+        was, so recording again is harmless), ``"replaced"`` (another message's live row: it
+        names this message now, still live), ``"reopened"`` (a settled or deleted row the
+        consumer of an earlier payload under this key closed: live again, so a new payload under
+        a reused key is never swept on the old settlement), ``"late"`` (a row the consumer
+        settled before any record: the record fills in the time and message, the row stays settled).
+        """
+        with self._tx() as cur:
+            row = self._run(
+                cur,
+                "SELECT message_id, stored_at, settled_at, deleted_at FROM claim_ledger "
+                "WHERE store = ? AND object_key = ?",
+                (store, key),
+            ).fetchone()
+            if row is not None and row[1] is None:
+                self._run(
+                    cur,
+                    "UPDATE claim_ledger SET message_id = ?, stored_at = ? WHERE store = ? AND object_key = ?",
+                    (message_id, at, store, key),
+                )
+                return "late"
+            live = row is not None and row[2] is None and row[3] is None
+            if live and row[0] == message_id:
+                return "live"
+            self._run(
+                cur,
+                "INSERT INTO claim_ledger (store, object_key, message_id, stored_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (store, object_key) DO UPDATE SET message_id = excluded.message_id, "
+                "stored_at = excluded.stored_at, settled_at = NULL, deleted_at = NULL",
+                (store, key, message_id, at),
+            )
+        return "new" if row is None else "replaced" if live else "reopened"
+
+    def ledger_settle(self, store: str, key: str, at: float) -> str:
+        """The consumer is done with ``key`` (its commit is durable): ``"settled"``, ``"already"``
+        (settled before: unchanged), or ``"unknown"`` (no record: a settled row without a stored
+        time is inserted, so the settlement is kept and shows as never recorded)."""
+        with self._tx() as cur:
+            done = self._run(
+                cur,
+                "UPDATE claim_ledger SET settled_at = ? WHERE store = ? AND object_key = ? AND settled_at IS NULL",
+                (at, store, key),
+            )
+            if done.rowcount == 1:
+                return "settled"
+            made = self._run(
+                cur,
+                "INSERT INTO claim_ledger (store, object_key, settled_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (store, object_key) DO NOTHING",
+                (store, key, at),
+            ).rowcount
+        return "unknown" if made == 1 else "already"
+
+    def ledger_mark_deleted(self, store: str, key: str, at: float) -> bool:
+        """The settled object under ``key`` is gone from the store: mark its row (only a settled,
+        unmarked row; a row recorded again meanwhile stays live). True if a row was marked."""
+        with self._tx() as cur:
+            done = self._run(
+                cur,
+                "UPDATE claim_ledger SET deleted_at = ? "
+                "WHERE store = ? AND object_key = ? AND settled_at IS NOT NULL AND deleted_at IS NULL",
+                (at, store, key),
+            ).rowcount
+        return bool(done == 1)
+
+    def ledger_rows(self, store: str, key: str | None = None) -> list[tuple[Any, ...]]:
+        """The store's rows (or the one of ``key``) by key: (store, key, message_id, stored_at,
+        settled_at, deleted_at), times in seconds since the epoch or None."""
+        where, params = ("store = ?", (store,)) if key is None else ("store = ? AND object_key = ?", (store, key))
+        with self._tx() as cur:
+            rows = self._run(
+                cur,
+                "SELECT store, object_key, message_id, stored_at, settled_at, deleted_at FROM claim_ledger "
+                f"WHERE {where} ORDER BY object_key",
+                params,
+            ).fetchall()
+        return [tuple(r) for r in rows]
+
+    def ledger_stores(self) -> dict[str, int]:
+        """Every store name the ledger has rows for, with how many."""
+        with self._tx() as cur:
+            rows = self._run(cur, "SELECT store, count(*) FROM claim_ledger GROUP BY store ORDER BY store").fetchall()
+        return {r[0]: int(r[1]) for r in rows}
+
     def counts(self) -> dict[str, int]:
         """Messages held, batches closed, emitted and dead (for status lines and tests)."""
         with self._tx() as cur:
@@ -525,11 +619,14 @@ class SQLiteStorage(Storage):
     """SQLite in WAL mode with ``synchronous=FULL``: a commit is on disk when it returns."""
 
     def __init__(self, path: str) -> None:
-        conn = sqlite3.connect(path, isolation_level=None, timeout=60.0, check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=FULL")
-        conn.execute("PRAGMA wal_autocheckpoint=16384")
-        conn.execute("PRAGMA cache_size=-65536")
+        try:  # a file that is not a database fails here, at its first read: our error, not sqlite3's
+            conn = sqlite3.connect(path, isolation_level=None, timeout=60.0, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute("PRAGMA wal_autocheckpoint=16384")
+            conn.execute("PRAGMA cache_size=-65536")
+        except sqlite3.Error as exc:
+            raise StorageError(f"SQLite {path}: {exc}", url=path) from exc
         super().__init__(conn, _SQLITE, path)
 
     def _setup(self, cur: Any) -> None:

@@ -28,7 +28,9 @@ Aggregates are keyed by ``(routable, pk, bk)``:
 
 :func:`clean` is deliberately narrow: every row passes every rule of the header
 table (the ``header_ok`` column, generated from the table with the same limits
-as the assembler), a single message (not in an MQ group) with no far row, no
+as the assembler), a single message (not in an MQ group) with no far row and,
+with ``payload_dir`` set, one the assembler keeps in memory (:func:`held_inline`:
+length known, at most ``large_message_bytes``; a longer one is a file), no
 codec, CRC-32/IEEE with every segment's checksum verified here, pieces
 contiguous from offset 0 with exactly one LAST segment at the end, header fields
 that agree, and the whole-message CRC of the concatenation equal to the declared
@@ -182,7 +184,7 @@ def fast_aggregate(
     clean: bool = True,
     dirty: bool = True,
     side: str | None = None,
-    stored: bool = False,
+    large_message_bytes: int | None = None,
 ) -> Any:
     """:func:`aggregate` plus the clean test's verdict (column ``clean``), in one JVM pass.
 
@@ -201,12 +203,14 @@ def fast_aggregate(
     ``clean`` / ``dirty``: which rows to emit (the other kind is dropped in the pass). ``side``: a
     directory every executor sees: only clean rows are emitted and every other group is written
     there, one file per task, for ``save.py``'s second job (``SideFile.java``).
+    ``large_message_bytes``: the threshold with a ``payload_dir`` set (see :func:`row_ok`), else None.
     """
     from pyspark.sql import DataFrame
 
     kept = [SRC] if SRC in routed.columns else []  # lineage: each row's kept columns ride in its meta
     meta = f"struct({', '.join(f'`{c}`' for c in (*_META, *kept))}) AS m"
-    ok = f"coalesce({row_ok(stored=stored)} AND header_length = {table.HEADER_LENGTH}, false) AS row_ok"
+    rules = row_ok(large_message_bytes=large_message_bytes)
+    ok = f"coalesce({rules} AND header_length = {table.HEADER_LENGTH}, false) AS row_ok"
     sorted_ = (
         routed.selectExpr("routable", "pk", "bk", "piece", ok, meta)  # SQL text: one py4j call per column, not ~20
         .repartition(partitions, "pk")
@@ -227,21 +231,32 @@ EXTENSION = (
 
 # The per-row part of the clean test, over a row's columns (prefix "m.": over a meta struct):
 # every header-table rule (header_ok) and CRC-32 data check (data_ok) holds, one plain message.
-def row_ok(m: str = "", *, stored: bool = False) -> str:
-    """The per-row part of the clean test. ``stored`` (a ``payload_dir`` is set): a length-deferred
-    segment is not clean, because the assembler stores a message of unknown size in a file: the
-    clean path delivered it inline, the judge as a file, so which path ran decided the columns."""
+def row_ok(m: str = "", *, large_message_bytes: int | None = None) -> str:
+    """The per-row part of the clean test. ``large_message_bytes`` (the threshold, when a ``payload_dir``
+    is set): a segment of a message the assembler builds in a file (:func:`held_inline` false) is not
+    clean, because the clean path delivers inline: which path ran must never decide the columns."""
     return (
         f"{m}header_ok AND NOT {m}far AND {m}data_ok AND NOT {m}in_group AND {m}codec = {int(Codec.NONE)}"
         f" AND {m}algorithm = {int(ChecksumAlgorithm.CRC32)} AND {m}msg_seq_number = 1"
-        + (f" AND NOT {m}length_deferred" if stored else "")
+        + ("" if large_message_bytes is None else f" AND {held_inline(m, large_message_bytes)}")
     )
 
 
-def _clean(stored: bool) -> str:
+def held_inline(m: str, large_message_bytes: int) -> str:
+    """SQL: the row declares a message the assembler's body store keeps in memory, so in the row's
+    ``payload``: its length known (not deferred) and at most ``large_message_bytes`` (the store's
+    test, :meth:`reassembly.assembler.filestore.FileBodyStore.wants`: more than that, or deferred, goes
+    to a file under ``payload_dir``). The one statement of that threshold on the JVM side: the jar's
+    pass and the SQL clean test both read it through :func:`row_ok`. A clean message is not compressed,
+    so what it declares is its length."""
+    return f"NOT {m}length_deferred AND {m}original_length BETWEEN 0 AND {int(large_message_bytes)}"
+
+
+def _clean(large_message_bytes: int | None) -> str:
+    rules = row_ok("m.", large_message_bytes=large_message_bytes)
     return f"""coalesce(
   routable AND bk IS NULL
-  AND forall(meta, m -> {row_ok("m.", stored=stored)} AND m.length_deferred = last.length_deferred
+  AND forall(meta, m -> {rules} AND m.length_deferred = last.length_deferred
       AND (m.stored_length IS NULL OR m.stored_length = last.stored_length)
       AND (m.original_length IS NULL OR m.original_length = last.original_length)
       AND (m.message_checksum IS NULL OR m.message_checksum = last.message_checksum))
@@ -253,11 +268,11 @@ def _clean(stored: bool) -> str:
   false)"""
 
 
-def clean(digest: DigestPolicy, *, stored: bool = False) -> str:
+def clean(digest: DigestPolicy, *, large_message_bytes: int | None = None) -> str:
     """SQL boolean: the aggregated row is a complete message by every rule (module doc), its
-    digests included (``stored``: see :func:`row_ok`). With a keyring the keys are literals in the
-    plan (see ``REDACT_KEYS``)."""
-    return f"({_clean(stored)}) AND {verify_sql('blob', EXTENSION, digest)}"
+    digests included (``large_message_bytes``: see :func:`row_ok`). With a keyring the keys are
+    literals in the plan (see ``REDACT_KEYS``)."""
+    return f"({_clean(large_message_bytes)}) AND {verify_sql('blob', EXTENSION, digest)}"
 
 
 def clean_row(sources: str | None = None) -> dict[str, str]:

@@ -228,14 +228,15 @@ def reassemble(
 
     def plan(pending: str | None, observe: Any) -> Any:
         if one_pass is not None:
-            agg = jvm.fast_aggregate(routed, n, limits.max_message_size, one_pass, stored=threshold is not None)
+            agg = jvm.fast_aggregate(routed, n, limits.max_message_size, one_pass, large_message_bytes=threshold)
             clean = F.col("clean")
             sources = SOURCES if keep else None  # the pass lists a clean row's kept columns
         else:
             agg = jvm.aggregate(routed, n)
             if opts.digest.keyring is not None and opts.jvm_fast_path:
                 _redact_keys(df.sparkSession)
-            clean = F.expr(jvm.clean(opts.digest, stored=threshold is not None)) if opts.jvm_fast_path else F.lit(False)
+            fast = opts.jvm_fast_path
+            clean = F.expr(jvm.clean(opts.digest, large_message_bytes=threshold)) if fast else F.lit(False)
             sources = "transform(meta, m -> m.src)" if keep else None
         if observe is not None:
             agg = observe(agg)
@@ -261,8 +262,9 @@ def reassemble(
         )
 
         def clean_messages(side: str) -> Any:
-            stored = threshold is not None
-            agg = jvm.fast_aggregate(routed, n, limits.max_message_size, one_pass, side=side, stored=stored)
+            agg = jvm.fast_aggregate(
+                routed, n, limits.max_message_size, one_pass, side=side, large_message_bytes=threshold
+            )
             return agg.selectExpr(*clean_columns)
 
         def judged(files: list[str], pending: str) -> Any:

@@ -28,7 +28,10 @@ the size limits), :mod:`.connect` (:func:`open_sender`, :func:`open_consumer`: a
 transport), :mod:`.amqp` (python-qpid-proton, imported only when an ``amqp://`` URL is opened:
 ``pip install segment-reassembly[broker]``, so importing this package never needs it), :mod:`.stomp` (the
 standard library only) over :mod:`.stomp_client` (a sans-I/O STOMP 1.2 frame parser and one
-connection), and :mod:`.recycle` (the pool of reused receive buffers STOMP bodies land in).
+connection), :mod:`.recycle` (the pool of reused receive buffers STOMP bodies land in), and
+:mod:`.kafka` (:class:`KafkaSegmentProducer`: payloads segmented into the records of a Kafka topic,
+one key per message, through confluent-kafka, imported only when a producer is created:
+``pip install segment-reassembly[kafka]``).
 This package is the transport only (connect, send with broker confirmation, fetch and settle
 deliveries); what a receiver does with a delivery is :mod:`reassembly.brokers.receiver`.
 """
@@ -36,15 +39,31 @@ deliveries); what a receiver does with a delivery is :mod:`reassembly.brokers.re
 from .amqp import AMQP_FRAME_SIZE
 from .base import ENVELOPE_RESERVE, BrokerError, Consumer, Delivery, Sender, body_view, segment_size_for
 from .connect import open_consumer, open_sender
+from .kafka import (
+    DEFAULT_MAX_RECORD_BYTES,
+    DeliveredSegment,
+    FailedSegment,
+    KafkaSegmentProducer,
+    KafkaSend,
+    group_id_for,
+    kafka_segment_size_for,
+)
 
 __all__ = [
     "AMQP_FRAME_SIZE",
+    "DEFAULT_MAX_RECORD_BYTES",
     "ENVELOPE_RESERVE",
     "BrokerError",
     "Consumer",
+    "DeliveredSegment",
     "Delivery",
+    "FailedSegment",
+    "KafkaSegmentProducer",
+    "KafkaSend",
     "Sender",
     "body_view",
+    "group_id_for",
+    "kafka_segment_size_for",
     "open_consumer",
     "open_sender",
     "segment_size_for",

@@ -36,6 +36,7 @@ from reassembly.spark.rows import reassemble_group
 from segmenter import ChecksumAlgorithm, Codec, MsgFlags, Reason, Segment, segment, segment_group
 from segmenter.checksum import checksum
 from segmenter.wire import HEADER_LENGTH
+from tests.support.accounting import accounted
 
 GID = bytes(range(24))
 
@@ -133,29 +134,6 @@ def judged(order: Iterable[bytes], *, unit_of_work: bool = True, stored: bool = 
         if store is not None:
             store.close()
         return Counter(summary(e, Path(tmp)) for e in events)
-
-
-def accounted(order: list[bytes], events: list[Event]) -> None:
-    """Every input is used, a duplicate, or handed back with its original bytes."""
-    used = dup = 0
-    back: list[bytes] = []
-    for ev in events:
-        if isinstance(ev, MessageComplete):
-            used += ev.segments
-        elif isinstance(ev, GroupComplete):
-            used += sum(m.segments for m in ev.messages)
-        elif isinstance(ev, Duplicate):
-            dup += 1
-        elif isinstance(ev, Rejected):
-            back.append(ev.raw)
-        elif isinstance(ev, MessageFailed):
-            back += ev.segments
-        elif isinstance(ev, GroupFailed):
-            back += [*ev.segments, *(s for f in ev.failed for s in f.segments)]
-        elif isinstance(ev, Unfinished):
-            back += ev.segments
-    assert used + dup + len(back) == len(order)
-    assert not Counter(back) - Counter(order)  # nothing handed back that did not arrive, byte for byte
 
 
 # ---------------------------------------------------------------- the property

@@ -9,19 +9,19 @@ partition's safe position moves past it.
 from __future__ import annotations
 
 import os
-from collections import Counter
 from collections.abc import Hashable
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reassembly import Assembler, Cause, GroupComplete, Limits, MessageComplete, Unfinished
-from reassembly.assembler.events import Duplicate, Event, GroupFailed, MessageFailed, Rejected
+from reassembly import Assembler, Cause, Limits, MessageComplete, Unfinished
+from reassembly.assembler.events import Event, Rejected
 from reassembly.assembler.positions import Checkpoint, Origin
 from segmenter import segment, segment_group
 from segmenter.errors import SegmentationError
 from segmenter.wire import HEADER_LENGTH
+from tests.support.accounting import accounted
 
 
 def encoded(payload: bytes, size: int = 200) -> list[bytes]:
@@ -30,29 +30,6 @@ def encoded(payload: bytes, size: int = 200) -> list[bytes]:
 
 def unfinished(events: list[Event]) -> list[Unfinished]:
     return [e for e in events if isinstance(e, Unfinished)]
-
-
-def accounted(arrived: list[bytes], events: list[Event]) -> None:
-    """Every segment received is used, a duplicate, or handed back with its original bytes."""
-    used = dup = 0
-    back: list[bytes] = []
-    for ev in events:
-        if isinstance(ev, MessageComplete):
-            used += ev.segments
-        elif isinstance(ev, GroupComplete):
-            used += sum(m.segments for m in ev.messages)
-        elif isinstance(ev, Duplicate):
-            dup += 1
-        elif isinstance(ev, Rejected):
-            back.append(ev.raw)
-        elif isinstance(ev, MessageFailed):
-            back += ev.segments
-        elif isinstance(ev, GroupFailed):
-            back += [*ev.segments, *(s for f in ev.failed for s in f.segments)]
-        elif isinstance(ev, Unfinished):
-            back += ev.segments
-    assert used + dup + len(back) == len(arrived)
-    assert not Counter(back) - Counter(arrived)
 
 
 def test_a_group_more_than_n_positions_behind_expires_and_its_position_settles() -> None:

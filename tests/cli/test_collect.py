@@ -63,6 +63,12 @@ def test_usage_errors_of_the_new_forms(tmp_path: Path) -> None:
         "collect", str(tmp_path / "in"), str(tmp_path / "x"), "--rules", str(tmp_path / "x.dead-letter")
     )
     assert inside.returncode == 2 and "dead-letter directory" in inside.stderr, inside.stderr
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"not a database, " * 256)
+    wrong = reassemble("collect", str(tmp_path / "in"), str(tmp_path / "y"), "--rules", str(garbage))
+    assert wrong.returncode == 1 and wrong.stderr.count("\n") == 1, wrong.stderr
+    assert "STORAGE_ERROR" in wrong.stderr and "file is not a database" in wrong.stderr
+    assert not (tmp_path / "y").exists() and garbage.read_bytes() == b"not a database, " * 256
 
 
 def test_idle_timeout_closes_a_quiet_batch_in_a_running_collector(tmp_path: Path) -> None:

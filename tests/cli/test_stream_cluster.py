@@ -34,6 +34,9 @@ def _stream(master: str, base: Path) -> None:
     assert "rows in; messages" in done.stdout
 
 
+# Slow: the default run keeps the batch job (tests/cli/test_deploy.py) and spark-submit
+# (tests/cli/test_submit.py) on the standalone cluster; the stream's state store there is this variant.
+@pytest.mark.slow
 def test_stream_runs_on_a_standalone_cluster(cluster: str, tmp_path: Path) -> None:  # cluster: tests/cli/conftest.py
     ds = generate(n_messages=12, segments_per_message=3, segment_size=2048, groups=2, faults=False)
     (tmp_path / "landing").mkdir()

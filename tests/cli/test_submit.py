@@ -91,6 +91,9 @@ def test_spark_submit_runs_the_command_with_the_environment_it_ships(
     assert (site / "reassembly" / "spark" / "environment.py").exists()
 
 
+# Slow: the same one-line refusal of workers without the library runs in the default run through a
+# local session (tests/spark/test_own_session.py); this is its spark-submit variant.
+@pytest.mark.slow
 @pytest.mark.cluster
 def test_spark_submit_without_the_environment_stops_at_the_first_task_in_one_line(
     cluster: str, cluster_dir: Path, landing: tuple[Path, Dataset], tmp_path: Path

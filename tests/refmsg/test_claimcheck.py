@@ -36,6 +36,7 @@ from refmsg import (
     RmhError,
     StoredObject,
     StoreError,
+    StoreFault,
     claim_check_message,
     decode_message,
     decode_rmh,
@@ -347,7 +348,7 @@ def test_a_symlinked_directory_on_the_way_is_refused(tmp_path: Path) -> None:
     (tmp_path / "store" / "d").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(StoreError) as err:
         resolve(msg, store)
-    assert err.value.details["cause"] == PathError.default_reason.name
+    assert err.value.details["cause"] == StoreFault.NOT_AN_OBJECT
 
 
 class Meddler(io.RawIOBase):

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from reassembly.spark import ReassemblyOptions, reassemble
+from reassembly.spark.environment import check_worker_python
 from reassembly.spark.jar import reassembler
 from reassembly.spark.testdata import generate
 
@@ -20,6 +21,7 @@ def test_the_one_pass_runs_nothing_until_an_action_and_leaves_the_session_conf_a
     ds = generate(n_messages=6, segments_per_message=3, segment_size=1024, groups=1, seed=3)
     df = spark.createDataFrame([(r,) for r in ds.rows], "segment binary")
     aqe = spark.conf.get("spark.sql.adaptive.enabled")
+    check_worker_python(spark)  # its once-per-context probe job runs here, not inside reassemble() below
     tracker = spark.sparkContext.statusTracker()
     before = set(tracker.getJobIdsForGroup())
     result = reassemble(df, options=ReassemblyOptions(partitions=3))

@@ -8,11 +8,21 @@ change that goes with it; the processor (:mod:`reassembly.spark.collect.processo
 and writes the state. Time is event time in milliseconds, as the caller gives it.
 
 A batch closes ``full`` (``max_messages`` members, or ``max_bytes``, or the next member would
-pass ``max_bytes``) or ``timeout`` (a member arriving at or after the open batch's first member
-+ ``max_wait``; or the event-time timer at that moment, :meth:`CollectCore.expire`). The held
+pass ``max_bytes``), ``timeout`` (the open batch's oldest member + ``max_wait`` passed) or ``idle``
+(its newest member + ``idle_timeout`` passed), whichever deadline came first (``timeout`` on a
+tie), as the in-process :class:`~reassembly.collector.core.Collector` closes them when it ticks
+at its next deadline. The event-time timer stands at the earlier deadline and moves with every
+member added; a member arriving at or after it finds the batch due and closes it first, and
+otherwise the timer does (:meth:`CollectCore.expire`), with the same cause either way. The held
 members are gone through again with the new ones: a rule lowered since they arrived splits the
 open batch at once. The batch number is state, so a replayed micro-batch names its batches
 (``<destination>#<n>``) as the first attempt did.
+
+``idle_timeout`` needs no state of its own: the members' event times are held, and the timer's
+deadline is a number whichever rule set it. So the state layout is the same with and without it,
+and a checkpoint whose open batches were timed by ``max_wait`` alone continues when the rule gains
+an ``idle_timeout``: the next member moves the timer, and a timer that fires first names the
+deadline that passed first.
 """
 
 from __future__ import annotations
@@ -35,12 +45,17 @@ class OpenBatch:
 
     members: tuple[Member, ...] = ()  # the open batch, in the order they joined it
     batch_no: int = 0  # the number the open (next) batch takes
-    deadline: int = NO_TIMER  # the open batch's timer: its first member's time + max_wait
+    deadline: int = NO_TIMER  # the open batch's timer: min(oldest + max_wait, newest + idle_timeout)
 
     @property
     def first_ms(self) -> int:
         """The open batch's earliest event time (-1 when empty)."""
         return min((t for _, t in self.members), default=-1)
+
+    @property
+    def newest_ms(self) -> int:
+        """The open batch's latest event time, which ``idle_timeout`` counts from (-1 when empty)."""
+        return max((t for _, t in self.members), default=-1)
 
     @property
     def held_bytes(self) -> int:
@@ -81,36 +96,47 @@ class CollectCore:
         out: list[Out] = []
         members: list[Member] = []
         held_bytes = 0
-        wait_ms = int(rule.max_wait * 1000)
+        oldest = newest = NO_TIMER
         for payload, t in (*state.members, *incoming):
-            if members and t >= members[0][1] + wait_ms:  # it came after the open batch's deadline
-                out += self._emit(destination, members, Cause.TIMEOUT, rule, batch_no)
+            cause = _due(rule, oldest, newest, t) if members else None  # due before t joins
+            if cause is None and members and held_bytes + len(payload) > rule.max_bytes:
+                cause = Cause.FULL
+            if cause is not None:
+                out += self._emit(destination, members, cause, rule, batch_no)
                 batch_no, members, held_bytes = batch_no + 1, [], 0
-            elif members and held_bytes + len(payload) > rule.max_bytes:
-                out += self._emit(destination, members, Cause.FULL, rule, batch_no)
-                batch_no, members, held_bytes = batch_no + 1, [], 0
+            oldest, newest = (min(oldest, t), max(newest, t)) if members else (t, t)
             members.append((payload, t))
             held_bytes += len(payload)
             if len(members) >= rule.max_messages or held_bytes >= rule.max_bytes:
                 out += self._emit(destination, members, Cause.FULL, rule, batch_no)
                 batch_no, members, held_bytes = batch_no + 1, [], 0
-        first = min((t for _, t in members), default=NO_TIMER)
-        due = first + wait_ms if members else NO_TIMER  # the open batch's timer moves with its first member
-        old = state.deadline
-        return Step(
-            out,
-            OpenBatch(tuple(members), batch_no, due),
-            cancel=old if old != due and old >= 0 else None,
-            register=due if members and due != old else None,
-        )
+        due = _deadline(rule, oldest, newest) if members else NO_TIMER  # re-counted with every member added
+        return self._keep(out, OpenBatch(tuple(members), batch_no, due), state.deadline)
 
     def expire(self, destination: str, rule: Rule, state: OpenBatch | None, at: int) -> Step | None:
-        """The timer set for ``at`` fired: the open batch leaves as ``timeout`` if that is its timer;
-        None (nothing to do) for a timer the open batch no longer has."""
+        """The timer set for ``at`` fired: the open batch leaves as ``timeout`` or ``idle``, after the
+        deadline the rule in force says passed first; None (nothing to do) for a timer the open batch no
+        longer has. A rule raised since the timer was set keeps the batch open and sets the timer its
+        deadlines now give."""
         if state is None or not state.members or at != state.deadline:
             return None
-        rows = self._emit(destination, list(state.members), Cause.TIMEOUT, rule, state.batch_no)
+        cause = _due(rule, state.first_ms, state.newest_ms, at)
+        if cause is None:
+            due = _deadline(rule, state.first_ms, state.newest_ms)
+            return Step([], OpenBatch(state.members, state.batch_no, due), register=due)
+        rows = self._emit(destination, list(state.members), cause, rule, state.batch_no)
         return Step(rows, OpenBatch((), state.batch_no + 1, NO_TIMER))
+
+    @staticmethod
+    def _keep(rows: list[Out], keep: OpenBatch, old: int) -> Step:
+        """The step that keeps ``keep``: its timer replaces the one set before (``old``) if it moved."""
+        due = keep.deadline
+        return Step(
+            rows,
+            keep,
+            cancel=old if old != due and old >= 0 else None,
+            register=due if keep.members and due != old else None,
+        )
 
     def _emit(self, destination: str, members: list[Member], cause: Cause, rule: Rule, n: int) -> list[Out]:
         batch = BatchReady(
@@ -124,6 +150,27 @@ class CollectCore:
             Out(rule.target, destination, batch.batch_id, cause.value, s.encode())
             for s in batch_segments(batch, self.segmenter)
         ]
+
+
+def _ms(seconds: float) -> int:
+    return int(seconds * 1000)
+
+
+def _deadline(rule: Rule, oldest: int, newest: int) -> int:
+    """When an open batch with these oldest and newest event times is due under ``rule``."""
+    due = oldest + _ms(rule.max_wait)
+    return due if rule.idle_timeout is None else min(due, newest + _ms(rule.idle_timeout))
+
+
+def _due(rule: Rule, oldest: int, newest: int, at: int) -> Cause | None:
+    """Why an open batch with these oldest and newest event times is closed by event time ``at``: after
+    the earlier of its deadlines, named after it (``timeout`` on a tie), so a batch closes alike whether
+    its timer fires or a later member finds it due; None when neither has passed."""
+    timeout_at = oldest + _ms(rule.max_wait)
+    idle_at = timeout_at if rule.idle_timeout is None else newest + _ms(rule.idle_timeout)
+    if at < min(timeout_at, idle_at):
+        return None
+    return Cause.TIMEOUT if timeout_at <= idle_at else Cause.IDLE
 
 
 __all__ = ["NO_TIMER", "CollectCore", "Member", "OpenBatch", "Out", "Step"]

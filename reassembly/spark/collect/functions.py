@@ -7,8 +7,9 @@ What closes a batch is decided by :class:`~reassembly.spark.collect.core.Collect
 Python); :class:`~reassembly.spark.collect.processor.Batcher` only reads and writes the state.
 The rules are read from the rules database (:mod:`reassembly.collector.storage`, SQLite path or
 PostgreSQL URL) when a task's processor starts, that is once per partition per micro-batch:
-a changed rule applies from the next micro-batch on. ``max_wait`` is an event-time timer on
-the first member; ``stranded_after`` has no role here, because Spark's checkpointed state
+a changed rule applies from the next micro-batch on. ``max_wait`` (from the oldest member) and
+``idle_timeout`` (from the newest) are one event-time timer at the earlier of the two, moved with
+every member added; ``stranded_after`` has no role here, because Spark's checkpointed state
 leaves no message behind a crash (the micro-batch is replayed), and ``shutdown`` does not occur
 (a stream has no end; an available-now run keeps open batches in the state for the next run).
 

@@ -36,6 +36,20 @@ Batch: the same per group, as if the rows had streamed in event-time order
 with a perfect watermark (each row sees every deadline up to its own time),
 then the input ends: what is still held leaves to Expire.
 
+Batch mode (Apache Camel's batch resequencer): with
+:class:`~reassembly.resequencer.batch_model.BatchOptions` and ``key=COLUMN`` (integers, string,
+binary, timestamp, timestamp_ntz or date; a timestamp is sorted as its microseconds, a date as its
+days) the in-process :class:`~reassembly.resequencer.batch.BatchResequencer` runs per group key
+instead, its window opened by the key's first row and released sorted by the key column after
+``batch_size`` rows or ``batch_timeout`` seconds of event time (an event-time timer). The extra
+columns are then ``window``, ``terminal`` (``out``, ``duplicate``, ``invalid``, and
+``window_closed`` for a row of its own), ``position``, ``reason``/``reason_name``/``detail``,
+``cause`` (``size``, ``timeout``, ``flush``, ``limit``) and ``n_released``/``n_duplicates``.
+Per key the state holds the resequencer's snapshot (the window counter, kept for good so a key's
+window numbers never repeat) and the held rows (map state by a serial number). Window numbers count
+per key (1, 2, ...): in-process, one resequencer numbers the windows of all its groups from one
+counter. A key function (``BatchOptions(key=...)``) is refused: compute the key as a column.
+
 Limits are per key: ``max_group_messages``/``max_group_bytes`` bound each
 key's held rows (over them: ``expire`` rows after the skip, as in-process).
 The in-all limits cannot be: ``transformWithState`` only reaches the state of
@@ -51,7 +65,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from reassembly.resequencer.batch_model import BatchOptions
 from reassembly.resequencer.model import EndWhen, ResequenceOptions, StartWhen
+from reassembly.spark.resequence.batch_core import BATCH_EXTRA_FIELDS, KEY_COLUMN, batch_core_options, batch_table
 from reassembly.spark.resequence.core import (
     ENDS,
     EXTRA_FIELDS,
@@ -95,43 +111,107 @@ def _prepare(df: Any, group: str, seq: str, event_time: str, options: Resequence
     )
 
 
-def _out_schema(df: Any) -> Any:
+def _out_schema(df: Any, extra: tuple[tuple[str, str], ...] = EXTRA_FIELDS) -> Any:
     from pyspark.sql.types import StructType, _parse_datatype_string
 
     schema = StructType(list(df.schema.fields))
-    for name, ddl in EXTRA_FIELDS:
+    for name, ddl in extra:
         schema = schema.add(name, _parse_datatype_string(ddl))
     return schema
+
+
+# The key column types the batch mode sorts, and how each becomes the helper column (same order).
+_KEY_SQL = {
+    "bigint": "CAST(`{c}` AS BIGINT)",
+    "int": "CAST(`{c}` AS BIGINT)",
+    "smallint": "CAST(`{c}` AS BIGINT)",
+    "tinyint": "CAST(`{c}` AS BIGINT)",
+    "string": "`{c}`",
+    "binary": "`{c}`",
+    "timestamp": "unix_micros(`{c}`)",
+    "timestamp_ntz": "timestampdiff(MICROSECOND, TIMESTAMP_NTZ'1970-01-01 00:00:00', `{c}`)",
+    "date": "CAST(unix_date(`{c}`) AS BIGINT)",
+}
+
+
+def _mode(
+    options: ResequenceOptions | BatchOptions | None, seq: str | None, key: str | None
+) -> tuple[ResequenceOptions | BatchOptions, str]:
+    """The options and the column they order by: ``seq`` for the sequence mode, ``key`` for the batch mode."""
+    if isinstance(options, BatchOptions):
+        if key is None or seq is not None:
+            raise ValueError("batch mode (BatchOptions) sorts by key=COLUMN; seq= is the sequence mode's")
+        batch_core_options(options)  # refused here, on the driver, if Spark cannot honour them
+        return options, key
+    if seq is None or key is not None:
+        raise ValueError("the sequence mode (ResequenceOptions) orders by seq=COLUMN; key= is for BatchOptions")
+    return options or ResequenceOptions(), seq
+
+
+def _prepare_batch(df: Any, group: str, key: str, event_time: str, size: str | None) -> Any:
+    from pyspark.sql import functions as F
+
+    clash = {name for name, _ in BATCH_EXTRA_FIELDS} & set(df.columns)
+    if clash:
+        raise ValueError(f"input columns {sorted(clash)} are names of output columns: rename them")
+    for name in (group, key, event_time):
+        if name not in df.columns:
+            raise ValueError(f"no column {name!r} in the input")
+    kind = df.schema[key].dataType.simpleString()
+    if kind not in _KEY_SQL:
+        raise ValueError(
+            f"the key column {key!r} is {kind}: batch mode sorts integer, string, binary, timestamp and date columns"
+        )
+    return df.select(
+        *(F.col(f"`{c}`") for c in df.columns),
+        F.expr(f"unix_millis(`{event_time}`)").alias(MS_COLUMN),
+        F.expr(_KEY_SQL[kind].format(c=key.replace("`", "``"))).alias(KEY_COLUMN),
+        (F.col(f"`{size}`").cast("long") if size else F.lit(0).cast("long")).alias(SIZE_COLUMN),
+    )
 
 
 def resequence_stream(
     df: Any,
     *,
     group: str,
-    seq: str,
+    seq: str | None = None,
     event_time: str = "event_time",
-    options: ResequenceOptions | None = None,
+    options: ResequenceOptions | BatchOptions | None = None,
     watermark: float = 0.0,
     size: str | None = None,
+    key: str | None = None,
 ) -> Any:
     """Resequence a streaming DataFrame; returns the stream of output rows (see the module docstring).
 
     ``group``, ``seq``, ``event_time`` (a timestamp) and ``size`` (optional,
     counted toward the byte limits) name columns of ``df``; ``watermark`` is
     how far (seconds) event time may run behind the newest seen (Spark drops
-    older rows before they reach the state). The session must use the RocksDB
-    state store provider (:data:`reassembly.spark.state_store.ROCKSDB`).
+    older rows before they reach the state). With
+    :class:`~reassembly.resequencer.batch_model.BatchOptions` (batch mode) ``key`` names the
+    column to sort by instead of ``seq``. The session must use the RocksDB state store provider
+    (:data:`reassembly.spark.state_store.ROCKSDB`).
     """
-    from reassembly.spark.resequence.processor import ResequenceProcessor
+    from reassembly.spark.resequence.processor import BatchResequenceProcessor, ResequenceProcessor
 
     require_rocksdb(df.sparkSession, "resequence_stream")
-    opts = options or ResequenceOptions()
+    opts, column = _mode(options, seq, key)
     delayed = df.withWatermark(event_time, f"{round(watermark * 1000)} milliseconds")
-    prepared = _prepare(delayed, group, seq, event_time, opts, size)
-    processor = ResequenceProcessor(options=opts, columns=list(df.columns), value_schema=df.schema, group_column=group)
+    processor: Any
+    if isinstance(opts, BatchOptions):
+        prepared = _prepare_batch(delayed, group, column, event_time, size)
+        processor = BatchResequenceProcessor(
+            options=opts, columns=list(df.columns), value_schema=df.schema, group_column=group
+        )
+        schema = _out_schema(df, BATCH_EXTRA_FIELDS)
+    else:
+        prepared = _prepare(delayed, group, column, event_time, opts, size)
+        processor = ResequenceProcessor(
+            options=opts, columns=list(df.columns), value_schema=df.schema, group_column=group
+        )
+        schema = _out_schema(df)
     return prepared.groupBy(f"`{group}`").transformWithState(
         statefulProcessor=processor,
-        outputStructType=_out_schema(df),
+        outputStructType=schema,
         outputMode="Append",
         timeMode="EventTime",
     )
@@ -141,34 +221,46 @@ def resequence(
     df: Any,
     *,
     group: str,
-    seq: str,
+    seq: str | None = None,
     event_time: str = "event_time",
-    options: ResequenceOptions | None = None,
+    options: ResequenceOptions | BatchOptions | None = None,
     size: str | None = None,
+    key: str | None = None,
 ) -> Any:
-    """Resequence a finished table (batch): every group from its first row to the end of its input."""
+    """Resequence a finished table (batch): every group from its first row to the end of its input.
+    With :class:`~reassembly.resequencer.batch_model.BatchOptions`, sort windows by the ``key``
+    column (batch mode) instead of ordering by ``seq``."""
     import pyarrow as pa
 
-    opts = options or ResequenceOptions()
+    opts, column = _mode(options, seq, key)
     columns = list(df.columns)
-    schema = _out_schema(df)
+    batch = isinstance(opts, BatchOptions)
+    extra = BATCH_EXTRA_FIELDS if batch else EXTRA_FIELDS
+    schema = _out_schema(df, extra)
     types = {"bigint": pa.int64(), "int": pa.int32(), "string": pa.string()}
     types["array<array<bigint>>"] = pa.list_(pa.list_(pa.int64()))
+    helper_names = [MS_COLUMN, KEY_COLUMN, SIZE_COLUMN] if batch else [MS_COLUMN, SEQ_COLUMN, FLAGS_COLUMN, SIZE_COLUMN]
 
     def per_group(key, table):  # type: ignore[no-untyped-def]  # no hints: Spark picks the table form
         import pyarrow.compute as pc
 
-        helpers = table.select([MS_COLUMN, SEQ_COLUMN, FLAGS_COLUMN, SIZE_COLUMN]).to_pylist()
-        decided = resequence_table(opts, group_of(key), helpers)
+        helpers = table.select(helper_names).to_pylist()
+        if isinstance(opts, BatchOptions):
+            decided = batch_table(opts, group_of(key), helpers)
+        else:
+            decided = resequence_table(opts, group_of(key), helpers)
         out = table.select(columns).take(pa.array([i for i, _ in decided], pa.int64()))  # None: a null row
         at = columns.index(group)
         filled = pc.fill_null(out.column(at), pa.scalar(key[0], out.schema.field(at).type))
         out = out.set_column(at, out.schema.field(at), filled)
-        for k, (name, ddl) in enumerate(EXTRA_FIELDS):
+        for k, (name, ddl) in enumerate(extra):
             out = out.append_column(name, pa.array([e[k] for _, e in decided], types[ddl]))
         return out
 
-    prepared = _prepare(df, group, seq, event_time, opts, size)
+    if isinstance(opts, BatchOptions):
+        prepared = _prepare_batch(df, group, column, event_time, size)
+    else:
+        prepared = _prepare(df, group, column, event_time, opts, size)
     return prepared.groupBy(f"`{group}`").applyInArrow(per_group, schema)
 
 

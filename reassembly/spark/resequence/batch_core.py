@@ -1,0 +1,212 @@
+"""What the Spark batch resequencer decides for one group key: pure Python, no Spark, no clock.
+
+The batch mode of both Spark forms (:mod:`reassembly.spark.resequence.functions` with
+:class:`~reassembly.resequencer.batch_model.BatchOptions`) runs the in-process
+:class:`~reassembly.resequencer.batch.BatchResequencer`, one per group key, with the event time in
+milliseconds as its clock. A row reaches it as a :class:`BatchItem` (helper columns computed in the
+JVM: event time, the key as a long, string or binary, size); the resequencer holds a :class:`HeldRef`
+to where the row is. Each event becomes an output row's extra columns (:func:`batch_outputs`).
+
+Stream: per call, :class:`BatchCore` restores the key's resequencer from its snapshot, ticks it to
+the watermark, offers the call's rows in event-time order (or, for a fired timer, ticks it to the
+timer's time) and returns a :class:`BatchDecision`. A row still held after the call is kept in the
+state store under a serial number (map state; keys of equal value may be held together, so the key
+cannot name a row), given above every serial held before the call. Batch: :func:`batch_table`, one
+finished group in event order.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, NamedTuple
+
+from reassembly.resequencer.batch import BatchResequencer
+from reassembly.resequencer.batch_model import (
+    BatchDuplicate,
+    BatchEvent,
+    BatchInvalid,
+    BatchOptions,
+    BatchReleased,
+    WindowClosed,
+)
+from reassembly.spark.resequence.core import HELD, MS_COLUMN, SIZE_COLUMN, Clock, Out
+from segmenter.errors import Reason
+
+BATCH_EXTRA_FIELDS = (
+    ("window", "bigint"),
+    ("terminal", "string"),
+    ("position", "bigint"),
+    ("reason", "int"),
+    ("reason_name", "string"),
+    ("detail", "string"),
+    ("cause", "string"),
+    ("n_released", "bigint"),
+    ("n_duplicates", "bigint"),
+)
+# The key as the core sorts it: a long (integers, timestamps in µs, dates in days), a string or binary.
+KEY_COLUMN = "__reseq_key"
+_SERIAL = struct.Struct(">q")
+
+
+class HeldRef(NamedTuple):
+    """What the resequencer holds for a Spark row: its place in this call's rows, or HELD and its serial."""
+
+    row: int
+    serial: int
+
+
+class BatchItem(NamedTuple):
+    """One input row as the batch resequencer sees it: the helper columns' values."""
+
+    ms: int | None  # event time; None counts as 0
+    key: Any  # None: the row is refused (invalid)
+    size: int | None  # None counts as 0
+
+    @classmethod
+    def of(cls, row: Any) -> BatchItem:
+        """From a row (a Spark Row or a dict) with the helper columns."""
+        return cls(row[MS_COLUMN], row[KEY_COLUMN], row[SIZE_COLUMN])
+
+
+def batch_core_options(options: BatchOptions) -> BatchOptions:
+    """Seconds to milliseconds; refuses what Spark cannot honour (``ValueError``, as the sequence mode)."""
+    if options.key is not None:
+        raise ValueError("in Spark the key is a column (key=): compute it with withColumn, not BatchOptions(key=...)")
+    if options.max_items < options.max_window_items or options.max_bytes < options.max_window_bytes:
+        raise ValueError(
+            "in Spark every group key has its own batch resequencer: max_items/max_bytes (in all) cannot be "
+            "enforced across keys (transformWithState reaches only the key it is handling); bound each key's "
+            "window with max_window_items/max_window_bytes (the state store bounds the keys together)"
+        )
+    timeout = options.batch_timeout
+    return replace(options, batch_timeout=None if timeout is None else float(round(timeout * 1000)))
+
+
+def batch_outputs(events: list[BatchEvent]) -> Iterator[tuple[BatchEvent, tuple[Any, ...]]]:
+    """Every event with its extra columns (:data:`BATCH_EXTRA_FIELDS`): a row per item, and a row per
+    :class:`~reassembly.resequencer.batch_model.WindowClosed` (terminal ``window_closed``)."""
+    dup = int(Reason.RESEQ_DUPLICATE)
+    for ev in events:
+        if isinstance(ev, BatchReleased):
+            yield ev, (ev.window, "out", ev.position, 0, "NONE", None, None, None, None)
+        elif isinstance(ev, BatchDuplicate):
+            detail = f"key equal to one held in window {ev.window}"
+            yield ev, (ev.window, "duplicate", None, dup, Reason.RESEQ_DUPLICATE.name, detail, None, None, None)
+        elif isinstance(ev, BatchInvalid):
+            yield ev, (None, "invalid", None, int(ev.reason), ev.reason.name, str(ev.error), None, None, None)
+        else:
+            yield ev, (ev.window, "window_closed", None, 0, "NONE", None, ev.cause.value, ev.released, ev.duplicates)
+
+
+def batch_ref_of(ev: BatchEvent) -> HeldRef | None:
+    """Where an item event's row is; None for ``WindowClosed`` (a row of its own)."""
+    return None if isinstance(ev, WindowClosed) else ev.item  # type: ignore[no-any-return]
+
+
+def _order(item: BatchItem) -> tuple[int, bool, Any]:
+    """Event-time order; within one time, by key (no key last)."""
+    return (item.ms or 0, item.key is None, 0 if item.key is None else item.key)
+
+
+@dataclass(frozen=True)
+class BatchDecision:
+    """What one call decided for a key."""
+
+    rows: list[Out]  # in event order; Out.seq is a held row's serial
+    hold: list[tuple[int, int]]  # (this call's row, its serial) to keep in the state store
+    snapshot: bytes | None  # the resequencer's state to keep; None: nothing to keep
+    deadline: int | None  # the one timer the key needs; None: none
+
+
+class BatchCore:
+    """The stream's per-key decisions (see the module docstring). Made from the user's options
+    (seconds): refuses options Spark cannot honour (:func:`batch_core_options`)."""
+
+    def __init__(self, options: BatchOptions) -> None:
+        self.options = batch_core_options(options)
+
+    def _load(self, snapshot: bytes | None, clock: Clock, top: list[int]) -> BatchResequencer:
+        if snapshot is None:
+            return BatchResequencer(self.options, clock=clock)
+
+        def held(raw: bytes) -> HeldRef:
+            (serial,) = _SERIAL.unpack(raw)
+            top[0] = max(top[0], serial)
+            return HeldRef(HELD, serial)
+
+        return BatchResequencer.restore(snapshot, self.options, clock=clock, decode=held)
+
+    def offer(self, snapshot: bytes | None, watermark: int, group: Any, items: Sequence[BatchItem]) -> BatchDecision:
+        """A micro-batch's rows for one key: first every deadline up to the watermark, then the rows in
+        event-time order, each at its own time."""
+        clock, top = Clock(), [0]
+        r = self._load(snapshot, clock, top)
+        order = sorted(range(len(items)), key=lambda i: _order(items[i]))
+        clock.now = watermark
+        events = r.tick()
+        for i in order:
+            item = items[i]
+            clock.now = item.ms or 0
+            events += r.offer(group, item.key, HeldRef(i, -1), size=item.size or 0)
+        return self._decide(r, events, top[0])
+
+    def fire(self, snapshot: bytes | None, watermark: int, at: int) -> BatchDecision:
+        """The key's timer fired at ``at``: every deadline up to it (or the watermark, if later)."""
+        clock, top = Clock(), [0]
+        r = self._load(snapshot, clock, top)
+        clock.now = max(watermark, at)
+        return self._decide(r, r.tick(), top[0])
+
+    def _decide(self, r: BatchResequencer, events: list[BatchEvent], top: int) -> BatchDecision:
+        rows: list[Out] = []
+        for ev, extra in batch_outputs(events):
+            ref = batch_ref_of(ev)
+            rows.append(Out(None, None, extra) if ref is None else Out(ref.row, ref.serial, extra))
+        hold: list[tuple[int, int]] = []
+
+        def encode(ref: HeldRef) -> bytes:
+            if ref.row == HELD:
+                return _SERIAL.pack(ref.serial)
+            hold.append((ref.row, top + 1 + len(hold)))
+            return _SERIAL.pack(hold[-1][1])
+
+        # The window counter stays once a window has opened, or the key's next window could repeat a number.
+        keep = None if r.open_windows == 0 and r.next_window == 1 else r.snapshot(encode=encode)
+        deadline = r.next_deadline()
+        return BatchDecision(rows, hold, keep, None if deadline is None else int(deadline))
+
+
+def batch_table(
+    options: BatchOptions, group: Any, rows: list[dict[str, Any]]
+) -> list[tuple[int | None, tuple[Any, ...]]]:
+    """One group of a finished table, in-process: ``(row index, extras)`` per output row, in event
+    order (index None: a ``window_closed`` row). Rows are offered in event-time order, each after
+    every deadline up to its own time; then every deadline passes and what is left is flushed."""
+    clock = Clock()
+    r = BatchResequencer(batch_core_options(options), clock=clock)
+    events: list[BatchEvent] = []
+    items = [BatchItem.of(row) for row in rows]
+    for i in sorted(range(len(items)), key=lambda i: _order(items[i])):
+        item = items[i]
+        clock.now = item.ms or 0
+        events += r.tick()
+        events += r.offer(group, item.key, HeldRef(i, -1), size=item.size or 0)
+    clock.now = float("inf")
+    events += r.tick() + r.flush()
+    return [(None if (ref := batch_ref_of(ev)) is None else ref.row, extra) for ev, extra in batch_outputs(events)]
+
+
+__all__ = [
+    "BATCH_EXTRA_FIELDS",
+    "KEY_COLUMN",
+    "BatchCore",
+    "BatchDecision",
+    "BatchItem",
+    "HeldRef",
+    "batch_core_options",
+    "batch_outputs",
+    "batch_ref_of",
+    "batch_table",
+]

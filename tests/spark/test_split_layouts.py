@@ -1,0 +1,187 @@
+"""Spark against in-process on landing files that Spark's scan reads in different input partitions.
+
+Each landing file here is its own input partition (``spark.sql.files.openCostInBytes`` raised for the
+test, so that Spark packs no two small files into one scan task; checked, not assumed). A message's
+rows lie in one split, or straddle two, or have a duplicate, a conflicting copy (a bit flipped; or new
+bytes with a valid data checksum and a resealed header) or a forged sibling (same GroupId, another
+offset or other flags) in another split; an MQ group's messages lie in two. Whatever plan the job
+runs, its rows (``combined``, and ``messages`` and ``quarantine`` as ``save()`` writes them, every
+column) must equal the in-process assembler's over the whole multiset of rows, and the rows with the
+JVM fast path off.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from reassembly.spark import ReassemblyOptions, reassemble
+from reassembly.spark.rows import reassemble_group
+from segmenter import Segmenter
+from segmenter.checksum import ChecksumAlgorithm, checksum
+from segmenter.digest import NO_POLICY
+from segmenter.flags import MsgFlags
+from segmenter.header_table import FIELD
+from segmenter.wire import HEADER_LENGTH, decode_header
+from tests.spark.test_differential import MAX, canonical, in_process, message, reseal, spark_rows
+from tests.spark.test_save import saved_rows
+
+pytestmark = pytest.mark.spark
+
+OPEN_COST = "spark.sql.files.openCostInBytes"
+GROUP_ID = slice(FIELD["group_id"].offset, FIELD["group_id"].offset + 24)
+
+
+@pytest.fixture
+def file_per_split(spark: Any) -> Iterator[Any]:
+    """The run's session with every landing file (of a few KiB) in its own scan task: a file costs as
+    much as a whole split to open (Spark packs files into a split only while their sizes plus that cost
+    fit ``maxPartitionBytes``, 128 MiB); put back after."""
+    before = spark.conf.get(OPEN_COST, None)
+    spark.conf.set(OPEN_COST, str(128 << 20))
+    yield spark
+    if before is None:
+        spark.conf.unset(OPEN_COST)
+    else:
+        spark.conf.set(OPEN_COST, before)
+
+
+def write_files(directory: Path, files: list[list[bytes | None]]) -> Path:
+    directory.mkdir(parents=True)
+    for k, rows in enumerate(files):
+        pq.write_table(pa.table({"segment": pa.array(rows, pa.binary())}), directory / f"part-{k:04d}.parquet")
+    return directory
+
+
+def splits_of(spark: Any, path: Path) -> dict[bytes, set[int]]:
+    """Each GroupId's scan partitions (after checking that each file is one partition of its own)."""
+    from pyspark.sql import functions as F
+
+    df = spark.read.parquet(str(path))
+    rows = df.select("segment", F.spark_partition_id().alias("p"), F.col("_metadata.file_path").alias("f")).collect()
+    assert df.rdd.getNumPartitions() == len(list(path.glob("*.parquet")))
+    assert len({r.p for r in rows}) == len({r.f for r in rows}) == len({(r.p, r.f) for r in rows})
+    out: dict[bytes, set[int]] = {}
+    for r in rows:  # the GroupId's bytes at their fixed place (a forged header need not decode)
+        if r.segment is not None and len(r.segment) >= HEADER_LENGTH:
+            out.setdefault(bytes(r.segment)[GROUP_ID], set()).add(r.p)
+    return out
+
+
+def landing(seed: int = 3) -> tuple[list[list[bytes | None]], dict[str, tuple[bytes, int]]]:
+    """Four files; each case names its GroupId and the number of splits its rows are in."""
+    rng = random.Random(seed)
+    seg = Segmenter(300)  # 216 data bytes a segment: a 1,000-byte message is 5 rows
+
+    def msg() -> tuple[bytes, list[bytes]]:
+        gid = rng.randbytes(24)
+        return gid, [s.encode() for s in seg.segment(rng.randbytes(rng.randrange(700, 1100)), group_id=gid)]
+
+    files: list[list[bytes | None]] = [[], [], [], []]
+    cases: dict[str, tuple[bytes, int]] = {}
+    for name, k in (("confined-0", 0), ("confined-1", 1), ("confined-3", 3)):
+        gid, rows = msg()
+        files[k] += rows
+        cases[name] = (gid, 1)
+    gid, rows = msg()  # straddling: its first rows close file 0, the rest open file 1; a copy of its last in 2
+    files[0] += rows[:2]
+    files[1][:0] = rows[2:]
+    files[2].append(rows[-1])
+    cases["straddling, duplicate elsewhere"] = (gid, 3)
+    gid, rows = msg()  # whole in file 2, an exact copy of one row in file 0
+    files[2] += rows
+    files[0].append(rows[1])
+    cases["duplicate elsewhere"] = (gid, 2)
+    gid, rows = msg()  # whole in file 1, a copy of one row with a bit flipped in its data in file 3
+    files[1] += rows
+    flipped = bytearray(rows[2])
+    flipped[-1] ^= 0x01
+    files[3].append(bytes(flipped))
+    cases["conflicting copy, bad checksum"] = (gid, 2)
+    gid, rows = msg()  # whole in file 2, a copy with other bytes, its data checksum valid, in file 0
+    files[2] += rows
+    h = decode_header(rows[1])
+    data = rng.randbytes(h.data_length)
+    files[0].append(reseal(rows[1], data, data_checksum=checksum(ChecksumAlgorithm.CRC32, data)))
+    cases["conflicting copy, valid checksum"] = (gid, 2)
+    gid, rows = msg()  # whole in file 3; forged siblings in files 1 and 2: another offset, other flags
+    files[3] += rows
+    first, second = decode_header(rows[0]), decode_header(rows[1])
+    files[1].append(reseal(rows[1], offset=second.offset + 5))
+    files[2].append(reseal(rows[0], msg_flags=first.msg_flags | MsgFlags.LAST_SEGMENT))
+    cases["forged siblings"] = (gid, 3)
+    group = rng.randbytes(24)  # an MQ group: messages 1 and 2 in file 1, message 3 in file 3
+    parts = [rng.randbytes(rng.randrange(100, 500)) for _ in range(3)]
+    for s in seg.segment_group(parts, group_id=group):
+        files[3 if s.header.msg_seq_number == 3 else 1].append(s.encode())
+    cases["MQ group"] = (group, 2)
+    files[2].append(None)  # and rows that are no segment
+    files[3].append(b"SGMT" + rng.randbytes(40))
+    return files, cases
+
+
+def test_split_layouts_give_the_in_process_rows(file_per_split: Any, tmp_path: Path) -> None:
+    spark = file_per_split
+    files, cases = landing()
+    path = write_files(tmp_path / "landing", files)
+    where = splits_of(spark, path)
+    assert {name: len(where[gid]) for name, (gid, _) in cases.items()} == {n: k for n, (_, k) in cases.items()}
+    expected = in_process([r for f in files for r in f])
+    assert canonical(spark_rows(spark, path, NO_POLICY)) == expected, "combined, JVM fast path on"
+    assert canonical(spark_rows(spark, path, NO_POLICY, jvm_fast_path=False)) == expected, "JVM fast path off"
+    df = spark.read.parquet(str(path))
+    for name, threshold in (("as reassemble run", 128 << 20), ("large-message path", 150)):
+        payloads, out = tmp_path / f"payloads-{threshold}", tmp_path / f"out-{threshold}"
+        opts = ReassemblyOptions(
+            max_message_size=MAX, partitions=3, payload_dir=str(payloads), large_message_bytes=threshold
+        )
+        reassemble(df, options=opts).save(out)
+        assert canonical(saved_rows(spark, out), payloads) == expected, f"save(), {name}"
+    outcome = reassemble_group([r for f in files for r in f], ReassemblyOptions(max_message_size=MAX).limits())
+    # What the rules make of it (the subject is that Spark agrees, whatever the layout): every message
+    # complete, each bad copy quarantined with its reason, wherever it landed.
+    assert [r["status"] for r in outcome if r["kind"] == "message"] == ["complete"] * 11
+    assert sorted(r["reason"] for r in outcome if r["kind"] == "quarantine") == [2251, 2252, 9002, 9005, 9007, 9012]
+
+
+@st.composite
+def spread(draw: st.DrawFn) -> list[list[bytes | None]]:
+    """test_differential's hostile messages, landed as a lander would: each message's rows in one file,
+    but each row (a duplicate, a conflicting or forged copy, a straddling part) may land in another."""
+    files: list[list[bytes | None]] = [[] for _ in range(draw(st.integers(2, 4)))]
+    for i in range(draw(st.integers(1, 6))):
+        home = draw(st.integers(0, len(files) - 1))
+        for row in draw(message(i)):
+            k = draw(st.sampled_from([home] * 3 + list(range(len(files)))))
+            files[k].append(row)
+    return files
+
+
+@pytest.mark.slow
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    phases=(Phase.explicit, Phase.reuse, Phase.generate),  # no shrinking: each example is four Spark jobs
+)
+@given(files=spread())
+def test_hostile_messages_spread_over_splits_give_the_in_process_rows(
+    file_per_split: Any, tmp_path_factory: pytest.TempPathFactory, files: list[list[bytes | None]]
+) -> None:
+    spark = file_per_split
+    path = write_files(tmp_path_factory.mktemp("split-layouts") / "landing", files)
+    expected = in_process([r for f in files for r in f])
+    assert canonical(spark_rows(spark, path, NO_POLICY)) == expected, "JVM fast path on"
+    assert canonical(spark_rows(spark, path, NO_POLICY, jvm_fast_path=False)) == expected, "JVM fast path off"
+    out, payloads = path.parent / "out", path.parent / "payloads"
+    opts = ReassemblyOptions(max_message_size=MAX, partitions=3, payload_dir=str(payloads))
+    reassemble(spark.read.parquet(str(path)), options=opts).save(out)
+    assert canonical(saved_rows(spark, out), payloads) == expected, "save()"
