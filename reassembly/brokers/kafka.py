@@ -50,11 +50,11 @@ from reassembly.assembler.events import (
 )
 from reassembly.assembler.positions import next_offset
 from segmenter.brokers import BrokerError, Delivery
+from segmenter.brokers.kafka import confluent
 from segmenter.errors import Reason, SegmentationError
 
 log = logging.getLogger(__name__)
 
-INSTALL = 'pip install "segment-reassembly[kafka]"'
 DEFAULT_EXPIRY_OFFSETS = 10_000
 """``Limits.expiry_offsets`` of the assembler a loop builds when given none: an incomplete message
 holding a segment more than this many offsets behind its partition's newest is handed back
@@ -69,17 +69,6 @@ expired, with its gap report) and the commit moves on."""
 
 Delivered = MessageComplete | GroupComplete
 TP = tuple[str, int]  # (topic, partition): the assembler's partition key
-
-
-def confluent() -> Any:
-    """The ``confluent_kafka`` module, or a one-line error naming the extra to install."""
-    try:
-        import confluent_kafka
-    except ImportError:
-        raise BrokerError(
-            f"Kafka needs the confluent-kafka client: {INSTALL}", reason=Reason.ENVIRONMENT_ERROR
-        ) from None
-    return confluent_kafka
 
 
 def bootstrap_servers(url: str) -> str:

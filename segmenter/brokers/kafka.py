@@ -222,13 +222,18 @@ class KafkaSend:
         return f"KafkaSend({self.message_id}, {self.topic}, {len(self.records)}/{self.segments} acknowledged, {state})"
 
 
-def _confluent() -> Any:
+INSTALL = 'pip install "segment-reassembly[kafka]"'
+
+
+def confluent() -> Any:
+    """The ``confluent_kafka`` module, or a one-line :class:`BrokerError` (9060 ENVIRONMENT_ERROR) naming
+    the extra to install: the producer, the consumer loop and the drain all ask here."""
     try:
         import confluent_kafka
-    except ImportError as exc:
-        raise ImportError(
-            'Kafka needs confluent-kafka: pip install "segment-reassembly[kafka]" (or confluent-kafka>=2.4)'
-        ) from exc
+    except ImportError:
+        raise BrokerError(
+            f"Kafka needs the confluent-kafka client: {INSTALL}", reason=Reason.ENVIRONMENT_ERROR
+        ) from None
     return confluent_kafka
 
 
@@ -335,7 +340,7 @@ class KafkaSegmentProducer:
             raise argument_error(f"topic must be a non-empty str, not {topic!r}"[:120])
         if not isinstance(headers, bool):
             raise argument_error("headers must be True or False")
-        ck = _confluent()
+        ck = confluent()
         conf = _checked_config(config or {}, bootstrap_servers)
         if max_record_bytes is not None and (
             not isinstance(max_record_bytes, int) or isinstance(max_record_bytes, bool) or max_record_bytes <= 0
