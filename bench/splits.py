@@ -2,7 +2,9 @@
 shuffle floor and a copy floor.
 
 ``python -m bench.splits --gib 1 --segment-kib 64 --rounds 3 --work /tmp/splits-work --json FILE``
-(``--quick``: 64 MiB of 64 KiB segments in 8 MiB files, one round, no warm-up round: a harness check).
+(``--quick``: 64 MiB of 64 KiB segments in 8 MiB files, one round, no warm-up round: a harness check;
+``--cluster``: every case on a loopback standalone cluster, a master and two one-core workers on
+127.0.0.1 as ``tests/support/cluster.py`` starts them for the deployment tests).
 
 The same messages (``--per-message`` segments each, random payloads) land in two layouts of
 Parquet files (binary column ``segment``), generated once into ``--work`` from a fixed seed:
@@ -18,8 +20,9 @@ workers, after an untimed run on a small warm-up table, its data read into the p
 as ``bench.sparkcase`` does), rounds interleaved (round r starts with the r-th case), after
 ``--warmup-rounds`` whole rounds that are not counted:
 
-* ``ours``: ``reassemble(df, ...).save(out)`` as ``reassemble run`` runs it (``today`` is the same
-  plan under its own name: the plan of the day, kept to compare a new plan against);
+* ``ours``: ``reassemble(df, ...).save(out)`` as ``reassemble run`` runs it: each scan task stages
+  the messages complete in it, only references and the rest cross the shuffle;
+* ``today``: the same with ``assemble_in_splits=False``: every row crosses the shuffle;
 * ``shuffle-floor``: read, repartition by the message key (GroupId and MsgSeqNumber, a substring
   of the header at its fixed offset), write;
 * ``copy-floor``: read, write; no shuffle: the physical limit of any plan.
@@ -52,7 +55,7 @@ HERE = Path(__file__).parent
 MiB, KiB = 1 << 20, 1 << 10
 LAYOUTS = ("lander", "scattered")
 OURS, TODAY, SHUFFLE, COPY = "ours", "today", "shuffle-floor", "copy-floor"
-CASES = (OURS, SHUFFLE, COPY)
+CASES = (OURS, TODAY, SHUFFLE, COPY)
 KNOWN = (OURS, TODAY, SHUFFLE, COPY)
 STRADDLE, DUPLICATE = 0.02, 0.01  # shares of the messages, lander layout
 SEED = 39
@@ -171,12 +174,18 @@ def make_layouts(
 
 def case_plan(spark: Any, name: str, payload_dir: Path) -> Any:
     """The landing DataFrame -> what ``sparkbench.write_result`` writes for case ``name``."""
+    from reassembly.spark import ReassemblyOptions, reassemble
+
     from .sparkbench import APPROACHES, approaches
 
     table = approaches(spark, payload_dir)
+
+    def shuffled(df: Any) -> Any:  # the plan in which every row crosses the shuffle
+        return reassemble(df, options=ReassemblyOptions(payload_dir=str(payload_dir), assemble_in_splits=False))
+
     plans = {
         OURS: table[APPROACHES[0]],  # reassemble(), saved as `reassemble run` saves
-        TODAY: table[APPROACHES[0]],
+        TODAY: shuffled,
         SHUFFLE: table[APPROACHES[4]],  # by substring(segment, 17, 28): GroupId + MsgSeqNumber
         COPY: lambda df: df,
     }
@@ -481,8 +490,6 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["child"]:
         return child(argv[1:])
-    from .host import machine
-
     p = argparse.ArgumentParser(prog="python -m bench.splits", description=__doc__.split("\n\n")[0])
     p.add_argument("--gib", type=float, default=1.0, help="payload per data set (default 1)")
     p.add_argument("--segment-kib", type=int, nargs="+", default=[64], help="segment sizes (default 64)")
@@ -496,7 +503,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", default=None, help="where the data sets go (reused; default: a temp dir)")
     p.add_argument("--json", default=None, help="write the results here")
     p.add_argument("--quick", action="store_true", help="64 MiB, 64 KiB segments, 8 MiB files, 1 round, no warm-up")
+    p.add_argument(
+        "--cluster", action="store_true", help="run every case on a loopback standalone cluster (two one-core workers)"
+    )
     args = p.parse_args(argv)
+    if args.cluster:
+        sys.path.insert(0, str(HERE.parent))  # tests/support/cluster.py: the cluster the tests deploy to
+        from tests.support.cluster import standalone_cluster
+
+        with standalone_cluster(Path(tempfile.mkdtemp(prefix="splits-cluster-"))) as url:
+            return _main(p, args, url)
+    return _main(p, args, None)
+
+
+def _main(p: argparse.ArgumentParser, args: argparse.Namespace, master: str | None) -> int:
+    from .host import machine
+
     if args.quick:
         args.gib, args.segment_kib, args.file_mib, args.rounds, args.warmup_rounds = 1 / 16, [64], 8.0, 1, 0
     cases = args.cases.split(",")
@@ -506,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown case or layout: {bad[0]}")
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="splits-"))
     work.mkdir(parents=True, exist_ok=True)
-    conf = dict(kv.split("=", 1) for kv in args.conf)
+    conf = dict(kv.split("=", 1) for kv in args.conf) | ({} if master is None else {"spark.master": master})
     total = int(args.gib * 1024) * MiB
     from .sparkbench import make_dataset
 

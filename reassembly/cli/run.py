@@ -58,6 +58,13 @@ def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
     segment_options(p)
     spark_options(p)
     _large(p)
+    p.add_argument(
+        "--driver-judge-bytes",
+        type=at_least(0),
+        default=64 << 20,
+        help="messages that need judging whose side files total at most this are judged in this process,"
+        " with no Spark job; 0: always a Spark job (default 64 MiB)",
+    )
     lineage_options(p)
     orchestration_options(p)
     _incremental_options(p)
@@ -158,9 +165,10 @@ def _reassemble(
             large_message_bytes=args.large_message_bytes,
             digest=digest,
             keep_columns=keep,
+            driver_judge_bytes=args.driver_judge_bytes,
         )
         result = reassemble(job.df, encoded=encoded, raw_column=raw_column, options=options)
-        result.save(tmp)  # clean messages from the JVM; the rest judged by a second job, if any
+        result.save(tmp)  # clean messages from the JVM; the rest judged in the driver or by a second job
         from reassembly.spark.quarantine import prune_unreferenced
 
         prune_unreferenced(tmp / "payloads", tmp / "quarantine")  # files of attempts whose output was discarded
@@ -314,6 +322,7 @@ def _incremental(args: argparse.Namespace) -> int | None:
         large_message_bytes=args.large_message_bytes,
         digest=digest,
         keep_columns=tuple(args.keep_columns),  # carried rows keep every column they landed with
+        driver_judge_bytes=args.driver_judge_bytes,
     )
     with Progress(progress_wanted(args)):
         report = run_incremental(

@@ -33,7 +33,7 @@ huge size). The other rows of the ordinary path keep ``raw``: each is no bigger 
 the aggregated input row it came from, and leaves with it.
 
 Lineage (input columns kept): each input row's kept columns travel in its ``meta`` as ``src``
-(from the side file's ``.src`` beside it, for the second job), and the judge gives them to the
+(from the side file's ``.src`` beside it, for the side files' judge), and the judge gives them to the
 rows (``rows.py``: the assembler is fed each segment at its index as its position).
 
 Where the judge's rows are written (``save()``), its quarantine rows leave through a
@@ -261,7 +261,7 @@ def _task_token() -> str:
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
-    return f"{ctx.stageId()}-{ctx.partitionId()}-{ctx.taskAttemptId()}" if ctx is not None else "local"
+    return f"{ctx.stageId()}-{ctx.partitionId()}-{ctx.taskAttemptId()}" if ctx is not None else "driver"
 
 
 def _quarantine_token() -> str:

@@ -185,6 +185,7 @@ def fast_aggregate(
     dirty: bool = True,
     side: str | None = None,
     large_message_bytes: int | None = None,
+    stage: str | None = None,
 ) -> Any:
     """:func:`aggregate` plus the clean test's verdict (column ``clean``), in one JVM pass.
 
@@ -202,8 +203,12 @@ def fast_aggregate(
     ``meta`` is built only for rows that are not clean (NULL otherwise: the judge's input).
     ``clean`` / ``dirty``: which rows to emit (the other kind is dropped in the pass). ``side``: a
     directory every executor sees: only clean rows are emitted and every other group is written
-    there, one file per task, for ``save.py``'s second job (``SideFile.java``).
+    there, one file per task, for ``save.py``'s judge (``SideFile.java``).
     ``large_message_bytes``: the threshold with a ``payload_dir`` set (see :func:`row_ok`), else None.
+    ``stage`` (with ``side``, without kept columns): a directory every executor sees, where each scan
+    task stages the messages complete and clean among its own consecutive rows and sends one
+    reference row per message across the shuffle instead of its rows (``Stage.java``; runs of more
+    than :data:`STAGE_CAP` bytes are not staged).
     """
     from pyspark.sql import DataFrame
 
@@ -211,16 +216,23 @@ def fast_aggregate(
     meta = f"struct({', '.join(f'`{c}`' for c in (*_META, *kept))}) AS m"
     rules = row_ok(large_message_bytes=large_message_bytes)
     ok = f"coalesce({rules} AND header_length = {table.HEADER_LENGTH}, false) AS row_ok"
-    sorted_ = (
-        routed.selectExpr("routable", "pk", "bk", "piece", ok, meta)  # SQL text: one py4j call per column, not ~20
-        .repartition(partitions, "pk")
-        .sortWithinPartitions("pk", "routable", "bk", "m.sk", "m.plen")
-    )
+    selected = routed.selectExpr("routable", "pk", "bk", "piece", ok, meta)  # SQL text: one py4j call per column
+    if stage is not None:
+        if side is None or kept:
+            raise ValueError("staging needs a side folder and no kept columns")
+        selected = DataFrame(reassembler.stage(selected._jdf, stage, max_message_size, STAGE_CAP), routed.sparkSession)
+    sorted_ = selected.repartition(partitions, "pk").sortWithinPartitions("pk", "routable", "bk", "m.sk", "m.plen")
     if side is None:
         jdf = reassembler.run(sorted_._jdf, max_message_size, clean, dirty)
-    else:
+    elif stage is None:
         jdf = reassembler.split(sorted_._jdf, max_message_size, side, SK_HEADER)
+    else:
+        jdf = reassembler.split(sorted_._jdf, max_message_size, side, SK_HEADER, stage)
     return DataFrame(jdf, routed.sparkSession)
+
+
+# The largest message a scan task stages: its buffer holds one run (Stage.java); a larger one crosses the shuffle.
+STAGE_CAP = 64 << 20
 
 
 # The last row's header extension: header bytes [FIXED_LENGTH, header_length - 4), read from its sk.

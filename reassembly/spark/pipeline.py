@@ -39,8 +39,23 @@ the one pass costs what the bare shuffle does; what remains over it in ``combine
 Python operator after it (every row passes through it, clean ones with a NULL argument) and
 the row explode.
 :meth:`ReassemblyResult.save` (what ``reassemble run`` does) removes both: the clean
-messages are written by a JVM-only job and the rest judged by a second job that runs
-only when there is a rest (``save.py``).
+messages are written by a JVM-only job and the rest judged only when there is a rest: in
+the driver when it is small (``driver_judge_bytes``), else by a second job (``save.py``).
+
+Shuffle only what must meet (``save()``, ``assemble_in_splits``, the default): landers write a
+message's segments together, so most messages are complete inside one scan task. Before the
+shuffle, each scan task walks its rows in file order and assembles every run of consecutive rows
+that is a complete clean message by the same rules (``Fold.java``, shared with the pass after the
+shuffle); it stages the message's bytes in a file of its own under the output's side folder and
+sends one reference row (the message's key, its last header, where its bytes are) across the
+shuffle instead of its rows (``Stage.java``). Every other row crosses the shuffle as before. After
+the shuffle a key holds every row that names it, from every split: a reference alone is delivered,
+its bytes read back from the stage file; a reference with any other row (a duplicate, a
+conflicting copy, a forged sibling, a far row's stub, a second whole copy) is rebuilt into its
+rows and judged with all of them, as if nothing had been staged. So the rows are the same as with
+``assemble_in_splits=False`` (tests/spark/test_split_layouts.py), and on a lander-shaped table the
+shuffle carries the references and the few messages that straddle files
+(``python -m bench.splits``). Lineage (``keep_columns``) keeps the plan that shuffles every row.
 """
 
 from __future__ import annotations
@@ -67,6 +82,8 @@ from reassembly.spark.schema import (
 )
 from segmenter.digest import NO_POLICY, REDACT_KEYS, DigestPolicy
 
+STAGE = "stage"  # under save()'s side folder: the scan tasks' stage files (Stage.java)
+
 
 @dataclass(frozen=True)
 class ReassemblyOptions:
@@ -92,6 +109,14 @@ class ReassemblyOptions:
     # Lineage: input columns carried unchanged into every output row (a quarantine row's ``source``,
     # a message's ``sources``: one per segment used, in offset order). Empty: no such columns.
     keep_columns: tuple[str, ...] = ()
+    # save() with the jar's one pass: each scan task assembles the messages complete and clean among
+    # its own consecutive rows, stages their bytes under the output's ``_side`` folder and sends only a
+    # reference across the shuffle; a message with any other row anywhere is judged with all its rows.
+    # False: every row crosses the shuffle. Same rows either way (``stage.py``).
+    assemble_in_splits: bool = True
+    # save(): the groups the one pass set aside are judged in the driver when their side files total
+    # at most this many bytes (no Spark job, no Python workers to start); more: a Spark job judges them.
+    driver_judge_bytes: int = 64 << 20
 
     def limits(self) -> Limits:
         # One group per assembler call: the group itself is the only thing buffered.
@@ -129,7 +154,10 @@ class ReassemblyResult:
     def save(self, directory: str | Any) -> Saved:
         """Write ``directory/messages`` and ``directory/quarantine`` (Parquet), the layout of
         ``reassemble run``, each with exactly its columns, and ``directory/_reassembly.json`` (the
-        schema version): clean messages by a JVM-only job, the rest (if any) by a second job.
+        schema version): clean messages by a JVM-only job, the rest (if any) judged in the driver
+        when small (``driver_judge_bytes``), else by a second job. With ``assemble_in_splits`` (the
+        default) the messages complete in one scan task are assembled there and staged under
+        ``directory``'s hidden side folder until they are delivered (module doc).
         ``Saved.metrics`` holds the counts the jobs published as Spark observed metrics."""
         return save(self.output, directory)
 
@@ -261,18 +289,24 @@ def reassemble(
             (("kind", "string"), *((c, ddl[c]) for c in message_columns(False))), lineage, SOURCES if keep else None
         )
 
+        # Lineage keeps the plan that shuffles every row: a staged message's rows carry no kept columns.
+        staging = opts.assemble_in_splits and not keep
+
         def clean_messages(side: str) -> Any:
+            stage = f"{side}/{STAGE}" if staging else None
             agg = jvm.fast_aggregate(
-                routed, n, limits.max_message_size, one_pass, side=side, large_message_bytes=threshold
+                routed, n, limits.max_message_size, one_pass, side=side, large_message_bytes=threshold, stage=stage
             )
             return agg.selectExpr(*clean_columns)
 
-        def judged(files: list[str], pending: str) -> Any:
-            side_judge = make_side_judge(limits, opts.unit_of_work, opts.payload_dir, threshold, pending)
-            paths = spark.createDataFrame([(f,) for f in files], "path string").repartition(len(files))
-            return paths.mapInArrow(side_judge, judged_schema)
+        def side_judge(pending: str) -> Any:  # the judge of the side files, in a Spark job or in the driver
+            return make_side_judge(limits, opts.unit_of_work, opts.payload_dir, threshold, pending)
 
-        split = Split(clean_messages, judged)
+        def judged(files: list[str], pending: str) -> Any:
+            paths = spark.createDataFrame([(f,) for f in files], "path string").repartition(len(files))
+            return paths.mapInArrow(side_judge(pending), judged_schema)
+
+        split = Split(clean_messages, judged, side_judge, opts.driver_judge_bytes)
     return ReassemblyResult(Output(df.sparkSession, plan, split, keep, lineage))
 
 

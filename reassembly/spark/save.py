@@ -7,15 +7,25 @@ again, and every task starts Python workers whether or not a row needs them
 (``python -m bench.stages`` compares the variants ``ours`` and ``save``). Here the one pass
 (``Reassemble.split`` in the jar) writes the clean messages straight from the JVM, and every
 other group to a side file (one per task, in the output's hidden ``_side`` folder,
-``SideFile.java``); only if a side file exists does a second job judge those groups in Python
-(the same per-task judge as the UDF, ``judge._Task``) and write its messages beside the first
-job's. Same rows as ``combined`` (tests/spark/test_save.py).
+``SideFile.java``); only if a side file exists are those groups judged in Python (the same
+per-task judge as the UDF, ``judge._Task``) and their messages written beside the first job's.
+Same rows as ``combined`` (tests/spark/test_save.py).
+
+Where they are judged: side files totalling at most ``ReassemblyOptions.driver_judge_bytes``
+(:attr:`Split.driver_judge_bytes`; the rest of a mostly clean table is a few MiB) are judged in
+this, the driver's, process by the very function a Spark job would run on them
+(``judge.make_side_judge``), and their message rows written with pyarrow (``writer.write_part``:
+one file of the job's schema, read by Spark like the job's own); a Spark job there costs seconds
+of starting Python workers and repartitioning a list of paths for well under a second of judging.
+More: a second job (``Split.judge``, a ``mapInArrow`` over the list of files) judges them.
+Same rows, files and counts either way (tests/spark/test_save_driver.py).
 
 Each folder holds exactly its own columns (``schema.py``): the judge, wherever it runs for a
 write, hands Spark message rows only and sends its quarantine rows to a pending file of its
 task (``judge.Pending``, in ``_side/quarantine``); a last, small job writes those into
-``quarantine`` (an empty table when there are none). So no job writes both kinds, and nothing
-is written twice to drop the other kind's columns.
+``quarantine`` (an empty table when there are none; the driver itself, with pyarrow, where they
+total at most ``driver_judge_bytes``). So no job writes both kinds, and nothing is written twice
+to drop the other kind's columns.
 
 Where the split cannot run (Spark Connect, no jar, a digest policy that demands digests,
 ``jvm_fast_path=False``), :func:`save` writes the messages of ``combined``'s plan in one job (its
@@ -26,8 +36,9 @@ The side folder is inside the output, so it is wherever the output is: on a clus
 (like ``payload_dir``) must be a directory every executor sees.
 
 Counts: every job publishes what it wrote as Spark observed metrics (``pyspark.sql.Observation``,
-named ``reassembly...``: Spark's UI, listeners and metrics sinks see them); :class:`Saved` gives
-their sum as ``metrics`` (:data:`METRICS`).
+named ``reassembly...``: Spark's UI, listeners and metrics sinks see them); what the driver
+judges or writes itself it counts as it goes (:class:`_Counted`); :class:`Saved` gives their sum as
+``metrics`` (:data:`METRICS`), the same counts wherever the rows were judged.
 """
 
 from __future__ import annotations
@@ -37,26 +48,30 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from reassembly.spark.judge import pending_files, read_pending
+import pyarrow as pa
+
+from reassembly.spark.judge import KIND_INPUT, SIDE_SOURCES, pending_files, read_pending
 from reassembly.spark.rows import Status
 from reassembly.spark.schema import (
     MANIFEST,
+    MESSAGE_SCHEMA,
     QUARANTINE_ARROW,
     QUARANTINE_SCHEMA,
     SOURCE,
+    SOURCES,
     lineage_arrow,
     manifest,
     message_columns,
     quarantine_columns,
     spark_schema,
 )
-from reassembly.spark.writer import empty_folder, parquet_writer
+from reassembly.spark.writer import empty_folder, parquet_writer, spark_codec, spark_version, write_part
 
 logger = logging.getLogger(__name__)
 
@@ -78,12 +93,21 @@ METRICS = (
 OBSERVED_WAIT = 10.0  # seconds to wait, after a job, for its observed metrics to arrive
 
 
+SideJudge = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]  # judge.make_side_judge's function
+
+
 @dataclass(frozen=True)
 class Split:
-    """The two jobs of a split write, bound to one ``reassemble()`` call."""
+    """The jobs of a split write, bound to one ``reassemble()`` call."""
 
     clean: Callable[[str], Any]  # a side folder -> the clean messages (the messages columns)
     judge: Callable[[list[str], str], Any]  # side files, pending folder -> ``kind`` + messages columns
+    # A pending folder -> the function ``judge`` maps over the side files' paths, to call in the driver
+    # (batches of paths -> ``kind`` + messages columns); None: always ``judge``.
+    side_judge: Callable[[str], SideJudge] | None = None
+    # Side files (and pending quarantine files) totalling at most this many bytes are judged (written)
+    # in the driver: no Spark job, no Python worker to start. 0: always a Spark job.
+    driver_judge_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -100,13 +124,16 @@ class Output:
 
 
 class Saved(NamedTuple):
-    """How :func:`save` wrote: ``split`` (two jobs possible), the side files the second job judged, and
-    ``metrics``: the counts the jobs published as observed metrics (:data:`METRICS`; empty where
-    Spark gave none: a warning is logged)."""
+    """How :func:`save` wrote: ``split`` (the clean messages by a JVM-only job), the side files judged
+    after it, ``metrics``: the counts the jobs published as observed metrics plus those the driver
+    counted (:data:`METRICS`; empty where Spark gave none: a warning is logged), and
+    ``judged_in_driver``: the side files were judged in the driver process, not by a Spark job
+    (they totalled at most ``ReassemblyOptions.driver_judge_bytes``)."""
 
     split: bool
     side_files: int
     metrics: Mapping[str, int] = MappingProxyType({})
+    judged_in_driver: bool = False
 
 
 def side_files(folder: Path) -> list[str]:
@@ -196,9 +223,16 @@ def _write(df: Any, path: Path | str) -> None:
 
 
 def _quarantine_job(output: Output, meter: Meter, pending: Path, target: Path) -> None:
-    """The judges' pending quarantine rows into ``target`` (one task per file), or an empty table."""
+    """The judges' pending quarantine rows into ``target`` (one task per file; written by the driver
+    where they total at most ``driver_judge_bytes``), or an empty table."""
     kept = output.lineage is not None
     files = pending_files(pending) if pending.exists() else []
+    if files and _in_driver(output.split, files):
+        written = _quarantine_here(output, files, target)
+        if written:
+            meter.observations.append(_Counted({"quarantined": written}))
+            return
+        files = []  # finished pending files hold a row each: an empty one is nothing quarantined
     if not files:
         from pyspark.sql.pandas.types import to_arrow_type
 
@@ -213,10 +247,81 @@ def _quarantine_job(output: Output, meter: Meter, pending: Path, target: Path) -
 
 
 class _Counted:
-    """A count known without a job, in an observation's stead (no pending file: nothing quarantined)."""
+    """Counts known without a job, in an observation's stead (no pending file: nothing quarantined;
+    what the driver judged or wrote itself)."""
 
     def __init__(self, values: dict[str, int]) -> None:
         self.get = values
+
+
+def _in_driver(split: Split | None, files: list[str]) -> bool:
+    """Whether ``files`` (side files with their ``.src`` companions, or pending files) are few
+    enough bytes to read in the driver rather than by a Spark job."""
+    if split is None or split.side_judge is None or split.driver_judge_bytes <= 0:
+        return False
+    total = 0
+    for f in files:
+        companion = f.removesuffix(".side") + SIDE_SOURCES if f.endswith(".side") else None
+        total += os.path.getsize(f)
+        total += os.path.getsize(companion) if companion is not None and os.path.exists(companion) else 0
+    return total <= split.driver_judge_bytes
+
+
+def _spark_json(output: Output, schema: tuple[Any, ...], lineage: str) -> str:
+    """The StructType the Spark job of a folder writes, as Spark records it in a Parquet footer."""
+    kept = output.lineage is not None
+    return str(spark_schema(tuple((c.name, c.ddl) for c in schema), output.lineage, lineage if kept else None).json())
+
+
+def _sum(column: Any) -> int:
+    import pyarrow.compute as pc
+
+    return int(pc.sum(column).as_py() or 0)
+
+
+def _judge_here(output: Output, split: Split, files: list[str], pending: Path, messages: Path) -> dict[str, int]:
+    """The side files judged in this process by ``split.side_judge`` (the Spark job's very function,
+    on one batch of their paths): the message rows written into ``messages`` as one file, the
+    quarantine rows to pending files (as the job's tasks do). Returns the counts the job would have
+    observed (``reassembly_judged``)."""
+    import pyarrow.compute as pc
+
+    assert split.side_judge is not None
+    judge = split.side_judge(str(pending))
+    counts = dict.fromkeys(("rows_in", "used", "duplicates", "messages", "bytes_complete"), 0)
+    counts.update({f"messages_{s}": 0 for s in _STATUSES})
+    paths = pa.RecordBatch.from_pydict({"path": pa.array(files, pa.string())})
+
+    def rows() -> Iterator[pa.RecordBatch]:
+        for batch in judge(iter([paths])):
+            kind = batch.column("kind")
+            counts["rows_in"] += _sum(batch.filter(pc.equal(kind, KIND_INPUT)).column("segments_used"))
+            out = batch.filter(pc.equal(kind, "message")).drop_columns(["kind"])
+            del batch, kind  # the filtered copy only, while it is written
+            status = out.column("status")
+            counts["messages"] += out.num_rows
+            counts["used"] += _sum(out.column("segments_used"))
+            counts["duplicates"] += _sum(out.column("duplicates"))
+            counts["bytes_complete"] += _sum(out.filter(pc.equal(status, "complete")).column("original_length"))
+            for s in _STATUSES:
+                counts[f"messages_{s}"] += _sum(pc.equal(status, s).cast(pa.int64()))
+            yield out
+
+    spark = output.spark
+    write_part(messages, rows(), _spark_json(output, MESSAGE_SCHEMA, SOURCES), spark_codec(spark), spark_version(spark))
+    return counts
+
+
+def _quarantine_here(output: Output, files: list[str], target: Path) -> int:
+    """The pending quarantine rows written into ``target`` by this process (:func:`read_pending`,
+    as the job's tasks read them): the rows written."""
+    paths = pa.RecordBatch.from_pydict({"path": pa.array(files, pa.string())})
+    spark = output.spark
+    json_schema = _spark_json(output, QUARANTINE_SCHEMA, SOURCE)
+    written = write_part(target, read_pending(iter([paths])), json_schema, spark_codec(spark), spark_version(spark))
+    if written:
+        (target / "_SUCCESS").touch()  # as Spark's job leaves it
+    return written
 
 
 def save(output: Output, directory: str | Path) -> Saved:
@@ -234,6 +339,7 @@ def save(output: Output, directory: str | Path) -> Saved:
     messages = local / FOLDERS["message"]
     columns = [f"`{c}`" for c in message_columns(kept)]
     files: list[str] = []
+    here = False
     if output.split is None:
         plan = output.plan(str(pending), meter.input)
         rows = plan.where("kind = 'message'").select(*columns)
@@ -245,7 +351,10 @@ def save(output: Output, directory: str | Path) -> Saved:
             messages,
         )
         files = side_files(side) if side.exists() else []
-        if files:
+        here = bool(files) and _in_driver(output.split, files)
+        if here:
+            meter.observations.append(_Counted(_judge_here(output, output.split, files, pending, messages)))
+        elif files:
             judged = output.split.judge(files, str(pending))
             counts = [
                 *_message_metrics("kind = 'message'"),
@@ -260,7 +369,7 @@ def save(output: Output, directory: str | Path) -> Saved:
     _quarantine_job(output, meter, pending, local / FOLDERS["quarantine"])
     shutil.rmtree(side, ignore_errors=True)
     _manifest(local, output.keep_columns)
-    return Saved(output.split is not None, len(files), meter.metrics())
+    return Saved(output.split is not None, len(files), meter.metrics(), here)
 
 
 def _manifest(local: Path, keep_columns: tuple[str, ...]) -> None:

@@ -7,7 +7,8 @@ bytes with a valid data checksum and a resealed header) or a forged sibling (sam
 offset or other flags) in another split; an MQ group's messages lie in two. Whatever plan the job
 runs, its rows (``combined``, and ``messages`` and ``quarantine`` as ``save()`` writes them, every
 column) must equal the in-process assembler's over the whole multiset of rows, and the rows with the
-JVM fast path off.
+JVM fast path off, and with every row shuffled (``assemble_in_splits=False``: ``save()`` then stages
+nothing in the scan).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from reassembly.spark import ReassemblyOptions, reassemble
+from reassembly.spark.jvm import SK_HEADER
+from reassembly.spark.pipeline import STAGE
 from reassembly.spark.rows import reassemble_group
 from segmenter import Segmenter
 from segmenter.checksum import ChecksumAlgorithm, checksum
@@ -118,6 +121,15 @@ def landing(seed: int = 3) -> tuple[list[list[bytes | None]], dict[str, tuple[by
     files[1].append(reseal(rows[1], offset=second.offset + 5))
     files[2].append(reseal(rows[0], msg_flags=first.msg_flags | MsgFlags.LAST_SEGMENT))
     cases["forged siblings"] = (gid, 3)
+    gid, rows = msg()  # whole in file 0 and, an exact copy of all of it, whole in file 2 too
+    files[0] += rows
+    files[2] += rows
+    cases["whole copy elsewhere"] = (gid, 2)
+    gid, rows = msg()  # whole in file 1 twice, another message between the copies
+    other, others = msg()
+    files[1] += rows + others + rows
+    cases["whole copy in its split"] = (gid, 1)
+    cases["between copies"] = (other, 1)
     group = rng.randbytes(24)  # an MQ group: messages 1 and 2 in file 1, message 3 in file 3
     parts = [rng.randbytes(rng.randrange(100, 500)) for _ in range(3)]
     for s in seg.segment_group(parts, group_id=group):
@@ -145,10 +157,14 @@ def test_split_layouts_give_the_in_process_rows(file_per_split: Any, tmp_path: P
         )
         reassemble(df, options=opts).save(out)
         assert canonical(saved_rows(spark, out), payloads) == expected, f"save(), {name}"
+    payloads, out = tmp_path / "payloads-shuffled", tmp_path / "out-shuffled"
+    opts = ReassemblyOptions(max_message_size=MAX, partitions=3, payload_dir=str(payloads), assemble_in_splits=False)
+    reassemble(df, options=opts).save(out)
+    assert canonical(saved_rows(spark, out), payloads) == expected, "save(), every row shuffled"
     outcome = reassemble_group([r for f in files for r in f], ReassemblyOptions(max_message_size=MAX).limits())
     # What the rules make of it (the subject is that Spark agrees, whatever the layout): every message
     # complete, each bad copy quarantined with its reason, wherever it landed.
-    assert [r["status"] for r in outcome if r["kind"] == "message"] == ["complete"] * 11
+    assert [r["status"] for r in outcome if r["kind"] == "message"] == ["complete"] * 14
     assert sorted(r["reason"] for r in outcome if r["kind"] == "quarantine") == [2251, 2252, 9002, 9005, 9007, 9012]
 
 
@@ -185,3 +201,78 @@ def test_hostile_messages_spread_over_splits_give_the_in_process_rows(
     opts = ReassemblyOptions(max_message_size=MAX, partitions=3, payload_dir=str(payloads))
     reassemble(spark.read.parquet(str(path)), options=opts).save(out)
     assert canonical(saved_rows(spark, out), payloads) == expected, "save()"
+    out, payloads = path.parent / "out-shuffled", path.parent / "payloads-shuffled"
+    opts = ReassemblyOptions(max_message_size=MAX, partitions=3, payload_dir=str(payloads), assemble_in_splits=False)
+    reassemble(spark.read.parquet(str(path)), options=opts).save(out)
+    assert canonical(saved_rows(spark, out), payloads) == expected, "save(), every row shuffled"
+
+
+def staged_group_ids(stage: Path) -> list[bytes]:
+    """The GroupIds of the messages in a save's stage files (format: ``Stage.java``), one per record."""
+    at = SK_HEADER + FIELD["group_id"].offset
+    out = []
+    for path in sorted(stage.glob("*.stage")):
+        data, pos = path.read_bytes(), 0
+        while pos < len(data):
+            n, pos = int.from_bytes(data[pos : pos + 4], "big"), pos + 4
+            lengths = []
+            for i in range(n):
+                k = int.from_bytes(data[pos : pos + 4], "big")
+                sk = data[pos + 4 : pos + 4 + k]
+                lengths.append(int.from_bytes(data[pos + 4 + k : pos + 8 + k], "big"))
+                if i == 0:
+                    out.append(sk[at : at + 24])
+                pos += 8 + k
+            pos += sum(lengths)
+    return out
+
+
+def test_a_scan_task_stages_what_is_complete_in_it_and_delivers_what_meets_nothing_else(
+    file_per_split: Any, tmp_path: Path
+) -> None:
+    """The plan itself: the scan stages every message complete and clean among its own consecutive rows
+    (a whole copy in another split, or later in its own, is staged too); after the shuffle only those
+    that met no other row are delivered as staged, the rest go to the judge with all their rows."""
+    spark = file_per_split
+    files, cases = landing()
+    path = write_files(tmp_path / "landing", files)
+    result = reassemble(spark.read.parquet(str(path)), options=ReassemblyOptions(max_message_size=MAX, partitions=3))
+    assert result.split is not None
+    side = tmp_path / "side"
+    clean = result.split.clean(str(side)).select("group_id").collect()
+    whole = [
+        "confined-0",
+        "confined-1",
+        "confined-3",
+        "duplicate elsewhere",
+        "conflicting copy, bad checksum",
+        "conflicting copy, valid checksum",
+        "forged siblings",
+        "between copies",
+    ]
+    twice = ["whole copy elsewhere", "whole copy in its split"]
+    staged = staged_group_ids(side / STAGE)
+    assert sorted(staged) == sorted([cases[c][0] for c in whole] + [cases[c][0] for c in twice] * 2)
+    alone = ["confined-0", "confined-1", "confined-3", "between copies"]
+    assert sorted(bytes(r.group_id) for r in clean) == sorted(cases[c][0] for c in alone)
+
+
+def test_runs_past_the_stage_cap_cross_the_shuffle_as_they_came(
+    file_per_split: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scan task holds at most ``STAGE_CAP`` bytes of a run: with the cap at 500 bytes (two or three
+    of the landing's 216-byte pieces) every run outgrows it part-way, its rows so far and the row that
+    took it past the cap cross the shuffle, and the rows are still the in-process ones."""
+    from reassembly.spark import jvm
+
+    monkeypatch.setattr(jvm, "STAGE_CAP", 500)
+    spark = file_per_split
+    files, _ = landing()
+    path = write_files(tmp_path / "landing", files)
+    out = tmp_path / "out"
+    result = reassemble(spark.read.parquet(str(path)), options=ReassemblyOptions(max_message_size=MAX, partitions=3))
+    assert result.split is not None
+    result.split.clean(str(tmp_path / "side")).collect()
+    assert staged_group_ids(tmp_path / "side" / STAGE) == []  # every message is longer than the cap
+    result.save(out)
+    assert canonical(saved_rows(spark, out)) == in_process([r for f in files for r in f])

@@ -31,10 +31,14 @@ import org.apache.spark.unsafe.types.BinaryView;
  * the columns of the SQL aggregate plus its clean verdict; {@code meta} is built only for rows
  * that are not clean (the judge's input: clean rows never need it).
  *
- * <p>The cross-row rules (the only ones here): one message from offset 0, contiguous, exactly one
- * LAST at the end, header fields agreeing with the last row's, and the message CRC, folded from
- * the segments' CRCs that {@code row_ok} has verified against their data ({@link Crc32Combine}),
- * so no byte is read twice.
+ * <p>The cross-row rules (the only ones here) are {@link Fold}'s: one message from offset 0,
+ * contiguous, exactly one LAST at the end, header fields agreeing with the last row's, and the
+ * message CRC, folded from the segments' CRCs that {@code row_ok} has verified against their data.
+ *
+ * <p>After {@link #stage} (the scan staged the messages complete and clean among its own rows): a
+ * row with a {@code ref} stands for a staged message; alone under its key it is delivered as a
+ * clean message, its bytes read back from the stage file; with any other row it is rebuilt into
+ * its rows for the side file ({@link Stage}).
  *
  * <p>Why Catalyst's own rows ({@link InternalRow}), not {@code Dataset.mapPartitions} with a
  * {@code Row} encoder: the encoder turns every sorted row into a {@code Row} (each piece copied
@@ -67,18 +71,21 @@ public final class Reassemble implements FlatMapFunction<Iterator<InternalRow>, 
 
     private final long maxMessageSize;
     private final boolean emitClean, emitDirty;
+    private final StructType meta;
     private final int metaFields;
-    private final int offset, dataLength, isLast, storedLength, originalLength, messageChecksum;
-    private final int lengthDeferred, dataChecksum;
-    private final DataType[] metaTypes;
     private final String sideDir; // null: no side file
+    private final String stageDir; // where the scan staged messages (Stage.java), or null
+    private final int ref; // the input column of a staged message's reference; negative: none
     private final int skHeader, sk, far, isNull, plen;
     private final int src; // the meta field of the kept columns; negative: nothing kept
     private final StructType srcType;
 
     private Reassemble(StructType meta, long maxMessageSize, boolean emitClean, boolean emitDirty, String sideDir,
-        int skHeader) {
+        int skHeader, String stageDir, int ref) {
+        this.meta = meta;
         this.maxMessageSize = maxMessageSize;
+        this.stageDir = stageDir;
+        this.ref = ref;
         this.emitClean = emitClean;
         this.emitDirty = emitDirty;
         this.sideDir = sideDir;
@@ -88,15 +95,6 @@ public final class Reassemble implements FlatMapFunction<Iterator<InternalRow>, 
         isNull = meta.fieldIndex("is_null");
         plen = meta.fieldIndex("plen");
         metaFields = meta.size();
-        metaTypes = Arrays.stream(meta.fields()).map(StructField::dataType).toArray(DataType[]::new);
-        offset = meta.fieldIndex("offset");
-        dataLength = meta.fieldIndex("data_length");
-        isLast = meta.fieldIndex("is_last");
-        storedLength = meta.fieldIndex("stored_length");
-        originalLength = meta.fieldIndex("original_length");
-        messageChecksum = meta.fieldIndex("message_checksum");
-        lengthDeferred = meta.fieldIndex("length_deferred");
-        dataChecksum = meta.fieldIndex("data_checksum");
         src = sourceField(meta);
         srcType = src < 0 ? null : (StructType) meta.fields()[src].dataType();
     }
@@ -135,7 +133,7 @@ public final class Reassemble implements FlatMapFunction<Iterator<InternalRow>, 
      * RDD ({@code LogicalRDD}): the rest of the query plans as usual.
      */
     public static Dataset<Row> run(Dataset<Row> sorted, long maxMessageSize, boolean emitClean, boolean emitDirty) {
-        return pass(sorted, maxMessageSize, emitClean, emitDirty, null, 0);
+        return pass(sorted, maxMessageSize, emitClean, emitDirty, null, 0, null);
     }
 
     /**
@@ -144,20 +142,44 @@ public final class Reassemble implements FlatMapFunction<Iterator<InternalRow>, 
      * in a routable row's {@code sk}.
      */
     public static Dataset<Row> split(Dataset<Row> sorted, long maxMessageSize, String sideDir, int skHeader) {
-        return pass(sorted, maxMessageSize, true, false, sideDir, skHeader);
+        return pass(sorted, maxMessageSize, true, false, sideDir, skHeader, null);
+    }
+
+    /**
+     * {@link #split} over rows that went through {@link #stage} first (the column {@code ref}), reading
+     * the staged messages back from {@code stageDir}.
+     */
+    public static Dataset<Row> split(Dataset<Row> sorted, long maxMessageSize, String sideDir, int skHeader,
+        String stageDir) {
+        return pass(sorted, maxMessageSize, true, false, sideDir, skHeader, stageDir);
+    }
+
+    /**
+     * The scan's side of the staged plan ({@link Stage}): {@code selected} (this pass's input columns,
+     * before the shuffle) with the messages complete and clean among a task's consecutive rows staged in
+     * {@code stageDir}, each replaced by one reference row (column {@code ref}). Runs of more than
+     * {@code cap} bytes are not staged.
+     */
+    public static Dataset<Row> stage(Dataset<Row> selected, String stageDir, long maxMessageSize, long cap) {
+        return Stage.run(selected, stageDir, maxMessageSize, cap);
     }
 
     private static Dataset<Row> pass(Dataset<Row> sorted, long maxMessageSize, boolean emitClean, boolean emitDirty,
-        String sideDir, int skHeader) {
+        String sideDir, int skHeader, String stageDir) {
         StructType meta = (StructType) sorted.schema().apply("m").dataType();
-        Reassemble pass = new Reassemble(meta, maxMessageSize, emitClean, emitDirty, sideDir, skHeader);
+        int ref = Arrays.asList(sorted.schema().fieldNames()).indexOf("ref");
+        if (ref >= 0 && (stageDir == null || sideDir == null || emitDirty || sourceField(meta) >= 0)) {
+            throw new IllegalArgumentException("staged rows are read back only by split() with its stage folder,"
+                + " without kept columns");
+        }
+        Reassemble pass = new Reassemble(meta, maxMessageSize, emitClean, emitDirty, sideDir, skHeader, stageDir, ref);
         return Plans.frame(sorted, Plans.rows(sorted).toJavaRDD().mapPartitions(pass).rdd(), outputSchema(meta));
     }
 
     @Override
     public Iterator<InternalRow> call(Iterator<InternalRow> input) {
         SideFile side = sideDir == null ? null : new SideFile(sideDir, skHeader, sk, far, isNull, plen, src, srcType);
-        return new Groups(input, side);
+        return new Groups(input, side, stageDir == null ? null : new Stage.Reader(stageDir));
     }
 
     /** A binary column of a row the sorter may overwrite: a view while the row lasts, else a copy. */
@@ -169,15 +191,6 @@ public final class Reassemble implements FlatMapFunction<Iterator<InternalRow>, 
         return a == null ? b == null : a.equals(b);
     }
 
-    private boolean eq(InternalRow a, InternalRow b, int i) {
-        return !a.isNullAt(i) && !b.isNullAt(i) && a.get(i, metaTypes[i]).equals(b.get(i, metaTypes[i]));
-    }
-
-    /** SQL's {@code m.x IS NULL OR m.x = last.x}. */
-    private boolean agrees(InternalRow m, InternalRow last, int i) {
-        return m.isNullAt(i) || eq(m, last, i);
-    }
-
     /** Groups consecutive rows of one key; yields the groups of the kinds asked for. */
     private final class Groups implements Iterator<InternalRow> {
         private final Iterator<InternalRow> input;
@@ -187,10 +200,14 @@ public final class Reassemble implements FlatMapFunction<Iterator<InternalRow>, 
         private int next = 1 << 16; // the length of a new buffer, when the group starts without one
         private long lastSize = -1; // the previous group's size
         private final SideFile side; // where groups that are not clean go, or null
+        private final Stage.Reader reader; // the stage files, or null
+        private final Fold fold = new Fold(meta, maxMessageSize);
+        private long size; // the current group's bytes in the buffer
 
-        Groups(Iterator<InternalRow> input, SideFile side) {
+        Groups(Iterator<InternalRow> input, SideFile side, Stage.Reader reader) {
             this.input = input;
             this.side = side;
+            this.reader = reader;
             this.ahead = input.hasNext() ? input.next() : null;
         }
 
@@ -217,15 +234,28 @@ public final class Reassemble implements FlatMapFunction<Iterator<InternalRow>, 
 
         /** Appends {@code piece} to the buffer at {@code size}; the new size. */
         private long append(BinaryView piece, long size) {
-            long end = size + piece.numBytes();
+            long end = grow(size, piece.numBytes());
+            piece.writeToMemory(buffer, Platform.BYTE_ARRAY_OFFSET + size);
+            return end;
+        }
+
+        /** The buffer holding {@code size + length} bytes (its first {@code size} kept); that sum. */
+        private long grow(long size, long length) {
+            long end = size + length;
             if (end > MAX_ARRAY) {
                 throw new IllegalStateException("an aggregate of " + end + " bytes: over Spark's 2 GiB cap on a value");
             }
             if (end > buffer.length) {
                 buffer = Arrays.copyOf(buffer, (int) Math.min(MAX_ARRAY, Math.max(end, 2L * buffer.length)));
             }
-            piece.writeToMemory(buffer, Platform.BYTE_ARRAY_OFFSET + size);
             return end;
+        }
+
+        /** A staged message's bytes go here: the buffer's next {@code length} bytes. */
+        private java.nio.ByteBuffer reserve(long length) {
+            long at = size;
+            size = grow(size, length);
+            return java.nio.ByteBuffer.wrap(buffer, (int) at, (int) length);
         }
 
         /** Consumes one group; its output row, or null when its kind is not asked for. */
@@ -239,32 +269,33 @@ public final class Reassemble implements FlatMapFunction<Iterator<InternalRow>, 
             byte[] bk = row.isNullAt(2) ? null : row.getBinary(2);
             BinaryView pkView = pk == null ? null : BinaryView.fromBytes(pk);
             BinaryView bkView = bk == null ? null : BinaryView.fromBytes(bk);
-            List<InternalRow> metas = new ArrayList<>();
-            long size = 0;
-            boolean ok = routable && bk == null;
-            long crc = 0;
-            InternalRow previous = null;
+            fold.start(routable && bk == null);
+            size = 0;
+            int rows = 0, staged = 0;
+            InternalRow stagedLast = null;
             while (true) {
-                InternalRow m = row.getStruct(5, metaFields).copy(); // kept past the sorter's next row
-                metas.add(m);
-                BinaryView piece = view(row, 3);
-                int length = piece == null ? 0 : piece.numBytes();
-                if (length > 0) {
-                    size = append(piece, size);
-                }
-                if (ok) {
-                    ok = !row.isNullAt(4) && row.getBoolean(4) && !m.isNullAt(offset) && !m.isNullAt(dataChecksum);
-                    if (ok && previous == null) {
-                        ok = m.getLong(offset) == 0;
-                    } else if (ok) { // the previous row is not LAST and this one follows it
-                        ok = !previous.isNullAt(isLast) && !previous.getBoolean(isLast) && !previous.isNullAt(dataLength)
-                            && m.getLong(offset) == previous.getLong(offset) + previous.getLong(dataLength);
+                rows++;
+                if (ref >= 0 && !row.isNullAt(ref)) { // a message staged by the scan (Stage.java)
+                    staged++;
+                    stagedLast = row.getStruct(5, metaFields).copy();
+                    Stage.Staged message = reader.read(row.getBinary(ref), this::reserve);
+                    for (int i = 0; i < message.keys.length; i++) { // its rows as the side file needs them
+                        GenericInternalRow m = new GenericInternalRow(metaFields);
+                        m.update(sk, message.keys[i]);
+                        m.update(far, false);
+                        m.update(isNull, false);
+                        m.update(plen, message.lengths[i]);
+                        fold.add(m, false, 0);
                     }
-                    if (ok) {
-                        crc = Crc32Combine.combine(crc, m.getLong(dataChecksum), length);
+                } else {
+                    InternalRow m = row.getStruct(5, metaFields).copy(); // kept past the sorter's next row
+                    BinaryView piece = view(row, 3);
+                    int length = piece == null ? 0 : piece.numBytes();
+                    if (length > 0) {
+                        size = append(piece, size);
                     }
+                    fold.add(m, !row.isNullAt(4) && row.getBoolean(4), length);
                 }
-                previous = m;
                 ahead = input.hasNext() ? input.next() : null;
                 if (ahead == null || ahead.getBoolean(0) != routable || !same(pkView, view(ahead, 1))
                     || !same(bkView, view(ahead, 2))) {
@@ -272,20 +303,11 @@ public final class Reassemble implements FlatMapFunction<Iterator<InternalRow>, 
                 }
                 row = ahead;
             }
-            InternalRow last = previous;
-            if (ok) {
-                ok = !last.isNullAt(isLast) && last.getBoolean(isLast) && eq(last, last, messageChecksum)
-                    && last.getLong(messageChecksum) == crc && size <= maxMessageSize;
-            }
-            if (ok) {
-                for (InternalRow m : metas) {
-                    if (!eq(m, last, lengthDeferred) || !agrees(m, last, storedLength)
-                        || !agrees(m, last, originalLength) || !agrees(m, last, messageChecksum)) {
-                        ok = false;
-                        break;
-                    }
-                }
-            }
+            List<InternalRow> metas = fold.metas();
+            // A staged message alone under its key is the clean message the scan found; with any other
+            // row it is judged with all of them, rebuilt (Stage.java's class doc).
+            boolean ok = staged == 0 ? fold.clean() : staged == 1 && rows == 1;
+            InternalRow last = staged == 0 ? fold.last() : stagedLast;
             if (!ok && side != null) {
                 side.write(routable, bk != null, metas, buffer);
             }
@@ -293,14 +315,14 @@ public final class Reassemble implements FlatMapFunction<Iterator<InternalRow>, 
             if (ok ? emitClean : emitDirty) {
                 // the pieces' own lengths, no declared length; the buffer itself when they fill it (see the class doc)
                 byte[] blob = size == buffer.length ? buffer : Arrays.copyOf(buffer, (int) size);
-                Object meta = ok ? null : new GenericArrayData(metas.toArray());
+                Object metaArray = ok ? null : new GenericArrayData(metas.toArray());
                 if (src < 0) {
-                    out = new GenericInternalRow(new Object[] {routable, pk, bk, blob, metas.size(), last, meta, ok});
+                    out = new GenericInternalRow(new Object[] {routable, pk, bk, blob, metas.size(), last, metaArray, ok});
                 } else { // a clean row's kept columns, row by row; the judge reads them from meta
                     Object sources = ok ? new GenericArrayData(metas.stream().map(m -> m.get(src, srcType)).toArray())
                         : null;
                     out = new GenericInternalRow(
-                        new Object[] {routable, pk, bk, blob, metas.size(), last, meta, ok, sources});
+                        new Object[] {routable, pk, bk, blob, metas.size(), last, metaArray, ok, sources});
                 }
             }
             if (buffer != null && buffer.length > KEEP) { // a large message's buffer is not held for the task

@@ -13,11 +13,9 @@ import java.nio.file.StandardCopyOption;
 import java.util.List;
 
 import org.apache.arrow.vector.ipc.ArrowStreamWriter;
-import org.apache.spark.TaskContext;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.execution.arrow.ArrowWriter;
 import org.apache.spark.sql.types.StructType;
-import org.apache.spark.util.TaskCompletionListener;
 
 /**
  * The groups of one task that are not clean, written for the Python judge's second job
@@ -121,9 +119,7 @@ final class SideFile {
     }
 
     private void open() throws IOException {
-        TaskContext ctx = TaskContext.get();
-        String name = ctx == null ? "local-0-0"
-            : ctx.partitionId() + "-" + ctx.attemptNumber() + "-" + ctx.taskAttemptId();
+        String name = TaskFiles.attemptName();
         Files.createDirectories(dir);
         tmp = dir.resolve(name + ".tmp");
         out = new DataOutputStream(new BufferedOutputStream(Files.newOutputStream(tmp), 1 << 20));
@@ -134,14 +130,7 @@ final class SideFile {
             sourceStream = new ArrowStreamWriter(sources.root(), null, Channels.newChannel(sourceOut));
             sourceStream.start();
         }
-        if (ctx != null) {
-            ctx.addTaskCompletionListener(new TaskCompletionListener() {
-                @Override
-                public void onTaskCompletion(TaskContext context) {
-                    abandon();
-                }
-            });
-        }
+        TaskFiles.onCompletion(this::abandon);
     }
 
     /** One row's kept columns into the sources stream (a batch written every {@link #SOURCE_BATCH} rows). */
