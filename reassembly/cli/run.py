@@ -40,12 +40,19 @@ if TYPE_CHECKING:
 
 
 def _large(q: argparse.ArgumentParser) -> None:
-    """run and demo write messages (refmsg writes objects): where the large ones go."""
+    """run and demo write messages (refmsg writes objects): where the large ones go, where the rest is judged."""
     q.add_argument(
         "--large-message-bytes",
         type=at_least(1),
         default=128 << 20,
         help="messages above this (or of unknown size) are written to OUTPUT/payloads/ (default 128 MiB)",
+    )
+    q.add_argument(
+        "--driver-judge-bytes",
+        type=at_least(0),
+        default=64 << 20,
+        help="messages that need judging whose side files total at most this are judged in this process,"
+        " with no Spark job; 0: always a Spark job (default 64 MiB)",
     )
 
 
@@ -58,13 +65,6 @@ def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
     segment_options(p)
     spark_options(p)
     _large(p)
-    p.add_argument(
-        "--driver-judge-bytes",
-        type=at_least(0),
-        default=64 << 20,
-        help="messages that need judging whose side files total at most this are judged in this process,"
-        " with no Spark job; 0: always a Spark job (default 64 MiB)",
-    )
     lineage_options(p)
     orchestration_options(p)
     _incremental_options(p)
