@@ -30,18 +30,24 @@ itself to the reader. An assignment change is also logged: ``assigned TIME P,P,.
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import signal
-import sys
 import threading
-import time
-from pathlib import Path
-from typing import Any
 
-from reassembly import Assembler, GroupComplete, Limits, MessageComplete
-from reassembly.brokers.kafka import KafkaReassembler
+# Before the imports below (about a second): a test may SIGTERM a consumer it has just restarted,
+# and a SIGTERM that arrives before the handler is set kills the process (-15) instead of stopping it.
+STOPPING = threading.Event()
+signal.signal(signal.SIGTERM, lambda *_: STOPPING.set())
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+from reassembly import Assembler, GroupComplete, Limits, MessageComplete  # noqa: E402
+from reassembly.brokers.kafka import KafkaReassembler  # noqa: E402
 
 
 class Log:
@@ -118,8 +124,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--poll-timeout", type=float, default=0.2)
     a = ap.parse_args(argv)
     log = Log(a.log)
-    stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    stopping = STOPPING
     handed = 0
 
     def kill() -> None:
