@@ -49,7 +49,7 @@ class PostgresSegmentStore(SegmentStore):
         member: str,
         lease_seconds: float = 30.0,
         limits: Limits | None = None,
-        unit_of_work: bool = True,
+        unit_of_work: bool | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
         kwargs = {} if clock is None else {"clock": clock}

@@ -28,7 +28,7 @@ class SqliteSegmentStore(SegmentStore):
         member: str,
         lease_seconds: float = 30.0,
         limits: Limits | None = None,
-        unit_of_work: bool = True,
+        unit_of_work: bool | None = None,
         busy_timeout: float = 30.0,
         synchronous: str = "FULL",
         clock: Callable[[], float] | None = None,

@@ -113,7 +113,8 @@ class SegmentStore:
     ``member`` names this process in claims and counters (unique per live process: a restarted
     member may reuse its name, its old leases are then its own again). ``lease_seconds`` bounds how
     long a claimant may take from its claim to its settlement before another member takes over.
-    ``unit_of_work`` (recorded in the store by the first member; every member must agree) makes an
+    ``unit_of_work`` (recorded in the store by the first member, True unless it says otherwise; a
+    member giving ``None`` takes the store's, one giving another value is refused) makes an
     MQ group one claim, delivered as one ``GroupComplete`` once every message 1..last is complete.
     """
 
@@ -129,7 +130,7 @@ class SegmentStore:
         member: str,
         lease_seconds: float = 30.0,
         limits: Limits | None = None,
-        unit_of_work: bool = True,
+        unit_of_work: bool | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.conn = conn
@@ -138,7 +139,9 @@ class SegmentStore:
         self.limits = limits or Limits()
         self.clock = clock
         self._create()
-        self.unit_of_work = self._agree("unit_of_work", "1" if unit_of_work else "0") == "1"
+        self.unit_of_work = (
+            self._agree("unit_of_work", None if unit_of_work is None else "1" if unit_of_work else "0") == "1"
+        )
 
     # ---------------------------------------------------------------- dialect
     def _begin(self) -> None:
@@ -170,11 +173,15 @@ class SegmentStore:
                 if stmt.strip():
                     self.conn.execute(stmt)
 
-    def _agree(self, name: str, value: str) -> str:
+    def _agree(self, name: str, value: str | None, default: str = "1") -> str:
+        """A store-wide setting: the first member records it; ``value`` None takes the store's."""
         with self._tx():
-            self._x("INSERT INTO seg_meta (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING", (name, value))
+            self._x(
+                "INSERT INTO seg_meta (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
+                (name, default if value is None else value),
+            )
             held = str(self._x("SELECT value FROM seg_meta WHERE name = ?", (name,)).fetchone()[0])
-        if held != value:
+        if value is not None and held != value:
             raise SegmentationError(
                 f"the store was created with {name}={held}; this member asks for {value}",
                 reason=Reason.STATE_ERROR,

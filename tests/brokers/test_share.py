@@ -70,8 +70,9 @@ def prime(bootstrap: str, topic: str, group: str) -> None:
                 p.produce(topic, PROBE, partition=part)
         p.flush(10)
         for m in c.poll(0.5) or []:
-            if m.error() is None and m.partition() is not None:
-                seen.add(m.partition())
+            got = m.partition()
+            if m.error() is None and got is not None:
+                seen.add(got)
                 c.acknowledge(m)
         if len(seen) == PARTITIONS:
             break
@@ -158,7 +159,7 @@ def test_members_killed_at_drawn_points_lose_nothing(kafka_cluster: MockCluster,
     (tmp / "sink").mkdir()
     prime(kafka_cluster.bootstrap, topic, f"sg-{topic}")
     names = ["m1", "m2", "m3"]
-    kill = {name: ("--kill-at", point, "--kill-after", str(after)) for name, (point, after) in zip(names, plan)}
+    kill = {n: ("--kill-at", point, "--kill-after", str(after)) for n, (point, after) in zip(names, plan, strict=True)}
     members = {name: start_member(kafka_clients, kafka_cluster, topic, store, name, tmp, *kill[name]) for name in names}
     wait_for("three members started", lambda: started(tmp / "log", names), 60)
     sent = messages(12, 30_000, 4096)
