@@ -182,8 +182,41 @@ def test_members_killed_at_drawn_points_lose_nothing(kafka_cluster: MockCluster,
         if proc.returncode is None:
             assert proc.terminate() == 0, proc.errors()[-2000:]
     check_sink(tmp / "sink", sent)
-    check_store(store, sent, tmp / "log")
+    counters = check_store(store, sent, tmp / "log")
     sinks = [w for w in log_lines(tmp / "log") if w[0] == "sink"]
     assert len(sinks) == len(sent.payloads)  # exactly once to the sink keyed by message id
     # 12 claims over 3 members: one member makes at least 4, so at least one drawn kill happens
     assert kills and len(kills) == len(restarted)
+    if any(k[1] != "written" for k in kills):  # a claimant died holding its lease: another took the unit over
+        assert counters.get("leases_expired", 0) >= 1, counters
+
+
+@pytest.mark.servers
+def test_a_record_at_its_delivery_limit_is_quarantined_then_rejected(
+    kafka_cluster: MockCluster, kafka_clients: ClientProcesses, tmp_path: Path
+) -> None:
+    """A member told the group's delivery limit is 1 treats every record as at its limit: each one's
+    bytes land in the store's quarantine (9070) before it is rejected; nothing is stored or delivered."""
+    from reassembly.segstore import open_store
+    from segmenter import Reason
+
+    topic = kafka_cluster.create_topic(f"share-limit-{next(_topics)}", PARTITIONS)
+    store = f"sqlite://{tmp_path / 'segments.db'}"
+    (tmp_path / "sink").mkdir()
+    prime(kafka_cluster.bootstrap, topic, f"sg-{topic}")
+    start_member(kafka_clients, kafka_cluster, topic, store, "m1", tmp_path, "--delivery-limit", "1")
+    wait_for("the member started", lambda: started(tmp_path / "log", ["m1"]), 60)
+    sent = messages(2, 10_000, 4096)
+    for i, segs in enumerate(sent.segments.values()):
+        produce(kafka_cluster.bootstrap, topic, segs, first_partition=i)
+
+    def quarantined() -> list[bytes]:
+        with open_store(store, member="checker") as s:
+            return [q[5] for q in s.quarantined() if q[3] is Reason.DELIVERY_LIMIT and q[5] != PROBE]
+
+    wait_for("every record quarantined", lambda: len(quarantined()) == sent.total, 60)
+    assert sorted(quarantined()) == sorted(r for segs in sent.segments.values() for r in segs)
+    assert in_sink(tmp_path / "sink") == set()
+    assert kafka_clients.started[0].terminate() == 0
+    with open_store(store, member="checker") as s:
+        assert s.stats().units == 0
