@@ -65,6 +65,20 @@ class PostgresSegmentStore(SegmentStore):
     def _schema_lock(self) -> None:
         self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
 
+    def _create(self) -> None:
+        super()._create()
+        # Segment bytes are checksummed, often compressed payloads: stored out of line without
+        # PostgreSQL's own compression attempt (pglz over incompressible 64 KiB costs more than the
+        # write). Changed once, by the member that finds it unset (under the schema lock).
+        with self._tx():
+            self._schema_lock()
+            for table in ("seg_segments", "seg_quarantine"):
+                storage = self.conn.execute(
+                    "SELECT attstorage FROM pg_attribute WHERE attrelid = %s::regclass AND attname = 'raw'", (table,)
+                ).fetchone()[0]
+                if storage != "e":
+                    self.conn.execute(f"ALTER TABLE {table} ALTER COLUMN raw SET STORAGE EXTERNAL")
+
     def _reclaim(self) -> None:
         self.conn.execute("VACUUM seg_segments")
         self.conn.execute("VACUUM seg_units")

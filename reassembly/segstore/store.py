@@ -57,7 +57,7 @@ class Claim:
 
 @dataclass(frozen=True)
 class Written:
-    """What one write did: its segment's fate, and the claim it made (when it completed a unit)."""
+    """What one write did with one segment: its fate, its GroupId (when it decoded), why it was quarantined."""
 
     outcome: Write
     group_id: bytes | None = None
@@ -138,6 +138,7 @@ class SegmentStore:
         self.lease_seconds = lease_seconds
         self.limits = limits or Limits()
         self.clock = clock
+        self._pending: dict[str, int] = {}  # counters of the open transaction
         self._create()
         self.unit_of_work = (
             self._agree("unit_of_work", None if unit_of_work is None else "1" if unit_of_work else "0") == "1"
@@ -155,12 +156,21 @@ class SegmentStore:
 
     @contextmanager
     def _tx(self) -> Iterator[None]:
+        self._pending = {}
         try:
             self._begin()
             yield
+            for name, n in self._pending.items():  # one upsert per counter and transaction
+                self._x(
+                    "INSERT INTO seg_counters (member, name, value) VALUES (?, ?, ?) ON CONFLICT (member, name) "
+                    "DO UPDATE SET value = seg_counters.value + excluded.value",
+                    (self.member, name, n),
+                )
         except BaseException:
+            self._pending = {}
             self.conn.execute("ROLLBACK")
             raise
+        self._pending = {}
         self.conn.execute("COMMIT")
 
     def _schema_lock(self) -> None:
@@ -190,12 +200,9 @@ class SegmentStore:
         return held
 
     def _count(self, name: str, n: int = 1) -> None:
+        """Add to this member's counter, written with the transaction that counts (inside ``_tx``)."""
         if n:
-            self._x(
-                "INSERT INTO seg_counters (member, name, value) VALUES (?, ?, ?) ON CONFLICT (member, name) "
-                "DO UPDATE SET value = seg_counters.value + excluded.value",
-                (self.member, name, n),
-            )
+            self._pending[name] = self._pending.get(name, 0) + n
 
     def _quarantine(self, inc: Incoming | None, raw: bytes, reason: Reason, detail: str, now: float) -> None:
         h = None if inc is None else inc.header
@@ -364,7 +371,8 @@ class SegmentStore:
         gid, unit = claim.group_id, claim.unit
         lease = self._lease(gid, unit)
         if lease is None or lease.token != claim.token or lease.claimant != self.member:
-            self._count("claims_lost")  # settled or taken over by another member since the claim
+            with self._tx():
+                self._count("claims_lost")  # settled or taken over by another member since the claim
             return Settled()
         stored = self._x(
             "SELECT seq, off, fp, raw FROM seg_segments WHERE group_id = ? AND unit = ? ORDER BY seq, off, fp",
@@ -428,12 +436,29 @@ class SegmentStore:
             self._count("used", len(result.used))
             self._count("duplicates", len(result.duplicates))
             assembled = set(keys)
-            left = [
-                (int(seq), int(off), bytes(fp), bytes(raw))
-                for seq, off, fp, raw in self._x(
-                    "SELECT seq, off, fp, raw FROM seg_segments WHERE group_id = ? AND unit = ?", (gid, unit)
+            newer = [
+                k
+                for k in (
+                    (int(seq), int(off), bytes(fp))
+                    for seq, off, fp in self._x(
+                        "SELECT seq, off, fp FROM seg_segments WHERE group_id = ? AND unit = ?", (gid, unit)
+                    )
                 )
-                if (int(seq), int(off), bytes(fp)) not in assembled
+                if k not in assembled
+            ]
+            left = [
+                (
+                    seq,
+                    off,
+                    fp,
+                    bytes(
+                        self._x(
+                            "SELECT raw FROM seg_segments WHERE group_id = ? AND seq = ? AND off = ? AND fp = ?",
+                            (gid, seq, off, fp),
+                        ).fetchone()[0]
+                    ),
+                )
+                for seq, off, fp in newer
             ]
             self._x("DELETE FROM seg_segments WHERE group_id = ? AND unit = ?", (gid, unit))
             self._x("DELETE FROM seg_units WHERE group_id = ? AND unit = ?", (gid, unit))
@@ -456,12 +481,14 @@ class SegmentStore:
 
     # ---------------------------------------------------------------- maintenance
     def incomplete(self, older_than: float = 0.0) -> list[UnitReport]:
-        """Held units not under a live lease whose first segment is older than ``older_than``
-        seconds, each with its exact missing ranges (the assembler's report of its stored segments)."""
+        """Held units not complete (a complete one awaits its claimant or a take-over) whose first
+        segment is older than ``older_than`` seconds, each with its exact missing ranges (the
+        assembler's report of its stored segments)."""
         now = self.clock()
         found = self._x(
             "SELECT group_id, unit, first_seen, segments, bytes FROM seg_units "
-            "WHERE first_seen <= ? AND NOT (claimant IS NOT NULL AND lease_until > ?) ORDER BY first_seen",
+            "WHERE first_seen <= ? AND ready = 0 AND NOT (claimant IS NOT NULL AND lease_until > ?) "
+            "ORDER BY first_seen",
             (now - older_than, now),
         ).fetchall()
         reports = []
