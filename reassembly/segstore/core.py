@@ -230,7 +230,9 @@ def assemble(raws: Sequence[bytes], limits: Limits, unit_of_work: bool) -> Assem
     for i, raw in enumerate(raws):
         events += asm.receive(raw, position=i)
     events += asm.close()
-    if any(isinstance(e, Unfinished) for e in events):
+    # Not decided while a held message is incomplete; a unit of one message of a group (no Unit of
+    # Work) leaves the group open for its other messages, which are other units: not this one's gap.
+    if any(isinstance(e, Unfinished) and (unit_of_work or e.gaps) for e in events):
         return Assembly(False)
     delivered: list[Delivered] = []
     used: set[int] = set()

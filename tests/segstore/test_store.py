@@ -226,3 +226,33 @@ def test_any_interleaving_over_three_members_delivers_each_message_once(
     assert (stats.units, stats.segments) == (0, 0)
     assert stats.counters["used"] == unique
     assert stats.counters.get("duplicates", 0) == len(records) - unique
+
+
+def test_messages_of_a_group_without_unit_of_work_are_claimed_one_by_one(
+    open_member: Callable[..., SegmentStore],
+) -> None:
+    """A store made with ``unit_of_work=False``: each message of an MQ group is its own claim, handed
+    on as a MessageComplete by whichever member completes it, in any order."""
+    payloads = [os.urandom(1200), os.urandom(300), os.urandom(2000)]
+    segs = segment_group(payloads, 700)
+    a = open_member("a", unit_of_work=False)
+    b = open_member("b")  # takes the store's setting
+    assert not b.unit_of_work
+    by_seq: dict[int, list[bytes]] = {}
+    for s in segs:
+        by_seq.setdefault(s.header.msg_seq_number, []).append(s.encode())
+    got: list[MessageComplete | GroupComplete] = []
+    for seq in (3, 1, 2):
+        first, *rest = by_seq[seq]
+        _, claims_a = a.write([first])
+        _, claims_b = b.write(rest)
+        for claim in claims_a:
+            a.deliver(claim, got.append)
+        for claim in claims_b:
+            b.deliver(claim, got.append)
+    assert [(e.msg_seq_number, bytes(e.payload)) for e in got if isinstance(e, MessageComplete)] == [
+        (3, payloads[2]),
+        (1, payloads[0]),
+        (2, payloads[1]),
+    ]
+    assert a.stats().units == 0
