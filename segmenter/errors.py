@@ -73,6 +73,8 @@ class Reason(IntEnum):
     RESEQ_BAD_SIZE = 9057  # the size given with a message is not a whole number of bytes (>= 0)
     # Spark environment (9060 up): see reassembly/spark/environment.py.
     ENVIRONMENT_ERROR = 9060  # Spark cannot run the library: no session starts, or its workers' Python lacks it
+    # Competing consumers (9070 up): see reassembly/segstore/ and reassembly/brokers/share.py.
+    DELIVERY_LIMIT = 9070  # a record delivered as often as its queue allows: quarantined, then rejected
 
 
 class SegmentationError(Exception):

@@ -98,7 +98,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("reassembly._checks",),
     ("reassembly._framing", "reassembly._plumbing"),
     ("reassembly.assembler",),
-    ("reassembly.resequencer", "reassembly.collector"),
+    ("reassembly.resequencer", "reassembly.collector", "reassembly.segstore"),
     ("reassembly.spark", "reassembly.brokers", "reassembly.claimcheck"),
     ("reassembly.cli",),
     ("reassembly", "reassembly.__main__"),  # the public face and `python -m reassembly`
@@ -139,6 +139,7 @@ SANS_IO = (
     "reassembly.resequencer.batch_model",
     "reassembly.resequencer.batch_snapshot",
     "reassembly.collector.core",
+    "reassembly.segstore.core",
     "reassembly.spark.stream.core",
     "reassembly.spark.collect.core",
     "reassembly.spark.resequence.core",

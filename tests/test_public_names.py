@@ -43,6 +43,7 @@ SUBPACKAGES = (
     "reassembly.assembler",
     "reassembly.resequencer",
     "reassembly.collector",
+    "reassembly.segstore",
     "reassembly.brokers",
     "reassembly.spark.stream",
 )

@@ -1,0 +1,66 @@
+"""Competing consumers on a queue without message groups (ActiveMQ over AMQP or STOMP): any consumer
+may receive any segment; a shared segment store completes each message wherever its last segment lands.
+
+:class:`CompetingReceiver` is the queue counterpart of
+:class:`~reassembly.brokers.share.ShareGroupReceiver`, over the transports of
+:mod:`segmenter.brokers` (:func:`~segmenter.brokers.open_consumer`): each fetched batch is
+written to the store in one transaction, then every delivery is settled: *accepted* when its
+segment is stored or a duplicate, *rejected* (ActiveMQ moves a durable message to its DLQ) when
+the store quarantined it, its bytes kept in the store first. The units the batch completed are
+delivered to ``on_message``; units whose claimant died are taken over every ``take_over_every``
+seconds. Senders send without a group (``Sender.send_bytes(body)``, or a queue whose sender sets
+none) so the broker spreads the segments over every consumer; with message groups one consumer
+gets a whole message and :class:`~reassembly.brokers.receiver.BrokerReceiver` needs no store.
+
+A consumer killed before it settled has its deliveries redelivered by the broker to the others
+(ActiveMQ: at once, on the connection's close): a redelivered segment already stored is a duplicate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from reassembly.segstore.core import Write
+from reassembly.segstore.member import MemberStats, StoreMember
+from reassembly.segstore.store import OnMessage, SegmentStore
+from segmenter.brokers import Consumer, body_view
+
+
+class CompetingReceiver:
+    """One competing consumer of a queue, feeding a shared segment store."""
+
+    def __init__(
+        self, consumer: Consumer, store: SegmentStore, on_message: OnMessage, *, take_over_every: float = 1.0
+    ) -> None:
+        self.consumer = consumer
+        self.member = StoreMember(store, on_message, take_over_every=take_over_every)
+        self.redelivered = 0
+
+    @property
+    def stats(self) -> MemberStats:
+        return self.member.stats
+
+    def poll(self, timeout: float = 1.0) -> int:
+        """One fetch: write, settle, deliver what it completed, take over what is due. Deliveries read."""
+        deliveries = self.consumer.fetch(timeout)
+        self.redelivered += sum(1 for d in deliveries if d.redelivered)
+        written, claims = self.member.write([body_view(d) for d in deliveries])
+        for d, w in zip(deliveries, written, strict=True):
+            if w.outcome is Write.QUARANTINED:
+                reason = int(w.reason) if w.reason is not None else 0
+                d.reject(reason, "quarantined in the segment store")
+            else:
+                d.accept()
+        self.member.deliver(claims)
+        self.member.tick()
+        return len(deliveries)
+
+    def run(self, stop: Callable[[], bool], *, timeout: float = 0.5) -> MemberStats:
+        """Poll until ``stop()`` is true (checked between fetches)."""
+        while not stop():
+            self.poll(timeout)
+        return self.stats
+
+    def close(self) -> None:
+        """Write the settlements made and disconnect (unsettled deliveries go back to the queue)."""
+        self.consumer.close()
