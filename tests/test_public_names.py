@@ -43,6 +43,7 @@ SUBPACKAGES = (
     "reassembly.assembler",
     "reassembly.resequencer",
     "reassembly.collector",
+    "reassembly.dispatcher",
     "reassembly.brokers",
     "reassembly.spark.stream",
 )

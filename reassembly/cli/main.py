@@ -9,6 +9,7 @@ Subcommands, one module each in this package (:data:`COMMANDS` holds them in the
   stream INPUT OUTPUT --checkpoint DIR   (stream.py) reassemble a landing directory as it fills
   collect INPUT OUTPUT --rules DB        (collect.py) batch messages by destination under database rules
   drain URL QUEUE DIR  (drain.py) land segments from a broker queue (AMQP or STOMP) as Parquet files in DIR
+  consume URL TOPIC --handler MODULE:FUNCTION   (consume.py) whole messages to parallel handlers
   claimcheck sweep STORE --ledger DB --older-than D   (claimcheck.py) delete orphaned claim-check payloads
 
 The jobs live in the library (``reassembly.spark``, ``reassembly.collector``, ``reassembly.brokers``,
@@ -27,7 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from reassembly._plumbing import INTERRUPTED, JobError, UsageError, first_line
-from reassembly.cli import claimcheck, collect, drain, objects, receive, run, stream
+from reassembly.cli import claimcheck, collect, consume, drain, objects, receive, run, stream
 from reassembly.cli._common import (
     EXIT_CONDITION,
     EXIT_FAILED,
@@ -59,6 +60,7 @@ COMMANDS: dict[str, tuple[AddParser, Run]] = {
     "stream": (stream.add_parser, stream.run),
     "collect": (collect.add_parser, collect.run),
     "drain": (drain.add_parser, drain.run),
+    "consume": (consume.add_parser, consume.run),
     "claimcheck": (claimcheck.add_parser, claimcheck.run),
 }
 """Subcommand name -> (adds its parser to the subparsers, runs it and returns the exit code)."""
