@@ -98,7 +98,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("reassembly._checks",),
     ("reassembly._framing", "reassembly._plumbing"),
     ("reassembly.assembler",),
-    ("reassembly.resequencer", "reassembly.collector", "reassembly.segstore"),
+    ("reassembly.resequencer", "reassembly.collector", "reassembly.segstore", "reassembly.dispatcher"),
+    ("reassembly.runtime",),  # the runners: threads, tasks and processes around the dispatcher
     ("reassembly.spark", "reassembly.brokers", "reassembly.claimcheck"),
     ("reassembly.cli",),
     ("reassembly", "reassembly.__main__"),  # the public face and `python -m reassembly`
@@ -140,6 +141,11 @@ SANS_IO = (
     "reassembly.resequencer.batch_snapshot",
     "reassembly.collector.core",
     "reassembly.segstore.core",
+    "reassembly.dispatcher",
+    "reassembly.dispatcher.core",
+    "reassembly.dispatcher.model",
+    "reassembly.dispatcher.policy",
+    "reassembly.dispatcher.offsets",
     "reassembly.spark.stream.core",
     "reassembly.spark.collect.core",
     "reassembly.spark.resequence.core",
@@ -162,6 +168,7 @@ IO_MODULES = (
     "multiprocessing",
     "asyncio",
     "time",
+    "random",  # chance, like the clock, is passed in: a core answers the same to the same inputs
     "sqlite3",
     "psycopg",
     "pyspark",
@@ -240,8 +247,9 @@ def test_nothing_imports_the_command() -> None:
 
 
 def test_the_cores_import_no_adapter() -> None:
-    cores = ("reassembly.assembler", "reassembly.resequencer", "reassembly.collector")
-    assert _offenders(cores, ("reassembly.spark", "reassembly.brokers", "reassembly.cli", "pyspark")) == []
+    cores = ("reassembly.assembler", "reassembly.resequencer", "reassembly.collector", "reassembly.dispatcher")
+    adapters = ("reassembly.runtime", "reassembly.spark", "reassembly.brokers", "reassembly.cli", "pyspark")
+    assert _offenders(cores, adapters) == []
 
 
 def test_the_sans_io_modules_import_no_io() -> None:
@@ -275,7 +283,9 @@ def test_the_checker_resolves_relative_imports_and_finds_a_planted_cycle() -> No
 def test_the_checker_finds_a_planted_upward_import(tmp_path: Path) -> None:
     """A lazy import from the assembler up to Spark is caught, as is one between rooms on one floor."""
     assert _room("reassembly.assembler.core") == (4, "reassembly.assembler")
-    assert _room("reassembly.spark.stream.core") == (6, "reassembly.spark")
+    assert _room("reassembly.dispatcher.core") == (5, "reassembly.dispatcher")
+    assert _room("reassembly.runtime.threads") == (6, "reassembly.runtime")
+    assert _room("reassembly.spark.stream.core") == (7, "reassembly.spark")
     source = "def f():\n    from reassembly.spark.jobs import open_session\n    from reassembly.collector import Rule\n"
     planted = tmp_path / "planted.py"
     planted.write_text(source)

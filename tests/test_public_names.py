@@ -44,6 +44,7 @@ SUBPACKAGES = (
     "reassembly.resequencer",
     "reassembly.collector",
     "reassembly.segstore",
+    "reassembly.dispatcher",
     "reassembly.brokers",
     "reassembly.spark.stream",
 )

@@ -152,6 +152,7 @@ class KafkaStats:
     commit_failures: int = 0
     replays: int = 0
     stale: int = 0  # partitions whose restored state was older than their committed offset (dropped)
+    skipped: int = 0  # records ``skip`` said were settled before (not given to the assembler)
 
 
 def _log_event(ev: KafkaEvent) -> None:
@@ -188,6 +189,33 @@ class _Spans:
         while len(self.entries) > self.window:
             _, (_, h) = self.entries.popitem(last=False)
             self.lost_high = max(self.lost_high, h)
+
+
+@dataclass(frozen=True)
+class LoopHooks:
+    """What a caller that settles messages later than ``on_message`` returns (the group dispatcher's
+    source, :mod:`reassembly.brokers.kafka_dispatch`) plugs into the loop; every hook is optional.
+
+    ``plan(tp, next_offset)``: the offset to commit instead of the assembler's ``next_offset`` (never
+    above it: messages handed out but not yet settled pin it lower), and the commit metadata to
+    send with it (``None``: none). ``before_commit`` sees every ``(topic, partition, offset,
+    metadata)`` about to be sent, before it is sent (a log a test checks commits against).
+    ``revoking(partitions, commits)`` runs when partitions leave, in place of the loop's own
+    commit of them (``commits``: whether they may be committed; False when they were lost): it
+    commits them with :meth:`KafkaReassembler.commit` while what pins their offsets is still
+    counted, then stops whatever it handed out of them. ``assigned(partitions)``
+    runs after an assignment was taken. ``skip(tp, offset)``: True for a record known to be settled
+    already (it is not given to the assembler; counted in ``stats.skipped``). ``commit_in_poll``:
+    False leaves every commit to the caller's :meth:`KafkaReassembler.commit` (the messages of a
+    batch must first reach whoever pins their offsets).
+    """
+
+    plan: Callable[[TP, int | None], tuple[int | None, str | None]] | None = None
+    before_commit: Callable[[list[tuple[str, int, int, str | None]]], None] | None = None
+    revoking: Callable[[list[TP], bool], None] | None = None
+    assigned: Callable[[list[TP]], None] | None = None
+    skip: Callable[[TP, int], bool] | None = None
+    commit_in_poll: bool = True
 
 
 class KafkaReassembler:
@@ -228,6 +256,7 @@ class KafkaReassembler:
         batch: int = 500,
         replay_window: int = 10_000,
         clock: Callable[[], float] = time.monotonic,
+        hooks: LoopHooks | None = None,
     ) -> None:
         ck = confluent()
         self._ck = ck
@@ -243,6 +272,9 @@ class KafkaReassembler:
         self.batch = batch
         self.replay_window = replay_window
         self.clock = clock
+        self.hooks = hooks or LoopHooks()
+        self.key: bytes | None = None  # the record key of the record being given to the assembler
+        self.largest_record = 0  # bytes of the largest record value read
         self.stats = KafkaStats()
         self.assigned: set[TP] = set()
         self._committed: dict[TP, int] = {}
@@ -281,6 +313,12 @@ class KafkaReassembler:
             self.on_message(m)
         return self.stats.records - before
 
+    def one_batch(self, timeout: float = 1.0) -> Iterator[Delivered]:
+        """One batch of :meth:`messages`: read up to ``batch`` records (waiting up to ``timeout`` s
+        for the first) and yield the messages they complete; :attr:`key` is the record key of the
+        record that completed the message yielded."""
+        return self._batch(timeout)
+
     def run(self, stop: Callable[[], bool], timeout: float = 1.0) -> KafkaStats:
         """:meth:`poll` until ``stop()``; returns the stats (call :meth:`close` after)."""
         while not stop() and not self._closed:
@@ -300,14 +338,21 @@ class KafkaReassembler:
             if tp in self._seeked or tp not in self.assigned:
                 continue  # read before a seek (or a revocation) of its partition: read again later
             offset = rec.offset()
+            skip = self.hooks.skip
+            if skip is not None and skip(tp, offset):
+                self.stats.skipped += 1
+                continue
             spans = self._spans.get(tp)
             if spans is None:
                 spans = self._spans[tp] = _Spans(self.replay_window, offset)
             elif offset < spans.first:
                 spans.first = offset
             value = rec.value()
+            if value is not None and len(value) > self.largest_record:
+                self.largest_record = len(value)
             self.stats.records += 1
             self._since_commit += 1
+            self.key = rec.key()
             for ev in asm.receive(b"" if value is None else value, position=offset, partition=tp):
                 if isinstance(ev, MessageComplete | GroupComplete):
                     self._note(ev)
@@ -319,6 +364,8 @@ class KafkaReassembler:
             for ev in asm.expire():
                 self._report(ev)
         now = self.clock()
+        if not self.hooks.commit_in_poll:
+            return
         if not records or self._since_commit >= self.commit_every or now - self._last_commit >= self.commit_interval:
             self.commit()
 
@@ -360,18 +407,29 @@ class KafkaReassembler:
         commit; returns what was committed. Call it only when every message handed out was handled."""
         ck = self._ck
         todo: list[tuple[str, int, int]] = []
+        metadata: dict[TP, str] = {}
         for tp, cp in self.assembler.checkpoints().items():
             if tp not in self.assigned or (partitions is not None and tp not in partitions):
                 continue
             off = next_offset(cp)
+            plan = self.hooks.plan
+            meta: str | None = None
+            if plan is not None:
+                off, meta = plan(tp, off)  # type: ignore[arg-type]
             if off is not None and self._committed.get(tp) != off:  # type: ignore[call-overload]
                 topic, part = tp  # type: ignore[misc]
                 todo.append((topic, part, off))
+                if meta is not None:
+                    metadata[(topic, part)] = meta
         self._since_commit, self._last_commit = 0, self.clock()
         if not todo:
             return []
+        if self.hooks.before_commit is not None:
+            self.hooks.before_commit([(t, p, o, metadata.get((t, p))) for t, p, o in todo])
         try:
-            self.consumer.commit(offsets=[ck.TopicPartition(t, p, o) for t, p, o in todo], asynchronous=False)
+            tps = [ck.TopicPartition(t, p, o, metadata=metadata[(t, p)]) if (t, p) in metadata
+                   else ck.TopicPartition(t, p, o) for t, p, o in todo]  # fmt: skip
+            self.consumer.commit(offsets=tps, asynchronous=False)
         except ck.KafkaException as exc:
             err = exc.args[0] if exc.args else None
             if err is not None and hasattr(err, "code") and err.code() == ck.KafkaError._NO_OFFSET:
@@ -431,6 +489,8 @@ class KafkaReassembler:
             else:
                 consumer.assign(partitions)
         log.info("assigned %s", sorted(new))
+        if self.hooks.assigned is not None:
+            self.hooks.assigned(sorted(new))
 
     def _committed_offsets(self, consumer: Any, partitions: list[Any]) -> dict[TP, int]:
         """The group's committed offsets of ``partitions`` (those it has one for)."""
@@ -445,11 +505,17 @@ class KafkaReassembler:
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
         gone = {(tp.topic, tp.partition) for tp in partitions}
-        self.commit(gone)  # first: the groups about to be handed back still pin these offsets
+        if self.hooks.revoking is not None:
+            self.hooks.revoking(sorted(gone), True)  # commits them itself, then fences their work
+        else:
+            self.commit(gone)  # first: the groups about to be handed back still pin these offsets
         self._drop(gone)
 
     def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
-        self._drop({(tp.topic, tp.partition) for tp in partitions})  # no longer ours: nothing to commit
+        gone = {(tp.topic, tp.partition) for tp in partitions}
+        if self.hooks.revoking is not None:
+            self.hooks.revoking(sorted(gone), False)
+        self._drop(gone)  # no longer ours: nothing to commit
 
     def _drop(self, gone: set[TP]) -> None:
         for tp in gone:
@@ -699,6 +765,7 @@ __all__ = [
     "KafkaRecord",
     "KafkaSource",
     "KafkaStats",
+    "LoopHooks",
     "Replay",
     "bootstrap_servers",
 ]

@@ -102,7 +102,9 @@ class BrokerReceiver:
     :func:`~segmenter.brokers.body_view` (no copy of a STOMP body).
     If ``handler`` raises, nothing of the message is acknowledged and the exception propagates
     (stop, reconnect: the broker redelivers). ``on_quarantine`` sees every event whose segments
-    are about to be dead-lettered.
+    are about to be dead-lettered. With ``defer=True`` a message's deliveries are not accepted when
+    ``handler`` returns but when :meth:`settle_message` is called (the group dispatcher's source,
+    :mod:`reassembly.brokers.receiver_dispatch`, settles once a worker handled the message).
     """
 
     def __init__(
@@ -112,13 +114,18 @@ class BrokerReceiver:
         assembler: Assembler | None = None,
         *,
         on_quarantine: Callable[[Quarantined], None] | None = None,
+        defer: bool = False,
     ) -> None:
         self.consumer = consumer
+        self.defer = defer
         self.handler = handler
         self.assembler = assembler if assembler is not None else Assembler()
         self.on_quarantine = on_quarantine
         self.stats = ReceiverStats()
         self._held: dict[bytes, list[_Held]] = {}  # unsettled deliveries by GroupId
+        # defer=True: the deliveries of messages handed out, until settle_message (by GroupId, MsgSeqNumber
+        # or None for a Unit-of-Work group); apart from _held, so a later failure of the group leaves them be
+        self._deferred: dict[tuple[bytes, int | None], list[_Held]] = {}
         self._unheld: Delivery | None = None  # the delivery being received, until it is held
         self._view: bytes | memoryview = b""  # its body
 
@@ -194,12 +201,40 @@ class BrokerReceiver:
             elif isinstance(ev, Unfinished):
                 self._quarantine(ev, ev.group_id, None, ev.reason, f"{ev.cause.value}: incomplete")
         for ev in events:
-            if isinstance(ev, MessageComplete | GroupComplete):
+            if isinstance(ev, MessageComplete | GroupComplete) and self.defer:
+                seq = None if isinstance(ev, GroupComplete) else ev.msg_seq_number
+                self._deferred[(ev.group_id, seq)] = self._take_all(ev.group_id, seq)
+                self.handler(ev)  # handed over: settled by settle_message
+            elif isinstance(ev, MessageComplete | GroupComplete):
                 self.handler(ev)  # returns only once the application has the message safe
                 seqs = None if isinstance(ev, GroupComplete) else {ev.msg_seq_number}
                 n = len(ev.messages) if isinstance(ev, GroupComplete) else 1
                 self._accept_all(ev.group_id, seqs)
                 self.stats.messages += n
+
+    def settle_message(self, ev: Delivered) -> int:
+        """``defer=True``: accept every delivery of a message handed out (handled, or written to a
+        dead letter); returns how many. A message not waiting here (settled already) settles nothing."""
+        seq = None if isinstance(ev, GroupComplete) else ev.msg_seq_number
+        items = self._deferred.pop((ev.group_id, seq), [])
+        for x in items:
+            x.delivery.accept()
+        self.stats.used += len(items)
+        if items:
+            self.stats.messages += len(ev.messages) if isinstance(ev, GroupComplete) else 1
+        return len(items)
+
+    def deferred(self) -> int:
+        """Deliveries of messages handed out and not yet settled (``defer=True``)."""
+        return sum(len(v) for v in self._deferred.values())
+
+    def _take_all(self, gid: bytes, seq: int | None) -> list[_Held]:
+        """Remove the held deliveries of message ``seq`` of group ``gid`` (``None``: the whole group)."""
+        held = self._held.pop(gid, [])
+        keep = [x for x in held if seq is not None and x.seq != seq]
+        if keep:
+            self._held[gid] = keep
+        return [x for x in held if seq is None or x.seq == seq]
 
     def _take(self, gid: bytes, seq: int | None, raw: bytes | None) -> _Held:
         """Remove one held delivery of group ``gid``: the one with bytes ``raw``, else the newest."""

@@ -9,6 +9,7 @@ Subcommands, one module each in this package (:data:`COMMANDS` holds them in the
   stream INPUT OUTPUT --checkpoint DIR   (stream.py) reassemble a landing directory as it fills
   collect INPUT OUTPUT --rules DB        (collect.py) batch messages by destination under database rules
   drain URL QUEUE DIR  (drain.py) land segments from a broker queue (AMQP or STOMP) as Parquet files in DIR
+  consume URL TOPIC --handler MODULE:FUNCTION   (consume.py) whole messages to parallel handlers
   claimcheck sweep STORE --ledger DB --older-than D   (claimcheck.py) delete orphaned claim-check payloads
   store list|expire|vacuum --store URL   (store.py) look after the segment store competing consumers share
 
@@ -28,7 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from reassembly._plumbing import INTERRUPTED, JobError, UsageError, first_line
-from reassembly.cli import claimcheck, collect, drain, objects, receive, run, store, stream
+from reassembly.cli import claimcheck, collect, consume, drain, objects, receive, run, store, stream
 from reassembly.cli._common import (
     EXIT_CONDITION,
     EXIT_FAILED,
@@ -60,6 +61,7 @@ COMMANDS: dict[str, tuple[AddParser, Run]] = {
     "stream": (stream.add_parser, stream.run),
     "collect": (collect.add_parser, collect.run),
     "drain": (drain.add_parser, drain.run),
+    "consume": (consume.add_parser, consume.run),
     "claimcheck": (claimcheck.add_parser, claimcheck.run),
     "store": (store.add_parser, store.run),
 }

@@ -53,7 +53,7 @@ SCHEMA: dict[str, Any] = {
     **_object(
         {
             "summary_version": {"const": SUMMARY_VERSION},
-            "command": {"enum": ["run", "demo", "stream"]},
+            "command": {"enum": ["run", "demo", "stream", "consume"]},
             "argv": {"type": "array", "items": {"type": "string"}},
             "command_line": {"type": "string"},
             "started_at": {"type": "string", "format": "date-time"},
@@ -170,8 +170,9 @@ SCHEMA: dict[str, Any] = {
                     "stopped": {"enum": ["end of input", "no input", "ctrl-c"]},
                 }
             ),
+            "consume": {"type": "object"},
         },
-        optional=["demo", "incremental", "stream"],
+        optional=["demo", "incremental", "stream", "consume"],
     ),
 }
 """The JSON Schema of the ``--summary-json`` document (docs/reference/command-line.md explains each field)."""

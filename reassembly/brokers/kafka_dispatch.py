@@ -1,0 +1,380 @@
+"""Kafka for the group dispatcher: whole messages out, commits that never pass an unsettled one.
+
+:class:`KafkaDispatchSource` is the runners' :class:`~reassembly.runtime.base.Source` over the
+consumer loop :class:`~reassembly.brokers.kafka.KafkaReassembler`. The loop reassembles; the
+dispatcher (:class:`~reassembly.dispatcher.Dispatcher`) decides who handles what; this module only
+connects their positions:
+
+* **Commits.** Per partition the offset committed is ``min(the assembler's next offset, the
+  dispatcher's floor)``: at or below the first segment of every message handed out and not
+  settled, and of every message still in assembly. The loop commits nothing by itself (a batch's
+  messages must reach the dispatcher before anything passes them): :meth:`commit` does, when the
+  runner calls it. Beside each commit goes the settled-offsets record
+  (:mod:`reassembly.dispatcher.offsets`): the ranges above it whose messages all settled, within
+  ``metadata_limit`` bytes (Kafka keeps 4096 per partition by default); the largest sent is
+  ``stats.metadata_bytes_max``.
+* **Restart.** On assignment the committed record is read back (``consumer.committed`` returns it)
+  and checked against the commit it sits beside and the partition's log end; a record that is
+  malformed, written by another tool or for another commit is ignored (logged, counted in
+  ``stats.metadata_ignored``), never trusted. The records in a trusted record's ranges are not
+  given to the assembler (``stats.skipped``): their messages were settled.
+* **Back-pressure.** :meth:`pause` pauses every assigned partition (librdkafka stops fetching and
+  drops what it prefetched of them; :meth:`resume` fetches again from the next record to read), and
+  partitions assigned while paused are paused at the next fetch. The consumer is still polled, so
+  the group's heartbeats and rebalances go on.
+* **Revocation.** When partitions leave, their commit is made first, with every message of them
+  still counted unsettled (nothing settles during the rebalance callback: the runner's control loop
+  is inside :meth:`fetch`); then, in the same callback, their work is fenced
+  (:meth:`Dispatcher.revoke`: queued messages dropped, a result arriving later commits nothing).
+  Fencing there, not after the fetch, matters: the same fetch may be given the partitions back and
+  offer their messages anew, which a later revoke would drop. Their messages are read again by the
+  next owner: a duplicate rather than a loss.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import time
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from reassembly.assembler.core import Assembler, Limits
+from reassembly.assembler.events import GroupComplete, MessageComplete
+from reassembly.brokers.kafka import (
+    DEFAULT_EXPIRY_OFFSETS,
+    DEFAULT_EXPIRY_SECONDS,
+    TP,
+    KafkaEvent,
+    KafkaReassembler,
+    LoopHooks,
+)
+from reassembly.dispatcher import offsets
+from reassembly.runtime.base import Offered
+
+if TYPE_CHECKING:
+    import reassembly.dispatcher
+    from reassembly.dispatcher import Dispatcher, Work
+
+log = logging.getLogger(__name__)
+
+_BIG = 1 << 63
+DEFAULT_METADATA_LIMIT = 4000
+"""Bytes of commit metadata per partition: under Kafka's ``offset.metadata.max.bytes`` (4096 by
+default), so a commit is never refused for its record."""
+
+
+@dataclass(frozen=True)
+class CommitNote:
+    """One partition's commit, as :attr:`KafkaDispatchSource.on_commit` sees it before it is sent."""
+
+    topic: str
+    partition: int
+    offset: int
+    metadata_bytes: int  # the settled-offsets record's length (0: none sent)
+    ranges: int  # the settled ranges it keeps
+
+
+@dataclass
+class DispatchSourceStats:
+    """What the source did beside the loop's own :class:`~reassembly.brokers.kafka.KafkaStats`."""
+
+    commits: int = 0  # partitions' commits sent
+    metadata_bytes_max: int = 0  # the largest settled-offsets record sent
+    ranges_dropped: int = 0  # settled ranges that did not fit a record (their messages come again after a restart)
+    metadata_loaded: int = 0  # trusted records read back on assignment
+    metadata_ignored: int = 0  # records read back and refused (malformed, foreign, stale)
+    pauses: int = 0
+    resumes: int = 0
+    revoked: int = 0  # partitions revoked or lost
+
+
+def _identity(message: object) -> tuple[bytes, int]:
+    """What the assembler knows a delivered message by: (GroupId, MsgSeqNumber); a Unit-of-Work
+    group by its first message (forgetting it forgets the whole group)."""
+    if isinstance(message, GroupComplete):
+        return message.group_id, message.messages[0].msg_seq_number
+    assert isinstance(message, MessageComplete)
+    return message.group_id, message.msg_seq_number
+
+
+def _merge(ranges: Sequence[tuple[int, int]], above: int) -> list[tuple[int, int]]:
+    """``ranges`` clipped to offsets above ``above``, sorted, overlapping and adjacent ones joined:
+    what :func:`offsets.encode` takes."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(ranges):
+        lo = max(lo, above + 1)
+        if hi < lo:
+            continue
+        if out and lo <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
+class KafkaDispatchSource:
+    """A :class:`~reassembly.runtime.base.Source` of whole messages from Kafka topics.
+
+    ``config``: librdkafka consumer settings (``bootstrap.servers``, ``group.id``, ...). Each
+    message is offered with its Kafka record key (that of the record that completed it; our producer
+    keys every segment of a message alike) for :attr:`~reassembly.dispatcher.Ordering.KEY`.
+    ``on_commit`` sees every partition's commit before it is sent (an audit log). ``batch``: records
+    read per fetch; ``budget_bytes`` (the runner's byte budget) makes a fetch read no more records
+    than fit in what is left of it. Without an ``assembler``, one like the loop's own is made,
+    delivering each message of an MQ group as it completes (``unit_of_work=True``: the whole group
+    as one ``GroupComplete``), so that the dispatcher hands a group's messages out one at a time,
+    in order.
+    """
+
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        topics: Sequence[str],
+        *,
+        assembler: Assembler | None = None,
+        on_event: Callable[[KafkaEvent], None] | None = None,
+        on_commit: Callable[[CommitNote], None] | None = None,
+        metadata_limit: int = DEFAULT_METADATA_LIMIT,
+        batch: int = 100,
+        budget_bytes: int | None = None,
+        unit_of_work: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.on_commit = on_commit
+        self.batch = batch
+        self.budget_bytes = budget_bytes
+        self.metadata_limit = metadata_limit
+        self.clock = clock
+        self.stats = DispatchSourceStats()
+        self._dispatcher: Dispatcher | None = None
+        self._paused = False
+        self._revoked: list[Hashable] = []
+        self._skip: dict[TP, list[tuple[int, int]]] = {}  # trusted settled ranges read back, per partition
+        # messages offered and not settled, per partition of their segments: what a revocation makes
+        # the assembler forget, so that they are delivered again if the partition comes back here
+        self._unsettled: dict[TP, set[tuple[bytes, int]]] = {}
+        self._parts_of: dict[tuple[bytes, int], set[Hashable]] = {}
+        if assembler is None:
+            limits = Limits(expiry_offsets=DEFAULT_EXPIRY_OFFSETS, expiry_seconds=DEFAULT_EXPIRY_SECONDS)
+            assembler = Assembler(limits, clock=clock, unit_of_work=unit_of_work)
+        hooks = LoopHooks(
+            plan=self._plan,
+            before_commit=self._before_commit,
+            revoking=self._revoking,
+            assigned=self._assigned,
+            skip=self._skipped,
+            commit_in_poll=False,
+        )
+        self.loop = KafkaReassembler(config, topics, assembler=assembler, on_event=on_event, batch=batch,
+                                     clock=clock, hooks=hooks)  # fmt: skip
+
+    def bind(self, dispatcher: Dispatcher) -> None:
+        """The dispatcher whose floors the commits respect and whose work a revocation fences (the
+        runner's ``dispatcher``). Bound before the first fetch, a revocation fences its partitions
+        inside the rebalance callback; unbound, they are reported by :meth:`revoked` for the runner."""
+        self._dispatcher = dispatcher
+
+    # ------------------------------------------------------------------ Source
+    def fetch(self, timeout: float) -> list[Offered]:
+        """One batch of the loop: the messages it completed, each with its record key."""
+        if self._paused:
+            self._pause_all()  # partitions assigned since the pause
+        self.loop.batch = self._batch_size()
+        out: list[Offered] = []
+        for m in self.loop.one_batch(timeout):
+            out.append(Offered(m, key=self.loop.key))
+            key = _identity(m)
+            parts = {o.partition for o in m.positions}
+            self._parts_of[key] = parts
+            for tp in parts:
+                self._unsettled.setdefault(tp, set()).add(key)  # type: ignore[arg-type]
+        return out
+
+    def _batch_size(self) -> int:
+        """Records to read at once: ``batch``, or with ``budget_bytes`` no more than the room left
+        in it holds of the largest records seen (at least one), so that one fetch cannot carry the
+        held bytes far past the budget before the runner pauses: by one record at most."""
+        d = self._dispatcher
+        if self.budget_bytes is None or d is None or not self.loop.largest_record:
+            return self.batch
+        room = self.budget_bytes - d.held_bytes() - self.held_bytes()
+        return max(1, min(self.batch, room // self.loop.largest_record))
+
+    def settled(self, work: Work, outcome: reassembly.dispatcher.Outcome) -> None:
+        """A settled message lifts the dispatcher's floor (the next :meth:`commit` moves past it);
+        here it is only no longer one to hand out again after a revocation."""
+        key = _identity(work.message)
+        for tp in self._parts_of.pop(key, ()):
+            keys = self._unsettled.get(tp)  # type: ignore[call-overload]
+            if keys is not None:
+                keys.discard(key)
+
+    def commit(self, dispatcher: Dispatcher, force: bool = False) -> None:
+        """Commit every assigned partition's safe offset that moved, with its settled-offsets record
+        (the runner decides when: every so many settlements or seconds, and when it stops)."""
+        self._dispatcher = dispatcher
+        self.loop.commit()
+
+    def pause(self) -> None:
+        if not self._paused:
+            self._paused = True
+            self.stats.pauses += 1
+            self._pause_all()
+            log.info("fetching paused: the budget is full")
+
+    def resume(self) -> None:
+        if self._paused:
+            self._paused = False
+            self.stats.resumes += 1
+            ck = self.loop._ck
+            self.loop.consumer.resume([ck.TopicPartition(t, p) for t, p in sorted(self.loop.assigned)])
+            log.info("fetching resumed")
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def held_bytes(self) -> int:
+        return self.loop.assembler.buffered_bytes
+
+    def commit_lag(self) -> dict[str, int]:
+        """Per assigned partition (``topic[partition]``), the records between the committed offset
+        and the log end the client last heard of (the metrics' commit lag)."""
+        ck, lag = self.loop._ck, {}
+        for t, p in sorted(self.loop.assigned):
+            committed = self.loop._committed.get((t, p))
+            if committed is None:
+                continue
+            try:
+                _, high = self.loop.consumer.get_watermark_offsets(ck.TopicPartition(t, p), cached=True)
+            except ck.KafkaException:
+                continue
+            if high is not None and high >= 0:
+                lag[f"{t}[{p}]"] = max(0, high - committed)
+        return lag
+
+    def revoked(self) -> list[Hashable]:
+        gone, self._revoked = self._revoked, []
+        for tp in gone:
+            if tp not in self.loop.assigned:
+                self._skip.pop(tp, None)  # type: ignore[call-overload]
+        return gone
+
+    def close(self) -> None:
+        """Commit what is safe (with the dispatcher's floors) and leave the group."""
+        self.loop.close()
+
+    # ------------------------------------------------------------------ hooks of the loop
+    def _pause_all(self) -> None:
+        if self.loop.assigned:
+            ck = self.loop._ck
+            self.loop.consumer.pause([ck.TopicPartition(t, p) for t, p in sorted(self.loop.assigned)])
+
+    def _plan(self, tp: TP, assembler_next: int | None) -> tuple[int | None, str | None]:
+        d = self._dispatcher
+        off = assembler_next if d is None else d.commit_offset(tp, assembler_next)
+        if off is None:
+            return None, None
+        loaded = self._skip.get(tp)
+        for lo, hi in loaded or ():
+            if lo <= off <= hi:  # settled before (its records skipped, never read here): commit past them
+                off = hi + 1
+        done = self.loop._committed.get(tp)
+        if done is not None and off < done:  # what was committed in this assignment stays passed
+            off = done
+        ranges = list(d.settled_above(tp, off)) if d is not None else []
+        if loaded:
+            loaded[:] = [r for r in loaded if r[1] > off]  # passed by the commit: no longer needed
+            ranges += loaded
+        ranges = _merge(ranges, off)
+        if not ranges:
+            return off, None
+        text, kept = offsets.encode(off, ranges, self.metadata_limit)
+        self.stats.ranges_dropped += len(ranges) - kept
+        return off, (text or None)
+
+    def _before_commit(self, entries: list[tuple[str, int, int, str | None]]) -> None:
+        for topic, part, off, meta in entries:
+            note = CommitNote(topic, part, off, len(meta or ""), 0)
+            if meta:
+                got, _ = offsets.decode(meta, off, None)
+                note = CommitNote(topic, part, off, len(meta), len(got))
+            self.stats.commits += 1
+            self.stats.metadata_bytes_max = max(self.stats.metadata_bytes_max, note.metadata_bytes)
+            log.debug("commit %s[%d] at %d (%d bytes of settled ranges, %d ranges)", topic, part, off,
+                      note.metadata_bytes, note.ranges)  # fmt: skip
+            if self.on_commit is not None:
+                self.on_commit(note)
+
+    def _revoking(self, partitions: list[TP], commits: bool) -> None:
+        # Nothing settles while this runs (the runner's control loop is inside fetch): the commit is
+        # planned with every message of these partitions still counted unsettled, then their work is
+        # fenced at once, so no result arriving later and no queued message handed out later counts.
+        self.stats.revoked += len(partitions)
+        if commits:
+            self.loop.commit(set(partitions))
+        self._forget(partitions)
+        d = self._dispatcher
+        if d is None:  # not bound yet: the runner fences them after this fetch
+            self._revoked.extend(partitions)
+            return
+        for tp in partitions:
+            d.revoke(tp)
+            self._skip.pop(tp, None)
+
+    def _forget(self, partitions: list[TP]) -> None:
+        """The messages of revoked partitions not settled yet are dropped or fenced by the
+        dispatcher: the assembler forgets it delivered them, so if the partition comes back to
+        this consumer (the same rebalance often gives it back) their segments, read again from the
+        commit, make them anew instead of counting as duplicates of a delivery that never settled."""
+        asm = self.loop.assembler
+        for tp in partitions:
+            for key in self._unsettled.pop(tp, set()):
+                asm.forget(*key)
+                for other in self._parts_of.pop(key, ()):
+                    keys = self._unsettled.get(other)  # type: ignore[call-overload]
+                    if keys is not None:
+                        keys.discard(key)
+
+    def _assigned(self, partitions: list[TP]) -> None:
+        """Read back the settled-offsets records of the partitions just assigned."""
+        consumer, ck = self.loop.consumer, self.loop._ck
+        try:
+            got = consumer.committed([ck.TopicPartition(t, p) for t, p in partitions], timeout=30)
+        except ck.KafkaException as exc:  # no record: the messages above the commit come again
+            log.warning("Kafka: the committed offsets' records could not be read: %s", exc)
+            return
+        for tp in got:
+            key = (tp.topic, tp.partition)
+            self._skip.pop(key, None)
+            if tp.offset < 0 or not tp.metadata:
+                continue
+            try:
+                _, end = consumer.get_watermark_offsets(ck.TopicPartition(tp.topic, tp.partition), timeout=10)
+            except ck.KafkaException as exc:
+                log.warning("%s[%d]: no log end to check its settled-offsets record against (%s): ignored",
+                            tp.topic, tp.partition, exc)  # fmt: skip
+                self.stats.metadata_ignored += 1
+                continue
+            ranges, why = offsets.decode(tp.metadata, tp.offset, end)
+            if why is not None:
+                log.warning("%s[%d]: the commit's metadata is ignored: %s", tp.topic, tp.partition, why)
+                self.stats.metadata_ignored += 1
+                continue
+            self.stats.metadata_loaded += 1
+            if ranges:
+                self._skip[key] = ranges
+                log.info("%s[%d]: %d settled ranges above the commit %d are skipped", tp.topic, tp.partition,
+                         len(ranges), tp.offset)  # fmt: skip
+
+    def _skipped(self, tp: TP, offset: int) -> bool:
+        ranges = self._skip.get(tp)
+        if not ranges:
+            return False
+        i = bisect.bisect_right(ranges, (offset, _BIG)) - 1
+        return i >= 0 and ranges[i][0] <= offset <= ranges[i][1]
+
+
+__all__ = ["DEFAULT_METADATA_LIMIT", "CommitNote", "DispatchSourceStats", "KafkaDispatchSource"]

@@ -1,0 +1,440 @@
+"""The group dispatcher over Kafka, against librdkafka's mock cluster.
+
+In-process: the commit-metadata record of settled messages (written beside a commit held back by an
+unsettled message, read back on assignment, the settled records skipped; a foreign record ignored),
+and pause/resume of fetching.
+
+With real processes (``servers``): three ``reassemble consume`` processes in one group, a handler
+that sleeps and fails at random and always fails poisoned messages, one process SIGKILLed
+mid-run and restarted. Then, from the handler's log of start and end times, the commit log and the
+dead letter folder: every message handled at least once, never two handlers of one group at once,
+a group's messages in order, exactly the poisoned messages dead-lettered, every commit below every
+message not yet settled when it was sent, and the group's final offsets at the end of every
+partition. And the budget: a slow handler behind a fast producer, the held bytes within the budget
+and the fetch paused.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import time
+import urllib.request
+import uuid
+from collections import defaultdict
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("confluent_kafka")
+
+from reassembly.brokers.kafka_dispatch import CommitNote, KafkaDispatchSource
+from reassembly.dispatcher import Dispatcher, Ordering, Outcome, offsets
+from reassembly.runtime.deadletter import read_dead_letters
+from segmenter.brokers import KafkaSegmentProducer
+from tests.support.kafka_cluster import (  # noqa: F401
+    ClientProcess,
+    ClientProcesses,
+    MockCluster,
+    kafka_clients_fixture,
+    kafka_cluster_fixture,
+)
+
+FAST_GROUP = {"session.timeout.ms": "3000", "heartbeat.interval.ms": "300"}
+HANDLER = "tests.support.dispatch_handler"
+
+
+def _wait(what: str, ready: Callable[[], bool], timeout: float = 60.0, poll: float = 0.02) -> None:
+    """Wait until ``ready()`` (a file, a process's output, a consumer's state) or fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(poll)  # polls a condition; the wait ends on the condition, not on the time
+
+
+def _ends(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"marks-{uuid.uuid4().hex}"})
+    try:
+        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
+    finally:
+        c.close()
+
+
+def _committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, tuple[int, str | None]]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        got = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+        return {tp.partition: (tp.offset, tp.metadata) for tp in got}
+    finally:
+        c.close()
+
+
+def _produce(bootstrap: str, topic: str, payloads: list[bytes], partition: int | None = 0) -> None:
+    producer = KafkaSegmentProducer(topic, {"bootstrap.servers": bootstrap}, max_record_bytes=2048)
+    try:
+        for p in payloads:
+            producer.send(p, partition=partition).wait(30)
+    finally:
+        producer.close()
+
+
+def _source(cluster: MockCluster, topic: str, group: str, notes: list[CommitNote] | None = None) -> KafkaDispatchSource:
+    config = {"bootstrap.servers": cluster.bootstrap, "group.id": group, **FAST_GROUP}
+    return KafkaDispatchSource(config, [topic], on_commit=None if notes is None else notes.append)
+
+
+def _fetch_until(source: KafkaDispatchSource, d: Dispatcher, count: int) -> list[int]:
+    """Offer what the source fetches until ``count`` messages were offered; their tickets."""
+    tickets: list[int] = []
+
+    def more() -> bool:
+        tickets.extend(d.offer(o.message, now=0.0, key=o.key) for o in source.fetch(0.2))
+        return len(tickets) >= count
+
+    _wait(f"{count} messages", more)
+    return tickets
+
+
+# ---------------------------------------------------------------------------------- in-process
+def test_settled_ranges_ride_on_the_commit_and_are_skipped_after_a_restart(kafka_cluster: MockCluster) -> None:
+    topic = kafka_cluster.create_topic(f"t-meta-{uuid.uuid4().hex[:8]}", partitions=1)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    _produce(kafka_cluster.bootstrap, topic, [bytes([i]) * 3000 for i in range(6)])  # several records each
+    end = _ends(kafka_cluster.bootstrap, topic, 1)[0]
+    notes: list[CommitNote] = []
+    source = _source(kafka_cluster, topic, group, notes)
+    d = Dispatcher(Ordering.UNORDERED)
+    source.bind(d)
+    try:
+        _fetch_until(source, d, 6)
+        works = [w for w in (d.take(i, 0.0) for i in range(6)) if w is not None]
+        assert len(works) == 6
+        works.sort(key=lambda w: w.positions[0][1])
+        first = works[0]
+        for w in works[1:]:
+            d.settle(w.ticket, Outcome.DONE, now=0.0)
+        source.commit(d, force=True)
+        # held at the unsettled first message; the five settled ones above it in the record
+        assert notes and notes[-1].offset == 0 and notes[-1].ranges == 1 and notes[-1].metadata_bytes > 0
+    finally:
+        source.close()
+    offset, meta = _committed(kafka_cluster.bootstrap, group, topic, 1)[0]
+    above = max(o for _, o in first.positions) + 1
+    assert offset == 0
+    assert offsets.decode(meta, 0, end) == ([(above, end - 1)], None)
+
+    again = _source(kafka_cluster, topic, group)
+    d2 = Dispatcher(Ordering.UNORDERED)
+    again.bind(d2)
+    try:
+        _fetch_until(again, d2, 1)
+        assert again.stats.metadata_loaded == 1
+        w = d2.take(0, 0.0)
+        assert w is not None and w.positions == first.positions
+        late: list[Any] = []  # the other five are never offered again: their records are skipped
+        _wait("the settled records skipped", lambda: late.extend(again.fetch(0.1)) or again.loop.stats.skipped
+              == end - above)  # fmt: skip
+        assert not late
+        d2.settle(w.ticket, Outcome.DONE, now=0.0)
+        again.commit(d2, force=True)
+    finally:
+        again.close()
+    # past the first message, and past the settled range after it too: the end of the partition
+    assert _committed(kafka_cluster.bootstrap, group, topic, 1)[0] == (end, None)
+
+
+def test_a_foreign_commit_metadata_is_ignored(kafka_cluster: MockCluster) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic = kafka_cluster.create_topic(f"t-foreign-{uuid.uuid4().hex[:8]}", partitions=1)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    _produce(kafka_cluster.bootstrap, topic, [b"a" * 100, b"b" * 100])
+    other = Consumer({"bootstrap.servers": kafka_cluster.bootstrap, "group.id": group, "enable.auto.commit": False})
+    other.commit(offsets=[TopicPartition(topic, 0, 0, metadata="written by another tool")], asynchronous=False)
+    other.close()
+    source = _source(kafka_cluster, topic, group)
+    d = Dispatcher(Ordering.UNORDERED)
+    source.bind(d)
+    try:
+        _fetch_until(source, d, 2)  # both messages: the record is not trusted
+        assert source.stats.metadata_ignored == 1 and source.loop.stats.skipped == 0
+    finally:
+        source.close()
+
+
+def test_pause_stops_fetching_and_resume_fetches_the_rest(kafka_cluster: MockCluster) -> None:
+    topic = kafka_cluster.create_topic(f"t-pause-{uuid.uuid4().hex[:8]}", partitions=1)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    _produce(kafka_cluster.bootstrap, topic, [b"x" * 100])
+    source = _source(kafka_cluster, topic, group)
+    d = Dispatcher(Ordering.UNORDERED)
+    source.bind(d)
+    try:
+        _fetch_until(source, d, 1)
+        source.pause()
+        _produce(kafka_cluster.bootstrap, topic, [b"y" * 100, b"z" * 100])
+        assert _ends(kafka_cluster.bootstrap, topic, 1)[0] == 3
+        assert not [o for _ in range(10) for o in source.fetch(0.1)]  # ten fetches while paused: nothing
+        source.resume()
+        assert len(_fetch_until(source, d, 2)) == 2
+        assert (source.stats.pauses, source.stats.resumes) == (1, 1)
+    finally:
+        source.close()
+
+
+def test_a_revocation_commits_below_the_work_in_flight_then_fences_it(kafka_cluster: MockCluster) -> None:
+    from reassembly.dispatcher import Fenced
+
+    topic = kafka_cluster.create_topic(f"t-revoke-{uuid.uuid4().hex[:8]}", partitions=2)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    for part in (0, 1):
+        _produce(kafka_cluster.bootstrap, topic, [bytes([part]) * 3000] * 3, partition=part)
+    a = _source(kafka_cluster, topic, group)
+    da = Dispatcher(Ordering.UNORDERED)
+    a.bind(da)
+    b: KafkaDispatchSource | None = None
+    try:
+        _fetch_until(a, da, 6)
+        works = [w for w in (da.take(i, 0.0) for i in range(6)) if w is not None]
+        assert len(works) == 6  # all in flight, none settled
+        b = _source(kafka_cluster, topic, group)  # joins: the group rebalances, a's partitions are revoked
+        db = Dispatcher(Ordering.UNORDERED)
+        b.bind(db)
+        again: list[Any] = []
+        taken: list[Any] = []
+
+        def rebalanced() -> bool:
+            again.extend(a.fetch(0.1))
+            assert b is not None
+            taken.extend(b.fetch(0.1))
+            return a.stats.revoked > 0 and bool(a.loop.assigned) and bool(b.loop.assigned)
+
+        _wait("the rebalance", rebalanced)
+        # the revocation's commit stayed below every message in flight: nothing was committed past 0
+        assert {p: off for p, (off, _) in _committed(kafka_cluster.bootstrap, group, topic, 2).items()} in (
+            {0: 0, 1: 0}, {0: -1001, 1: 0}, {0: 0, 1: -1001}, {0: -1001, 1: -1001})
+        # then the work was fenced: its results commit nothing
+        assert all(isinstance(da.settle(w.ticket, Outcome.DONE, now=0.0), Fenced) for w in works)
+        # the partition a kept is read again from the commit, its unsettled messages made anew
+        kept = {p for _, p in a.loop.assigned}
+        _wait("a's messages again", lambda: bool(again.extend(a.fetch(0.1))) or len(again) >= 3 * len(kept))
+        assert {o.message.positions[0].partition[1] for o in again} == kept
+    finally:
+        a.close()
+        if b is not None:
+            b.close()
+
+
+# ---------------------------------------------------------------------------------- processes
+def _read_lines(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+
+
+def _consume(clients: ClientProcesses, cluster: MockCluster, topic: str, group: str, tmp: Path, name: str,
+             *extra: str, env: dict[str, str] | None = None) -> ClientProcess:  # fmt: skip
+    x = [a for k, v in FAST_GROUP.items() for a in ("-X", f"{k}={v}")]
+    return clients.start(
+        ["-m", "reassembly", "consume", f"kafka://{cluster.bootstrap}", topic, "--group", group, "--verbose",
+         "--commit-log", str(tmp / "commits.log"), "--summary-json", str(tmp / f"{name}.json"), *x, *extra],
+        name=name,
+        env={"DISPATCH_LOG": str(tmp / "handled.log"), **(env or {})},
+    )  # fmt: skip
+
+
+@pytest.mark.servers
+def test_three_consumers_one_killed_and_restarted(
+    kafka_cluster: MockCluster, kafka_clients: ClientProcesses, tmp_path: Path
+) -> None:
+    parts, attempts = 6, 8
+    topic = kafka_cluster.create_topic(f"t-kill-{uuid.uuid4().hex[:8]}", partitions=parts)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    rng = random.Random(47)
+    # 120 units: every fourth an MQ group of 3 messages; every 13th message poisoned; 200 B .. 5 KB
+    # each, in records of at most 2 KiB, so most messages span several records
+    units: list[list[bytes]] = []
+    n = 0
+    for i in range(120):
+        unit = []
+        for _ in range(3 if i % 4 == 3 else 1):
+            n += 1
+            body = rng.randbytes(rng.randint(200, 8000))
+            unit.append(b"POISON" + body if n % 13 == 0 else b"OK" + body)
+        units.append(unit)
+    dead_dir = tmp_path / "dead"
+    common = ["--handler", f"{HANDLER}:handle", "--workers", "4", "--max-attempts", str(attempts),
+              "--retry-delay", "20ms", "--retry-max-delay", "200ms", "--dead-letter", str(dead_dir),
+              "--commit-interval", "300ms", "--drain-timeout", "20s"]  # fmt: skip
+    env = {"DISPATCH_SLEEP_MS": "20", "DISPATCH_FAIL_RATE": "0.1"}
+    procs = {name: _consume(kafka_clients, kafka_cluster, topic, group, tmp_path, name, *common, env=env)
+             for name in ("c1", "c2", "c3")}  # fmt: skip
+    for name, proc in procs.items():
+        _wait(f"{name}'s assignment", lambda proc=proc: "assigned [" in proc.errors())  # type: ignore[misc]
+
+    producer = KafkaSegmentProducer(topic, {"bootstrap.servers": kafka_cluster.bootstrap}, max_record_bytes=2048)
+    expected: dict[tuple[str, int], bool] = {}  # (GroupId hex, MsgSeqNumber) -> poisoned
+
+    def send(batch: list[list[bytes]]) -> None:
+        for unit in batch:
+            s = producer.send(unit[0]) if len(unit) == 1 else producer.send_group(unit)
+            s.wait(30)
+            for seq, body in enumerate(unit, 1):
+                expected[(s.group_id.hex(), seq)] = body.startswith(b"POISON")
+
+    log_path = tmp_path / "handled.log"
+    send(units[:60])
+    c2 = procs["c2"]
+
+    def handled_by(pid: int) -> int:
+        return sum(1 for e in _read_lines(log_path) if e["kind"] == "end" and e["pid"] == pid and e["ok"])
+
+    _wait("c2 handling messages", lambda: handled_by(c2.pid) >= 10)
+    c2.kill()
+    killed_at = time.time()
+    send(units[60:])
+    producer.close()
+    procs["c2b"] = _consume(kafka_clients, kafka_cluster, topic, group, tmp_path, "c2b", *common, env=env)
+
+    def all_settled() -> bool:
+        ok = {(e["group"], e["seq"]) for e in _read_lines(log_path) if e["kind"] == "end" and e["ok"]}
+        dead = {(r["group_id"].hex(), r["msg_seq_number"]) for r in read_dead_letters(dead_dir)} if dead_dir.exists() \
+            else set()  # fmt: skip
+        return all((k in dead) if p else (k in ok) for k, p in expected.items())
+
+    _wait("every message handled or dead-lettered", all_settled, timeout=90, poll=0.2)
+    ends = _ends(kafka_cluster.bootstrap, topic, parts)
+
+    def at_end() -> bool:
+        last: dict[int, int] = {}
+        for c in _read_lines(tmp_path / "commits.log"):
+            last[c["partition"]] = max(last.get(c["partition"], 0), c["offset"])
+        return all(last.get(p, 0) == ends[p] for p in range(parts) if ends[p])
+
+    _wait("commits at the end of every partition", at_end, timeout=60, poll=0.1)
+    for name in ("c1", "c3", "c2b"):
+        assert procs[name].terminate(30) == 0, procs[name].errors()[-3000:]
+        assert "consumed " in procs[name].output()
+
+    events = _read_lines(log_path)
+    commits = _read_lines(tmp_path / "commits.log")
+    dead_rows = read_dead_letters(dead_dir)
+    where: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for e in events:
+        where[(e["group"], e["seq"])] = [tuple(x) for x in e["positions"]]  # type: ignore[misc]
+
+    # every message handled at least once (poisoned: every attempt failed), exactly the poisoned dead-lettered
+    ok = {(e["group"], e["seq"]) for e in events if e["kind"] == "end" and e["ok"]}
+    assert {k for k, p in expected.items() if not p} <= ok
+    assert not {k for k, p in expected.items() if p} & ok
+    dead = {(r["group_id"].hex(), r["msg_seq_number"]) for r in dead_rows}
+    assert dead == {k for k, p in expected.items() if p}
+
+    # never two handlers of one group at once: intervals per GroupId, a start without its end (the
+    # killed process) lasting until the kill
+    open_at: dict[tuple[int, str, int], float] = {}
+    spans: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
+    for e in events:
+        k = (e["pid"], e["group"], e["seq"])
+        if e["kind"] == "start":
+            open_at[k] = e["time"]
+        else:
+            spans[e["group"]].append((open_at.pop(k), e["time"], e["pid"]))
+    for (pid, g, _seq), t in open_at.items():
+        assert pid == c2.pid, f"a handler of process {pid} never ended"
+        spans[g].append((t, killed_at, pid))
+    for g, ss in spans.items():
+        ss.sort()
+        busy_until, holder = float("-inf"), 0
+        for start, end, pid in ss:
+            assert start >= busy_until, f"group {g}: handlers in processes {holder} and {pid} at once"
+            busy_until, holder = max(busy_until, end), pid
+
+    # a group's messages in order: every attempt of message k starts after message k-1 settled
+    settled_at: dict[tuple[str, int], float] = {}
+    failures: dict[tuple[str, int], list[float]] = defaultdict(list)
+    for e in events:
+        k = (e["group"], e["seq"])
+        if e["kind"] == "end" and e["ok"]:
+            settled_at.setdefault(k, e["time"])
+        elif e["kind"] == "end":
+            failures[k].append(e["time"])
+    for k in expected:
+        if expected[k]:
+            settled_at[k] = sorted(failures[k])[attempts - 1]  # the last attempt before the dead letter
+    for e in events:
+        if e["kind"] == "start" and e["seq"] > 1:
+            before = (e["group"], e["seq"] - 1)
+            assert settled_at[before] <= e["time"], f"{before} not settled when its successor started"
+
+    # every commit below every message not settled when it was sent
+    for c in commits:
+        for k, pos in where.items():
+            below = [o for p, o in pos if p == c["partition"] and o < c["offset"]]
+            if below:
+                assert settled_at[k] <= c["time"], f"commit {c} passed {k} (segments at {pos}) before it settled"
+    first_dead: dict[tuple[str, int], float] = {}  # a message read again after a rebalance may die twice
+    for r in dead_rows:
+        k = (r["group_id"].hex(), r["msg_seq_number"])
+        stamp = r["dead_at"].timestamp() if isinstance(r["dead_at"], datetime) else r["dead_at"]
+        first_dead[k] = min(first_dead.get(k, stamp), stamp)
+    for k, stamp in first_dead.items():
+        for c in commits:
+            if c["time"] < stamp - 1.0:  # a second of clock slack between pyarrow's stamp and time.time()
+                assert not [o for p, o in where[k] if p == c["partition"] and o < c["offset"]], (c, k)
+
+    # the group's final offsets: the end of every partition
+    final = _committed(kafka_cluster.bootstrap, group, topic, parts)
+    assert {p: final[p][0] for p in range(parts) if ends[p]} == {p: ends[p] for p in range(parts) if ends[p]}
+    assert max(c["metadata_bytes"] for c in commits) <= 4000
+
+
+@pytest.mark.servers
+def test_the_budget_pauses_fetching_and_bounds_what_is_held(
+    kafka_cluster: MockCluster, kafka_clients: ClientProcesses, tmp_path: Path
+) -> None:
+    topic = kafka_cluster.create_topic(f"t-budget-{uuid.uuid4().hex[:8]}", partitions=2)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    gate = tmp_path / "gate"
+    budget = 64 << 10
+    proc = _consume(kafka_clients, kafka_cluster, topic, group, tmp_path, "slow", "--handler", f"{HANDLER}:slow",
+                    "--workers", "2", "--budget-bytes", str(budget), "--budget-messages", "1000",
+                    "--idle-exit", "2s", "--metrics-port", "0", env={"DISPATCH_GATE": str(gate)})  # fmt: skip
+    _wait("the assignment", lambda: "assigned [" in proc.errors())
+    port = re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", proc.errors())
+    assert port is not None, proc.errors()
+    rng = random.Random(1)
+    payloads = [rng.randbytes(4000) for _ in range(100)]  # 400 KB: six budgets
+    _produce(kafka_cluster.bootstrap, topic, payloads, partition=None)
+    _wait("the fetch paused", lambda: "fetch paused" in proc.errors())
+    metrics: dict[str, float] = {}
+
+    def scrape() -> bool:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port.group(1)}/metrics", timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith("reassembly_dispatch_"):
+                    name, _, value = line.rpartition(" ")
+                    metrics[name] = float(value)
+        return metrics.get("reassembly_dispatch_fetch_paused") == 1.0  # published once a second
+
+    _wait("the metrics saying the fetch paused", scrape)
+    assert 0 < metrics["reassembly_dispatch_held_bytes"] <= budget + 2048 + 4000, metrics
+    gate.touch()  # the handlers go on: the budget empties, fetching resumes
+    assert proc.wait(120) == 0, proc.errors()[-3000:]
+    doc = json.loads((tmp_path / "slow.json").read_text())
+    summary = doc["consume"]["summary"]
+    assert summary["done"] == 100
+    assert summary["pauses"] >= 1 and summary["resumes"] >= 1
+    # held: segments in assembly, messages waiting and in flight; within the budget plus one record
+    # (a fetch reads no more records than fit in what is left of the budget) and one message
+    assert summary["peak_held_bytes"] <= budget + 2048 + 4000, summary
+    assert doc["consume"]["source"]["pauses"] >= 1

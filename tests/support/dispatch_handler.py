@@ -1,0 +1,69 @@
+"""Handlers for the ``reassemble consume`` tests (``--handler tests.support.dispatch_handler:handle``).
+
+:func:`handle` sleeps a random while (up to ``DISPATCH_SLEEP_MS`` ms), fails at random
+(``DISPATCH_FAIL_RATE``) and always fails a poisoned message (its payload starts with ``POISON``).
+Every attempt appends two lines to ``DISPATCH_LOG`` (one ``os.write`` each on an ``O_APPEND``
+descriptor, so lines of several processes never mix): ``start`` before the work and ``end`` after
+it, with the process id, the message's GroupId and MsgSeqNumber, its segments' (partition, offset)
+and the wall-clock time, from which the test checks that no two handlers ever held one group at
+once, that a group's messages went in order and that every commit was below every unsettled message.
+
+:func:`slow` (the budget test) waits for a file to appear (``DISPATCH_GATE``) before it returns:
+the test holds every handler until it has seen the consumer pause its fetching.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from typing import Any
+
+_fd: int | None = None
+
+
+def _log(kind: str, message: Any, **extra: Any) -> None:
+    global _fd
+    if _fd is None:
+        _fd = os.open(os.environ["DISPATCH_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    line = {
+        "kind": kind,
+        "pid": os.getpid(),
+        "group": message.group_id.hex(),
+        "seq": message.msg_seq_number,
+        "positions": [[o.partition[1], o.position] for o in message.positions],
+        "time": time.time(),
+        **extra,
+    }
+    os.write(_fd, (json.dumps(line) + "\n").encode())
+
+
+def handle(message: Any) -> None:
+    """Sleep at random, fail at random; a poisoned message always fails."""
+    _log("start", message)
+    ok = False
+    try:
+        time.sleep(random.uniform(0, float(os.environ.get("DISPATCH_SLEEP_MS", "20")) / 1000))
+        if bytes(message.payload[:6]) == b"POISON":
+            raise ValueError("poisoned message")
+        if random.random() < float(os.environ.get("DISPATCH_FAIL_RATE", "0.2")):
+            raise RuntimeError("a transient failure")
+        ok = True
+    finally:
+        _log("end", message, ok=ok)
+
+
+def slow(message: Any) -> None:
+    """Hold until the gate file exists (the test opens it once it saw the fetch paused)."""
+    _log("start", message)
+    gate = os.environ["DISPATCH_GATE"]
+    while not os.path.exists(gate):  # polls a file the test creates: the handler's own pace, not the test's
+        time.sleep(0.01)
+    _log("end", message, ok=True)
+
+
+async def handle_async(message: Any) -> None:
+    """:func:`handle` for ``--runner asyncio``: the same log lines, no sleep, never failing."""
+    _log("start", message)
+    _log("end", message, ok=True)
