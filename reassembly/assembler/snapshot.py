@@ -113,7 +113,7 @@ def _group(
     """Feed one group's segments (its next parts) back, then its record."""
     gid = bytes.fromhex(g["id"])
     count = integer(g["segments"], "segment count")
-    check(count <= parts.left // LENGTH_SIZE, "segment count")  # each part needs its length: before any list
+    check(0 <= count <= parts.left // LENGTH_SIZE, "segment count")  # each part needs its length: before any list
     check(gid not in groups, "group id repeated")
     origins = g.get("origins") or [None] * count
     check(isinstance(origins, list) and len(origins) == count, "origins")
