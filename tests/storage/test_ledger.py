@@ -10,8 +10,6 @@ import sqlite3
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-import pytest
-
 from reassembly.claimcheck import Ledger, LedgerEntry, Recorded, Settled
 from reassembly.collector import Rule
 from reassembly.storage.collector import PostgresStorage, SQLiteStorage, Storage

@@ -157,7 +157,8 @@ def load_sqlite(url: str, path: Path, *, skip: tuple[str, ...] = ("collect_ids",
 
     old = sqlite3.connect(path)
     try:
-        tables = [t for t in old.execute("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL") if t[0] not in skip]
+        found = old.execute("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL").fetchall()
+        tables = [t for t in found if t[0] not in skip]
         with psycopg.connect(url, autocommit=True) as conn:
             for name, sql in tables:
                 conn.execute(sql.replace("BLOB", "BYTEA"))
