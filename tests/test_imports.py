@@ -95,8 +95,8 @@ def _cycle() -> list[str] | None:
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("segmenter",),
     ("refmsg",),
-    ("reassembly._checks",),
-    ("reassembly._framing", "reassembly._plumbing"),
+    ("reassembly._checks", "reassembly._errors", "reassembly._processes"),
+    ("reassembly._framing", "reassembly._files", "reassembly._keyring"),
     ("reassembly.assembler",),
     ("reassembly.resequencer", "reassembly.collector"),
     ("reassembly.storage",),  # the cores' storage and file adapters
@@ -159,7 +159,9 @@ IO_MODULES = (
     "confluent_kafka",
     "argparse",
     "reassembly.storage",  # every module of it, by place
-    "reassembly._plumbing",
+    "reassembly._files",
+    "reassembly._processes",
+    "reassembly._keyring",
     "segmenter.brokers",
 )
 
@@ -196,7 +198,10 @@ def test_the_graph_sees_the_modules_it_must_judge() -> None:
         "reassembly",
         "reassembly.cli.main",
         "reassembly.spark.jobs",
-        "reassembly._plumbing",
+        "reassembly._errors",
+        "reassembly._files",
+        "reassembly._processes",
+        "reassembly._keyring",
         *SANS_IO,
     }
     assert expected - {"reassembly._framing"} <= MODULES.keys()

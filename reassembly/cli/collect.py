@@ -24,7 +24,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from reassembly._plumbing import JobError, UsageError, first_line, overlap
+from reassembly._errors import JobError, UsageError, first_line
+from reassembly._files import overlap
 from reassembly.cli._common import seconds
 from reassembly.collector.core import BatchReady
 from reassembly.storage.collector import DeadBatch, open_storage

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import quote
 
-from reassembly._plumbing import first_line
+from reassembly._errors import first_line
 from reassembly.collector.core import BatchReady, Cause, Collector, Rule, batch_segments
 from reassembly.storage.collector import DeadBatch, RuleCache, Storage
 from segmenter.producer import Segmenter

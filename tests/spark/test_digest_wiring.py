@@ -18,7 +18,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from reassembly._plumbing import UsageError, load_keyring
+from reassembly._errors import UsageError
+from reassembly._keyring import load_keyring
 from reassembly.assembler import Assembler, Limits
 from reassembly.assembler.bodies import StoredBody
 from reassembly.assembler.events import ConflictingDuplicate, MessageComplete, MessageFailed
