@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from reassembly.collector import Rule
-from reassembly.collector.durable import DurableCollector
-from reassembly.collector.storage import Storage, open_storage
+from reassembly.storage.collector import Storage, open_storage
+from reassembly.storage.durable import DurableCollector
 
 HERE = Path(__file__).resolve().parent
 

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from reassembly._plumbing import first_line
+from reassembly._errors import first_line
 from reassembly.spark.session import get_session
 
 from .sparkbench import approaches, write_result

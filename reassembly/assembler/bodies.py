@@ -3,7 +3,7 @@
 The assembler stays sans-I/O: it decides *what* goes where (which piece is at
 which offset, which copy wins, when a body is complete and verified) and a
 :class:`BodyStore` does the I/O (the file store is
-:mod:`reassembly.assembler.filestore`: this module opens no file). Without a store every body is built in memory;
+:mod:`reassembly.storage.filestore`: this module opens no file). Without a store every body is built in memory;
 with one, each message the store ``wants`` is written piece by piece as
 segments arrive, so memory holds only headers, whatever the message size.
 """

@@ -2,8 +2,8 @@
 
 ``refmsg`` stores payloads and resolves references; it cannot tell an orphaned object from one
 still on its way. Here the offloading producer records each stored object in a ledger
-(:class:`Ledger`, a table in the collector's SQLite or PostgreSQL database), the consumer
-settles it after its commit, and :func:`sweep` (``reassemble claimcheck sweep``) deletes the
+(:class:`Ledger`, its own table in a SQLite or PostgreSQL database, which may be the
+collector's), the consumer settles it after its commit, and :func:`sweep` (``reassemble claimcheck sweep``) deletes the
 settled objects and the old ones no row names, never one a live row names.
 """
 

@@ -8,9 +8,9 @@ the object (:meth:`Ledger.settle`, :meth:`Ledger.settle_claim`) after its own co
 will never read the payload again. The sweep (:mod:`reassembly.claimcheck.sweep`) then deletes
 what is settled and what no row names, and never what a live (recorded, unsettled) row names.
 
-One row per (store name, key), in the table ``claim_ledger`` of the collector's database
-(:class:`reassembly.collector.storage.Storage`: a SQLite file or PostgreSQL, created or added
-to an older database when it is opened). Times are UTC (``datetime`` with a timezone;
+One row per (store name, key), in the ledger's own table ``claim_ledger``
+(:mod:`reassembly.storage.ledger`: a SQLite file or PostgreSQL, created when it is opened; it
+may share the collector's database). Times are UTC (``datetime`` with a timezone;
 seconds since the epoch in the table). A message id is text: bytes (an MQ MsgId, a Kafka key)
 are kept as their lowercase hex. Every method is one committed transaction.
 """
@@ -18,13 +18,12 @@ are kept as their lowercase hex. Every method is one committed transaction.
 from __future__ import annotations
 
 import logging
-import sqlite3
 from datetime import datetime, timezone
 from enum import Enum
 from types import TracebackType
 from typing import Any, NamedTuple
 
-from reassembly.collector.storage import Storage, StorageError, open_storage
+from reassembly.storage.ledger import LedgerTable, open_ledger_table
 from refmsg import Message, ObjectStore, is_claim_check, offload, read_claim
 from segmenter.sources import argument_error
 
@@ -109,28 +108,25 @@ def _utc(value: Any) -> datetime | None:
 
 
 class Ledger:
-    """The reference ledger over a :class:`~reassembly.collector.storage.Storage` (see the module).
+    """The reference ledger over its table (:class:`~reassembly.storage.ledger.LedgerTable`, see the module).
 
     ``Ledger.open("ledger.db")`` or ``Ledger.open("postgresql://...")``; a ledger may share
     the collector's database. Close it (or use it as a context manager) when done.
     """
 
-    def __init__(self, storage: Storage) -> None:
-        self.storage = storage
+    def __init__(self, table: LedgerTable) -> None:
+        self.table = table
 
     @classmethod
     def open(cls, url: str) -> Ledger:
         """A SQLite file path (created if missing) or a ``postgresql://`` URL; a file that is not a
-        SQLite database, or a server that refuses, raises :class:`~reassembly.collector.storage.StorageError`."""
-        try:
-            return cls(open_storage(url))
-        except sqlite3.Error as exc:  # raised while the connection is set up, before any transaction
-            raise StorageError(f"SQLite {url}: {exc}", url=url) from None
+        SQLite database, or a server that refuses, raises :class:`~reassembly.storage.sql.StorageError`."""
+        return cls(open_ledger_table(url))
 
     @property
     def url(self) -> str:
         """The database, its password hidden."""
-        return self.storage.url
+        return self.table.url
 
     def record(
         self, store: StoreRef, key: str, message_id: MessageId = None, at: datetime | None = None
@@ -143,7 +139,7 @@ class Ledger:
         (:attr:`Recorded.LATE`, still correct). Idempotent for one message.
         """
         name, key, mid = _name(store), _key(key), _message_id(message_id)
-        found = Recorded(self.storage.ledger_record(name, key, mid, _seconds(at)))
+        found = Recorded(self.table.record(name, key, mid, _seconds(at)))
         if found in (Recorded.REPLACED, Recorded.REOPENED):
             log.warning("key %r in store %r recorded again (%s): live for message %s", key, name, found.value, mid)
         return found
@@ -155,7 +151,7 @@ class Ledger:
         (:attr:`Settled.UNKNOWN`, logged as a warning): never dropped in silence.
         """
         name, key = _name(store), _key(key)
-        found = Settled(self.storage.ledger_settle(name, key, _seconds(at)))
+        found = Settled(self.table.settle(name, key, _seconds(at)))
         if found is Settled.UNKNOWN:
             log.warning("settled key %r in store %r, which the ledger has no record of (kept as settled)", key, name)
         return found
@@ -176,28 +172,28 @@ class Ledger:
 
     def entries(self, store: StoreRef) -> list[LedgerEntry]:
         """Every row of ``store``, by key (swept ones included: :attr:`LedgerEntry.deleted_at`)."""
-        return [self._entry(r) for r in self.storage.ledger_rows(_name(store))]
+        return [self._entry(r) for r in self.table.rows(_name(store))]
 
     def entry(self, store: StoreRef, key: str) -> LedgerEntry | None:
         """The row of ``key`` in ``store``, or None."""
-        rows = self.storage.ledger_rows(_name(store), _key(key))
+        rows = self.table.rows(_name(store), _key(key))
         return self._entry(rows[0]) if rows else None
 
     def stores(self) -> dict[str, int]:
         """Every store name the ledger has rows for, with how many."""
-        return self.storage.ledger_stores()
+        return self.table.stores()
 
     def mark_deleted(self, store: StoreRef, key: str, at: datetime | None = None) -> bool:
         """The settled object is gone from the store (the sweep calls it after the delete); False if
         the row is not settled (recorded again meanwhile: it stays live) or was marked before."""
-        return self.storage.ledger_mark_deleted(_name(store), _key(key), _seconds(at))
+        return self.table.mark_deleted(_name(store), _key(key), _seconds(at))
 
     @staticmethod
     def _entry(row: tuple[Any, ...]) -> LedgerEntry:
         return LedgerEntry(row[0], row[1], row[2], _utc(row[3]), _utc(row[4]), _utc(row[5]))
 
     def close(self) -> None:
-        self.storage.close()
+        self.table.close()
 
     def __enter__(self) -> Ledger:
         return self

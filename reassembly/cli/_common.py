@@ -6,7 +6,7 @@ The exit codes live here, not in ``main``: a subcommand returns one (``demo`` fa
 both import this module and neither imports the other. One type per kind of value
 (:func:`at_least`, :func:`seconds`, :func:`master`, :func:`conf_pair`, :func:`conditions`) keeps one
 wording for one mistake across subcommands. Ctrl-C and SIGTERM go through
-:func:`reassembly._plumbing.on_interrupt` in every subcommand (:func:`stop_on_signals`), so the
+:func:`reassembly._processes.on_interrupt` in every subcommand (:func:`stop_on_signals`), so the
 command reports both as one ``reassemble: interrupted`` line and exit code 130. The library logs
 through :mod:`logging` and never prints; :func:`configure_logging` decides what of it reaches
 stderr. The progress bar (:class:`Progress`) is the command's: it draws on the terminal.
@@ -27,7 +27,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from reassembly._plumbing import INTERRUPTED, UsageError, on_interrupt, overlap
+from reassembly._errors import UsageError
+from reassembly._files import overlap
+from reassembly._processes import INTERRUPTED, on_interrupt
 from reassembly.spark.jobs import SparkSettings, master_endpoints
 
 if TYPE_CHECKING:
@@ -340,7 +342,7 @@ def _not_py4j(record: logging.LogRecord) -> bool:
 def configure_logging(verbose: bool) -> None:
     """What of the library's logging reaches stderr: WARNING and above, INFO with ``--verbose``.
 
-    Lines read ``reassemble: warning: reassembly._plumbing: ...``. py4j's own records are shown
+    Lines read ``reassemble: warning: reassembly._files: ...``. py4j's own records are shown
     only with ``--verbose`` (and then from WARNING up).
     """
     handler = logging.StreamHandler(sys.stderr)

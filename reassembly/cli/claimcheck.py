@@ -24,10 +24,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reassembly._plumbing import JobError, UsageError, first_line, overlap
+from reassembly._errors import JobError, UsageError, first_line
+from reassembly._files import overlap
 from reassembly.claimcheck import Deletion, Ledger, Outcome, SweepRefused, SweepResult, Why, sweep
 from reassembly.cli._common import conf_pair, seconds
-from reassembly.collector.storage import is_postgres
+from reassembly.storage.sql import is_postgres
 from refmsg import DirectoryStore, ListableStore, StoreError, open_store
 from segmenter.errors import SegmentationError
 

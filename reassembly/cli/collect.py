@@ -24,11 +24,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from reassembly._plumbing import JobError, UsageError, first_line, overlap
+from reassembly._errors import JobError, UsageError, first_line
+from reassembly._files import overlap
 from reassembly.cli._common import seconds
 from reassembly.collector.core import BatchReady
-from reassembly.collector.durable import DurableCollector, collect_directory, dead_letter_dir
-from reassembly.collector.storage import DeadBatch, is_postgres, open_storage
+from reassembly.storage.collector import DeadBatch, open_storage
+from reassembly.storage.durable import DurableCollector, collect_directory, dead_letter_dir
+from reassembly.storage.sql import is_postgres
 from segmenter.producer import DEFAULT_SEGMENT_SIZE, Segmenter
 
 if TYPE_CHECKING:

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from reassembly._plumbing import UsageError, first_line, on_interrupt
+from reassembly._errors import UsageError, first_line
+from reassembly._processes import on_interrupt
 from reassembly.cli._common import at_least, seconds, summary_file
 
 if TYPE_CHECKING:

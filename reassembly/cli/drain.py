@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reassembly._plumbing import UsageError, on_interrupt
+from reassembly._errors import UsageError
+from reassembly._processes import on_interrupt
 from reassembly.brokers.drain import BROKER_LANDING, KAFKA_LANDING, Drain, Rolling
 from reassembly.cli._common import at_least
 

@@ -28,7 +28,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from reassembly._plumbing import INTERRUPTED, JobError, UsageError, first_line
+from reassembly._errors import JobError, UsageError, first_line
+from reassembly._processes import INTERRUPTED
 from reassembly.cli import claimcheck, collect, consume, drain, objects, receive, run, store, stream
 from reassembly.cli._common import (
     EXIT_CONDITION,

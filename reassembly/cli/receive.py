@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from reassembly._plumbing import JobError, UsageError, overlap
+from reassembly._errors import JobError, UsageError
+from reassembly._files import overlap
 from segmenter.errors import Reason, SegmentationError
 
 if TYPE_CHECKING:

@@ -16,7 +16,9 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reassembly._plumbing import JobError, digest_policy, first_line, inputs
+from reassembly._errors import JobError, first_line
+from reassembly._files import inputs
+from reassembly._keyring import digest_policy
 from reassembly.cli._common import (
     EXIT_FAILED,
     Progress,

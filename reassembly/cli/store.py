@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reassembly._plumbing import UsageError
+from reassembly._errors import UsageError
 from reassembly.cli._common import seconds
 from reassembly.segstore import SegmentStore, UnitReport, open_store
 

@@ -10,8 +10,8 @@ nothing is consumed and the checkpoint does not move (:mod:`reassembly.spark.inp
 begun on an empty directory waits for the first file before it starts, so that file is checked
 too. Ctrl-C stops after the batch in flight, says so at once, and exits 130 once that batch has
 committed; a second Ctrl-C aborts at once (the batch in flight is read again at the next start).
-Errors are :class:`~reassembly._plumbing.JobError` (one line, exit code 1) or
-:class:`~reassembly._plumbing.UsageError` (exit code 2, nothing consumed): the command's ``main``
+Errors are :class:`~reassembly._errors.JobError` (one line, exit code 1) or
+:class:`~reassembly._errors.UsageError` (exit code 2, nothing consumed): the command's ``main``
 reports them like every other job's. docs/how-to/streaming.md describes the command.
 """
 
@@ -27,15 +27,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from reassembly._plumbing import (
-    JobError,
-    UsageError,
-    first_line,
-    hadoop_literal,
-    linked_overlap,
-    on_interrupt,
-    overlap,
-)
+from reassembly._errors import JobError, UsageError, first_line
+from reassembly._files import hadoop_literal, linked_overlap, overlap
+from reassembly._processes import on_interrupt
 from reassembly.cli._common import (
     EXIT_INTERRUPTED,
     at_least,
@@ -439,7 +433,7 @@ def _said_output(out: Path, to: TextIO) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """The ``stream`` command: exit code 0 (130 when Ctrl-C stopped it), or JobError / UsageError."""
-    from reassembly._plumbing import digest_policy
+    from reassembly._keyring import digest_policy
     from reassembly.spark.inputs import InputRefused
     from reassembly.spark.pipeline import ReassemblyOptions
     from reassembly.spark.schema import ColumnNames

@@ -1,8 +1,8 @@
 """The collector: messages in, batches by destination out (IBM's Collector node).
 
-``core`` holds the sans-I/O :class:`Collector` and its rules; the adapters particular to it sit
-beside it: ``storage`` (the rule tables and held batches in SQLite or PostgreSQL) and ``durable``
-(the durable collector job over a database and batch files).
+``core`` holds the sans-I/O :class:`Collector` and its rules; its adapters live in
+:mod:`reassembly.storage`: ``collector`` (the rule tables and held batches in SQLite or
+PostgreSQL) and ``durable`` (the durable collector job over a database and batch files).
 """
 
 from reassembly.collector.core import (

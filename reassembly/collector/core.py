@@ -6,7 +6,7 @@ with a destination go in, :class:`BatchReady` events come out, each closed for o
 changed in the database applies to batches already open). The core holds no files, sockets or
 clocks: time comes from the injected ``clock``, rules from the injected ``rules`` lookup, and
 what to do with a batch (store it, write it, send it) is the caller's business; the durable
-adapter is :mod:`reassembly.collector.durable`, the rule tables live in :mod:`reassembly.collector.storage`.
+adapter is :mod:`reassembly.storage.durable`, the rule tables live in :mod:`reassembly.storage.collector`.
 
 A batch travels as one MQ logical group (:func:`batch_segments`): member *i* is MsgSeqNumber
 *i*, the last carries LAST_MSG_IN_GROUP, members that do not fit the pipe are segmented, and

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reassembly._plumbing import first_line
+from reassembly._errors import first_line
 from reassembly.spark import jar
 from reassembly.spark.session import DEFAULT_CONF, SparkEnvironmentError
 from reassembly.spark.state_store import CHANGELOG, PROVIDER, ROCKSDB

@@ -74,18 +74,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from reassembly._plumbing import (
-    INTERRUPTED,
-    JobError,
-    UsageError,
-    claim_output,
-    deferred_interrupts,
-    first_line,
-    hadoop_literal,
-    inputs,
-    linked_overlap,
-    overlap,
-)
+from reassembly._errors import JobError, UsageError, first_line
+from reassembly._files import claim_output, hadoop_literal, inputs, linked_overlap, overlap
+from reassembly._processes import INTERRUPTED, deferred_interrupts
 from reassembly.spark.jobs import SparkSettings, open_session, stop_spark, tidy_payloads, totals_by_status
 from reassembly.spark.output import PAYLOADS, RUN_MARKERS
 from reassembly.spark.pipeline import ReassemblyOptions
@@ -244,7 +235,7 @@ def _glob_reaches(pattern: str, path: Path) -> bool:
 def check_paths(pattern: str, output: str, checkpoint: str) -> tuple[list[str], Path, Path]:
     """The input paths, OUTPUT and the checkpoint, or a one-line error; touches nothing.
 
-    OUTPUT is checked as ``reassemble run`` checks it (:func:`~reassembly._plumbing.claim_output`:
+    OUTPUT is checked as ``reassemble run`` checks it (:func:`~reassembly._files.claim_output`:
     equal to, inside or a parent of an input path, through symlinks, or matched by the glob: a
     UsageError); it may exist (it is appended to). The checkpoint likewise, and the two apart
     (each holds files the other's reader does not expect)."""

@@ -18,7 +18,7 @@ asks the input itself:
   fault, quarantined later with its original bytes; none framing at all means the column does not
   hold segments.
 
-A refusal is :class:`InputRefused`, a :class:`~reassembly._plumbing.UsageError` (the command exits
+A refusal is :class:`InputRefused`, a :class:`~reassembly._errors.UsageError` (the command exits
 2) with one line naming what was asked for and the columns found with their types. Input with no
 value to sample (no file yet, no rows, only NULLs in the column) is not refused: there is nothing
 yet that could be a mistake.
@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from reassembly._plumbing import UsageError
+from reassembly._errors import UsageError
 from reassembly.spark.schema import ColumnNames
 from segmenter.errors import SegmentationError
 from segmenter.wire import MAX_HEADER_LENGTH, decode_header

@@ -1,7 +1,7 @@
 """Plumbing shared by the Spark jobs of the ``reassemble`` command.
 
 A Spark session that fails fast and quietly, an opened job (inputs read, output claimed
-through :mod:`reassembly._plumbing`), stopping a job's Spark work before its output is removed,
+through :mod:`reassembly._files`), stopping a job's Spark work before its output is removed,
 the split write and the summary. The jobs import this module; it imports no job and not the
 command, so the command can import both without a circle. Nothing here prints: the summary is
 returned as data and text for the command to show (the progress bar is the command's too).
@@ -24,18 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from reassembly._plumbing import (
-    INTERRUPTED,
-    JobError,
-    atomic_dir,
-    claim_output,
-    descendants,
-    first_line,
-    hadoop_literal,
-    inputs,
-    on_interrupt,
-    process_alive,
-)
+from reassembly._errors import JobError, first_line
+from reassembly._files import atomic_dir, claim_output, hadoop_literal, inputs
+from reassembly._processes import INTERRUPTED, descendants, on_interrupt, process_alive
 from reassembly.spark.inputs import InputRefused, SegmentInput, check_binary_column, check_input
 
 logger = logging.getLogger(__name__)

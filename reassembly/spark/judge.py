@@ -2,7 +2,7 @@
 
 A scalar Arrow UDF in its iterator form (one iterator per Spark task), so it
 sees the end of its task's input: large messages, streamed piece by piece into
-a :class:`~reassembly.assembler.filestore.FileBodyStore` as their rows arrive, are judged
+a :class:`~reassembly.storage.filestore.FileBodyStore` as their rows arrive, are judged
 when the input ends and their rows attached to the task's last row (the input
 is read one batch ahead, so the last row is known when it is judged). Clean
 rows come in as NULL and go out as NULL (the JVM writes them); an element NULL
@@ -55,7 +55,6 @@ import pyarrow as pa
 
 from reassembly.assembler.core import Assembler, Limits
 from reassembly.assembler.events import Event
-from reassembly.assembler.filestore import FileBodyStore
 from reassembly.spark.jvm import SK_HEADER
 from reassembly.spark.quarantine import ByReference, QuarantineFile
 from reassembly.spark.rows import LINEAGE, EventRows, Row, reassemble_group, reject_rows
@@ -70,6 +69,7 @@ from reassembly.spark.schema import (
     combined_arrow,
     lineage_arrow,
 )
+from reassembly.storage.filestore import FileBodyStore
 
 ROWS_ARROW = pa.list_(pa.struct(list(OUTPUT_ARROW)))
 FLUSH_BYTES = 16 << 20  # output gathered up to this many bytes goes to Spark as one batch

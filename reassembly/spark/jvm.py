@@ -257,7 +257,7 @@ def row_ok(m: str = "", *, large_message_bytes: int | None = None) -> str:
 def held_inline(m: str, large_message_bytes: int) -> str:
     """SQL: the row declares a message the assembler's body store keeps in memory, so in the row's
     ``payload``: its length known (not deferred) and at most ``large_message_bytes`` (the store's
-    test, :meth:`reassembly.assembler.filestore.FileBodyStore.wants`: more than that, or deferred, goes
+    test, :meth:`reassembly.storage.filestore.FileBodyStore.wants`: more than that, or deferred, goes
     to a file under ``payload_dir``). The one statement of that threshold on the JVM side: the jar's
     pass and the SQL clean test both read it through :func:`row_ok`. A clean message is not compressed,
     so what it declares is its length."""

@@ -25,7 +25,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from reassembly._plumbing import hadoop_literal
+from reassembly._files import hadoop_literal
 
 log = logging.getLogger(__name__)
 

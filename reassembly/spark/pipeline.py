@@ -64,7 +64,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from reassembly._plumbing import UsageError
+from reassembly._errors import UsageError
 from reassembly.assembler.core import Limits
 from reassembly.spark import jar, jvm
 from reassembly.spark.decode import decode_segments

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from reassembly._plumbing import first_line
+from reassembly._errors import first_line
 from reassembly.spark.java import ensure_java
 from segmenter.errors import Reason, SegmentationError
 

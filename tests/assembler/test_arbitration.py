@@ -30,9 +30,9 @@ from reassembly import (
 from reassembly.assembler import Limits
 from reassembly.assembler.bodies import StoredBody
 from reassembly.assembler.events import Event
-from reassembly.assembler.filestore import FileBodyStore
 from reassembly.assembler.model import MAX_MISSING_LISTED
 from reassembly.spark.rows import reassemble_group
+from reassembly.storage.filestore import FileBodyStore
 from segmenter import ChecksumAlgorithm, Codec, MsgFlags, Reason, Segment, segment, segment_group
 from segmenter.checksum import checksum
 from segmenter.wire import HEADER_LENGTH

@@ -643,7 +643,7 @@ def test_a_deferred_length_segment_ending_past_the_size_limit_is_refused_before_
     """A segment whose message length was deferred declares no size, so its offset is the only
     claim: past ``max_message_size`` it is a 2030 rejection, never a write at 2**62 into a body
     file (an OSError out of ``receive`` and a file left behind)."""
-    from reassembly.assembler.filestore import FileBodyStore
+    from reassembly.storage.filestore import FileBodyStore
     from segmenter.wire import UNKNOWN_LENGTH
 
     def deferred(offset: int) -> bytes:

@@ -21,9 +21,9 @@ from reassembly import (
     MessageFailed,
     Unfinished,
 )
-from reassembly.assembler import filestore
 from reassembly.assembler.bodies import StoredBody
-from reassembly.assembler.filestore import FileBodyStore
+from reassembly.storage import filestore
+from reassembly.storage.filestore import FileBodyStore
 from segmenter import ChecksumAlgorithm, Codec, Reason, Segment, SegmentationError, Segmenter, segment
 from segmenter.checksum import checksum
 from segmenter.producer import new_group_id

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from reassembly import Assembler, Limits
-from reassembly.assembler.filestore import FileBodyStore
 from reassembly.brokers.receiver import BrokerReceiver
+from reassembly.storage.filestore import FileBodyStore
 from segmenter import MsgFlags, Segment, segment, segment_group
 from segmenter.wire import decode_segment
 

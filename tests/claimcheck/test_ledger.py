@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from reassembly.claimcheck import Ledger, LedgerEntry, Recorded, Settled, offload_recorded
-from reassembly.collector.storage import SQLiteStorage
+from reassembly.storage.collector import SQLiteStorage
 from refmsg import DirectoryStore, Message, offload, read_claim
 from segmenter.errors import Reason, SegmentationError
 from tests.support.pg_server import fresh_database, pg_url
@@ -149,14 +149,15 @@ def test_a_damaged_reference_is_not_settled(tmp_path: Path) -> None:
         assert ledger.stores() == {}
 
 
-def test_a_collector_database_made_before_the_ledger_gets_its_table(tmp_path: Path) -> None:
-    """The ledger shares the collector's database: an older one gets the table when it is opened."""
+def test_a_collector_database_without_the_ledger_gets_its_table(tmp_path: Path) -> None:
+    """The ledger may share the collector's database: it adds its table when it is opened."""
     path = tmp_path / "old.db"
     SQLiteStorage(str(path)).close()
     with sqlite3.connect(path) as conn:
-        conn.execute("DROP TABLE claim_ledger")
         conn.execute("INSERT INTO destination_rules VALUES ('d', 't', 5, 100, 1.0, 60.0, 1, NULL, NULL)")
     with Ledger.open(str(path)) as ledger:
         ledger.record("s", "k", "m", T0)
         assert ledger.entries("s") == [LedgerEntry("s", "k", "m", T0, None, None)]
-        assert "d" in ledger.storage.read_rules()  # the collector's rows untouched
+    storage = SQLiteStorage(str(path))
+    assert "d" in storage.read_rules()  # the collector's rows untouched
+    storage.close()

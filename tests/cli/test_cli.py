@@ -293,7 +293,7 @@ def test_an_output_beside_the_input_is_accepted_even_through_a_shared_prefix(lan
     work.mkdir()
     (work / "landing").symlink_to(landing)
     (work / "link").symlink_to(work)
-    from reassembly._plumbing import claim_output, inputs
+    from reassembly._files import claim_output, inputs
 
     pattern = str(work / "landing" / "*.parquet")
     assert claim_output(str(work / "landing2"), False, pattern, inputs(pattern)) == work / "landing2"
@@ -310,7 +310,7 @@ def test_a_literal_input_path_is_read_as_named_and_the_output_may_be_dot(landing
         (tmp_path / name).mkdir()
         for f in picked:
             (tmp_path / name / f.name).write_bytes(f.read_bytes())
-    from reassembly._plumbing import hadoop_literal
+    from reassembly._files import hadoop_literal
 
     assert hadoop_literal("/a/in{a,b}/[x]*?\\y") == "/a/in\\{a,b\\}/\\[x\\]\\*\\?\\\\y"
     rows = pq.read_table(files[0]).num_rows
@@ -363,14 +363,14 @@ def test_a_ctrl_c_that_pyspark_swallowed_still_ends_the_job_as_interrupted(tmp_p
     raises nothing, and the job would run on to exit 0 with its output (test_ctrl_c_... above lands
     there about 1 run in 7). The handler's flag still says it came: the job's output is removed and
     the error is an interruption."""
-    from reassembly._plumbing import INTERRUPTED
+    from reassembly._processes import INTERRUPTED
     from reassembly.spark.jobs import Job, SparkSettings
 
     job = Job("in", ["in"], tmp_path / "out", None, None, SparkSettings())
     try:
         with pytest.raises(KeyboardInterrupt), job.writing() as tmp:
             (tmp / "part-0.parquet").write_bytes(b"written before the Ctrl-C was noticed")
-            INTERRUPTED.set()  # what _plumbing.on_interrupt does before its KeyboardInterrupt is swallowed
+            INTERRUPTED.set()  # what _processes.on_interrupt does before its KeyboardInterrupt is swallowed
     finally:
         INTERRUPTED.clear()
     assert list(tmp_path.iterdir()) == []  # neither OUTPUT nor the hidden temporary
@@ -394,7 +394,7 @@ def test_the_jar_is_looked_for_without_a_java_exception(spark: Any, monkeypatch:
 
 def test_first_line_names_the_root_cause_of_a_python_worker_error(spark: object) -> None:
     """A worker's error text starts with a header ending in a colon; the line must carry the cause."""
-    from reassembly._plumbing import first_line
+    from reassembly._errors import first_line
 
     def fail(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:

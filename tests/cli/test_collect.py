@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from reassembly.collector import Rule
-from reassembly.collector.storage import SQLiteStorage
+from reassembly.storage.collector import SQLiteStorage
 from tests.support.collect_helpers import collect_cmd, land, read_batches, start
 from tests.support.command import reassemble
 

@@ -4,7 +4,7 @@ its task would have recreated it), and OUTPUT is absent or complete. A killed ru
 removed by the next run; a live run's never are.
 
 The processes are real (``python -m reassembly run``, Spark local); the in-process tests drive
-:func:`reassembly._plumbing.atomic_dir` and :func:`reassembly._plumbing.remove_orphans` directly.
+:func:`reassembly._files.atomic_dir` and :func:`reassembly._files.remove_orphans` directly.
 """
 
 from __future__ import annotations
@@ -24,16 +24,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from reassembly._plumbing import (
-    INTERRUPTED,
-    ORPHAN_AFTER,
-    OWNER_FILE,
-    atomic_dir,
-    descendants,
-    on_interrupt,
-    process_identity,
-    remove_orphans,
-)
+from reassembly._files import ORPHAN_AFTER, OWNER_FILE, atomic_dir, remove_orphans
+from reassembly._processes import INTERRUPTED, descendants, on_interrupt, process_identity
 from reassembly.cli.summary import problems
 from reassembly.spark.testdata import generate, write_parquet
 
@@ -286,7 +278,7 @@ def test_only_the_leftovers_of_ended_runs_on_this_host_are_removed(
         reused = _sibling(tmp_path, ".out.tmp-reused", {"host": host, "processes": [{**me, "identity": "x:1"}]})
     else:
         reused = dead
-    with caplog.at_level(logging.INFO, logger="reassembly._plumbing"):
+    with caplog.at_level(logging.INFO, logger="reassembly._files"):
         removed = remove_orphans(tmp_path / "out")
     assert sorted(removed) == sorted({dead, dead_old, stale, reused})
     assert all(p.exists() for p in (live, elsewhere, fresh, other))

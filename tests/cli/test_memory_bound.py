@@ -217,7 +217,7 @@ def test_in_process_store_keeps_at_most_inline_bytes_in_memory(tmp_path: Path) -
 
     from reassembly import Assembler, GroupComplete, Limits, MessageComplete
     from reassembly.assembler.bodies import StoredBody
-    from reassembly.assembler.filestore import FileBodyStore
+    from reassembly.storage.filestore import FileBodyStore
 
     t, size, count = 4 * MiB, 3 * MiB, 8
     body, crc = zeros_frame(size), crc_of_zeros(size)

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from reassembly._plumbing import JobError, UsageError
+from reassembly._errors import JobError, UsageError
 from reassembly.cli._common import seconds
 from reassembly.cli.stream import add_parser, age, check_args, landed, running_batch
 from tests.support.command import reassemble as run_command

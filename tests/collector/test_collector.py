@@ -21,7 +21,7 @@ from reassembly.collector import (
     batch_segments,
     group_id_for,
 )
-from reassembly.collector.storage import RuleCache
+from reassembly.storage.collector import RuleCache
 from segmenter.errors import Reason, SegmentationError
 from segmenter.flags import MsgFlags
 from segmenter.producer import Segmenter
@@ -161,7 +161,7 @@ def test_a_bad_rules_row_is_reported_and_skipped_never_fatal(tmp_path: Any) -> N
     out, listed in ``invalid_rules``; the other rows apply (a running collector must not stop)."""
     import sqlite3
 
-    from reassembly.collector.storage import SQLiteStorage
+    from reassembly.storage.collector import SQLiteStorage
 
     storage = SQLiteStorage(str(tmp_path / "r.db"))
     storage.put_rule(Rule("good", "tg", max_messages=3))
@@ -183,7 +183,7 @@ def test_a_bad_rules_row_is_reported_and_skipped_never_fatal(tmp_path: Any) -> N
 def test_target_names_stay_short_distinct_and_inside_the_output(tmp_path: Any) -> None:
     """A target over 200 bytes once encoded (255 is the usual file-name limit: one such rule blocked
     every batch) gets a shortened name ending in a hash; names stay distinct and one path component."""
-    from reassembly.collector.durable import batch_path, safe_name
+    from reassembly.storage.durable import batch_path, safe_name
 
     names = ["x" * 256, "x" * 257, "é" * 43, "漢" * 29, "x" * 150 + "%%" + "0" * 40, "..", "", "a/b"]
     safe = [safe_name(n) for n in names]
@@ -307,7 +307,7 @@ def test_every_message_in_exactly_one_batch_many(ops: list[tuple[str, object, in
 
 
 def test_a_payload_that_is_not_binary_is_its_text_never_zero_bytes_sized_by_it() -> None:
-    from reassembly.collector.durable import _body
+    from reassembly.storage.durable import _body
 
     assert _body(3) == b"3" and _body(2**33) == b"8589934592"  # not bytes(3): three zero bytes
     assert _body("é") == "é".encode() and _body(b"\x00\x01") == b"\x00\x01" and _body(None) == b""

@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 
 from reassembly import Assembler, Duplicate, Limits, MessageComplete
 from reassembly.assembler.bodies import StoredBody
-from reassembly.assembler.filestore import FileBodyStore
 from reassembly.resequencer.model import GroupClosed, Released, ResequenceLimits
 from reassembly.resequencer.ordered import OrderedGroups
 from reassembly.resequencer.ordered_snapshot import decode_complete, encode, encode_complete
+from reassembly.storage.filestore import FileBodyStore
 from segmenter import segment, segment_group
 from segmenter.errors import Reason, SegmentationError
 from tests.support.collect_helpers import Clock

@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from reassembly.collector import Rule
-from reassembly.collector.storage import SQLiteStorage
 from reassembly.spark.collect import SparkCollectOptions, collect_stream, message_source, start
 from reassembly.spark.collect.core import Out
+from reassembly.storage.collector import SQLiteStorage
 from tests.spark.test_collect_core import batches as segment_batches
 from tests.spark.test_collect_core import by_destination, in_process
 from tests.support.collect_helpers import read_batches

@@ -18,11 +18,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from reassembly._plumbing import UsageError, load_keyring
+from reassembly._errors import UsageError
+from reassembly._keyring import load_keyring
 from reassembly.assembler import Assembler, Limits
 from reassembly.assembler.bodies import StoredBody
 from reassembly.assembler.events import ConflictingDuplicate, MessageComplete, MessageFailed
-from reassembly.assembler.filestore import FileBodyStore
+from reassembly.storage.filestore import FileBodyStore
 from refmsg import Chunker, Receiver
 from refmsg.claimcheck import DirectoryStore, offload, resolve, resolve_into
 from refmsg.core import ChunkRow, assemble_chunks

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
-from reassembly._plumbing import UsageError
+from reassembly._errors import UsageError
 from reassembly.spark.inputs import SAMPLE, InputRefused, SegmentInput, check_input, check_schema, described
 from reassembly.spark.schema import ColumnNames
 from segmenter.producer import Segmenter

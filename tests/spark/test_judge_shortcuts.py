@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 from reassembly import Assembler
 from reassembly.assembler.build import _combined_checksum
-from reassembly.assembler.filestore import FileBodyStore
 from reassembly.assembler.model import Facts, Message, Piece
 from reassembly.assembler.rules import _candidates, agree, canonical, fits
+from reassembly.storage.filestore import FileBodyStore
 from segmenter import ChecksumAlgorithm, Codec, MsgFlags, Segment, SegmentationError
 from segmenter.checksum import checksum
 from segmenter.coverage import tilings

@@ -26,9 +26,9 @@ from hypothesis import strategies as st
 from reassembly import Assembler, Limits
 from reassembly.assembler.bodies import StoredBody
 from reassembly.assembler.events import MessageComplete
-from reassembly.assembler.filestore import FileBodyStore
 from reassembly.assembler.rules import _overlapping
 from reassembly.spark import ReassemblyOptions, read_quarantined, reassemble
+from reassembly.storage.filestore import FileBodyStore
 from segmenter import ChecksumAlgorithm, Segmenter
 from segmenter.checksum import checksum
 from segmenter.header_table import FIELDS

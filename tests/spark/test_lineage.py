@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from reassembly._plumbing import UsageError
+from reassembly._errors import UsageError
 from reassembly.spark import ReassemblyOptions, read_quarantined, reassemble
 from reassembly.spark.pipeline import INPUT_FILE, keep_input_file
 from reassembly.spark.schema import SOURCE, SOURCES

@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 
 from reassembly.assembler import Limits
 from reassembly.assembler.events import Cause
-from reassembly.assembler.filestore import FileBodyStore
 from reassembly.spark.rows import reassemble_group
 from reassembly.spark.stream.core import (
     KIND_DUPLICATE,
@@ -27,6 +26,7 @@ from reassembly.spark.stream.core import (
 )
 from reassembly.spark.stream.spool import IN_BODY, IN_STATE, SPOOL, HeldRows, Spool, SpoolState
 from reassembly.spark.testdata import _conflicting_copy
+from reassembly.storage.filestore import FileBodyStore
 from segmenter import Reason
 from segmenter.producer import Segmenter, new_group_id
 from segmenter.wire import decode_header

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 
 from reassembly import Assembler, GroupComplete
 from reassembly.collector import Rule
-from reassembly.collector.storage import Storage, open_storage
+from reassembly.storage.collector import Storage, open_storage
 
 
 def land(landing: Path, name: str, rows: list[tuple[str, bytes]]) -> None:

@@ -145,3 +145,30 @@ def fresh_database(url: str, name: str) -> str:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
         conn.execute(f'CREATE DATABASE "{name}"')
     return url.rsplit("/", 1)[0] + "/" + name
+
+
+def load_sqlite(url: str, path: Path, *, skip: tuple[str, ...] = ("collect_ids",)) -> None:
+    """Every table and index of the SQLite database ``path`` (its own statements, with PostgreSQL's
+    byte type) and their rows, into the database at ``url``: an old database as its code wrote it.
+    ``destination_rules.enabled`` (SQLite's 0 / 1) goes in as a boolean."""
+    import sqlite3
+
+    import psycopg
+
+    old = sqlite3.connect(path)
+    try:
+        found = old.execute("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL").fetchall()
+        tables = [t for t in found if t[0] not in skip]
+        with psycopg.connect(url, autocommit=True) as conn:
+            for name, sql in tables:
+                conn.execute(sql.replace("BLOB", "BYTEA"))
+                if sql.startswith("CREATE TABLE"):
+                    rows = old.execute(f"SELECT * FROM {name}").fetchall()
+                    marks = ", ".join(["%s"] * len(rows[0])) if rows else ""
+                    for row in rows:
+                        conn.execute(
+                            f"INSERT INTO {name} VALUES ({marks})",
+                            [bool(v) if name == "destination_rules" and i == 6 else v for i, v in enumerate(row)],
+                        )
+    finally:
+        old.close()

@@ -5,7 +5,7 @@
 time per member) and a small value (first event time, bytes, the batch counter, the timer).
 What closes a batch is decided by :class:`~reassembly.spark.collect.core.CollectCore` (plain
 Python); :class:`~reassembly.spark.collect.processor.Batcher` only reads and writes the state.
-The rules are read from the rules database (:mod:`reassembly.collector.storage`, SQLite path or
+The rules are read from the rules database (:mod:`reassembly.storage.collector`, SQLite path or
 PostgreSQL URL) when a task's processor starts, that is once per partition per micro-batch:
 a changed rule applies from the next micro-batch on. ``max_wait`` (from the oldest member) and
 ``idle_timeout`` (from the newest) are one event-time timer at the earlier of the two, moved with

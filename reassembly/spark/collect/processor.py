@@ -15,8 +15,8 @@ from typing import Any
 from pyspark.sql import Row
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
-from reassembly.collector.storage import RuleCache, open_storage
 from reassembly.spark.collect.core import CollectCore, OpenBatch, Step
+from reassembly.storage.collector import RuleCache, open_storage
 
 # The state variables (names and schemas are the checkpoint's: do not change them).
 HELD = "payload binary, event_ms long"  # list state: the open batch's members

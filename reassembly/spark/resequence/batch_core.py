@@ -3,22 +3,23 @@
 The batch mode of both Spark forms (:mod:`reassembly.spark.resequence.functions` with
 :class:`~reassembly.resequencer.batch_model.BatchOptions`) runs the in-process
 :class:`~reassembly.resequencer.batch.BatchResequencer`, one per group key, with the event time in
-milliseconds as its clock. A row reaches it as a :class:`BatchItem` (helper columns computed in the
-JVM: event time, the key as a long, string or binary, size); the resequencer holds a :class:`HeldRef`
-to where the row is. Each event becomes an output row's extra columns (:func:`batch_outputs`).
+milliseconds as its clock, in the shape both modes share
+(:class:`~reassembly.spark.resequence.core.KeyCore`). This module gives the batch mode's
+differences. A row reaches the resequencer as a :class:`BatchItem` (helper columns computed in the
+JVM: event time, the key as a long, string or binary, size); the resequencer holds a
+:class:`HeldRef` to where the row is. Each event becomes an output row's extra columns
+(:func:`batch_outputs`); what is left at the end of a finished table is flushed.
 
-Stream: per call, :class:`BatchCore` restores the key's resequencer from its snapshot, ticks it to
-the watermark, offers the call's rows in event-time order (or, for a fired timer, ticks it to the
-timer's time) and returns a :class:`BatchDecision`. A row still held after the call is kept in the
-state store under a serial number (map state; keys of equal value may be held together, so the key
-cannot name a row), given above every serial held before the call. Batch: :func:`batch_table`, one
-finished group in event order.
+Stream: :class:`BatchCore` returns a :class:`BatchDecision`. A row still held after the call is
+kept in the state store under a serial number (map state; keys of equal value may be held
+together, so the key cannot name a row), given above every serial held before the call. Batch:
+:func:`batch_table`, one finished group in event order.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
@@ -31,7 +32,7 @@ from reassembly.resequencer.batch_model import (
     BatchReleased,
     WindowClosed,
 )
-from reassembly.spark.resequence.core import HELD, MS_COLUMN, SIZE_COLUMN, Clock, Out
+from reassembly.spark.resequence.core import HELD, MS_COLUMN, SIZE_COLUMN, Clock, KeyCore, Out, deadline_of
 from segmenter.errors import Reason
 
 BATCH_EXTRA_FIELDS = (
@@ -120,50 +121,46 @@ class BatchDecision:
     deadline: int | None  # the one timer the key needs; None: none
 
 
-class BatchCore:
-    """The stream's per-key decisions (see the module docstring). Made from the user's options
-    (seconds): refuses options Spark cannot honour (:func:`batch_core_options`)."""
+class BatchCore(KeyCore[BatchResequencer, BatchItem, BatchEvent, int, BatchDecision]):
+    """The stream's per-key decisions in the batch mode (see the module docstring). Made from the
+    user's options (seconds): refuses options Spark cannot honour (:func:`batch_core_options`)."""
 
     def __init__(self, options: BatchOptions) -> None:
         self.options = batch_core_options(options)
 
-    def _load(self, snapshot: bytes | None, clock: Clock, top: list[int]) -> BatchResequencer:
+    def _load(self, snapshot: bytes | None, clock: Clock) -> tuple[BatchResequencer, int]:
+        """The resequencer, and the highest serial its snapshot holds (0: none)."""
         if snapshot is None:
-            return BatchResequencer(self.options, clock=clock)
+            return BatchResequencer(self.options, clock=clock), 0
+        top = [0]
 
         def held(raw: bytes) -> HeldRef:
             (serial,) = _SERIAL.unpack(raw)
             top[0] = max(top[0], serial)
             return HeldRef(HELD, serial)
 
-        return BatchResequencer.restore(snapshot, self.options, clock=clock, decode=held)
+        r = BatchResequencer.restore(snapshot, self.options, clock=clock, decode=held)
+        return r, top[0]
 
-    def offer(self, snapshot: bytes | None, watermark: int, group: Any, items: Sequence[BatchItem]) -> BatchDecision:
-        """A micro-batch's rows for one key: first every deadline up to the watermark, then the rows in
-        event-time order, each at its own time."""
-        clock, top = Clock(), [0]
-        r = self._load(snapshot, clock, top)
-        order = sorted(range(len(items)), key=lambda i: _order(items[i]))
-        clock.now = watermark
-        events = r.tick()
-        for i in order:
-            item = items[i]
-            clock.now = item.ms or 0
-            events += r.offer(group, item.key, HeldRef(i, -1), size=item.size or 0)
-        return self._decide(r, events, top[0])
+    def _order(self, item: BatchItem) -> tuple[int, bool, Any]:
+        return _order(item)
 
-    def fire(self, snapshot: bytes | None, watermark: int, at: int) -> BatchDecision:
-        """The key's timer fired at ``at``: every deadline up to it (or the watermark, if later)."""
-        clock, top = Clock(), [0]
-        r = self._load(snapshot, clock, top)
-        clock.now = max(watermark, at)
-        return self._decide(r, r.tick(), top[0])
+    def _offer_row(self, r: BatchResequencer, group: Any, item: BatchItem, row: int) -> list[BatchEvent]:
+        return r.offer(group, item.key, HeldRef(row, -1), size=item.size or 0)
 
-    def _decide(self, r: BatchResequencer, events: list[BatchEvent], top: int) -> BatchDecision:
-        rows: list[Out] = []
-        for ev, extra in batch_outputs(events):
-            ref = batch_ref_of(ev)
-            rows.append(Out(None, None, extra) if ref is None else Out(ref.row, ref.serial, extra))
+    def _finish(self, r: BatchResequencer) -> list[BatchEvent]:
+        return r.flush()
+
+    def _outputs(self, events: list[BatchEvent]) -> Iterator[tuple[BatchEvent, tuple[Any, ...]]]:
+        return batch_outputs(events)
+
+    def _ref_of(self, ev: BatchEvent) -> HeldRef | None:
+        return batch_ref_of(ev)
+
+    def _state_key(self, ev: BatchEvent, ref: HeldRef) -> int:
+        return ref.serial
+
+    def _decide(self, r: BatchResequencer, rows: list[Out], order: list[int], top: int) -> BatchDecision:
         hold: list[tuple[int, int]] = []
 
         def encode(ref: HeldRef) -> bytes:
@@ -174,8 +171,7 @@ class BatchCore:
 
         # The window counter stays once a window has opened, or the key's next window could repeat a number.
         keep = None if r.open_windows == 0 and r.next_window == 1 else r.snapshot(encode=encode)
-        deadline = r.next_deadline()
-        return BatchDecision(rows, hold, keep, None if deadline is None else int(deadline))
+        return BatchDecision(rows, hold, keep, deadline_of(r))
 
 
 def batch_table(
@@ -184,18 +180,7 @@ def batch_table(
     """One group of a finished table, in-process: ``(row index, extras)`` per output row, in event
     order (index None: a ``window_closed`` row). Rows are offered in event-time order, each after
     every deadline up to its own time; then every deadline passes and what is left is flushed."""
-    clock = Clock()
-    r = BatchResequencer(batch_core_options(options), clock=clock)
-    events: list[BatchEvent] = []
-    items = [BatchItem.of(row) for row in rows]
-    for i in sorted(range(len(items)), key=lambda i: _order(items[i])):
-        item = items[i]
-        clock.now = item.ms or 0
-        events += r.tick()
-        events += r.offer(group, item.key, HeldRef(i, -1), size=item.size or 0)
-    clock.now = float("inf")
-    events += r.tick() + r.flush()
-    return [(None if (ref := batch_ref_of(ev)) is None else ref.row, extra) for ev, extra in batch_outputs(events)]
+    return BatchCore(options).table(group, [BatchItem.of(row) for row in rows])
 
 
 __all__ = [

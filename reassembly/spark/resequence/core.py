@@ -1,24 +1,32 @@
 """What the Spark resequencer decides for one group key: pure Python, no Spark, no clock.
 
-Both Spark forms (:mod:`reassembly.spark.resequence.functions`) run the in-process
-:class:`~reassembly.resequencer.core.Resequencer`, one per group key, with the event time in
-milliseconds as its clock. A row reaches it as an :class:`Item` (the helper columns computed in
-the JVM: event time, sequence number, predicate flags, size); the resequencer holds a :class:`Ref`
-to where the row is. Each event becomes an output row's extra columns (:func:`outputs`).
+Both Spark forms (:mod:`reassembly.spark.resequence.functions`) run an in-process resequencer,
+one per group key, with the event time in milliseconds as its clock. Both modes, the sequence mode
+here (:class:`~reassembly.resequencer.core.Resequencer`) and the batch mode
+(:mod:`reassembly.spark.resequence.batch_core`), drive it in one shape (:class:`KeyCore`):
 
-Stream: per call, :class:`ResequenceCore` restores the key's resequencer from its snapshot, ticks it
-to the watermark, offers the call's rows in event-time order (or, for a fired timer, ticks it to the
-timer's time) and returns a :class:`Decision`: the rows to emit (each from this call's rows, from the
-held rows in state, or a row of its own), which of this call's rows to hold, the snapshot to keep and
-the one timer to set. The processor (:mod:`reassembly.spark.resequence.processor`) only reads and
-writes the state. Batch: :func:`resequence_table`, one finished group in event order.
+Stream: per call, the core restores the key's resequencer from its snapshot, ticks it to the
+watermark, offers the call's rows in event-time order, each at its own time (or, for a fired timer,
+ticks it to the timer's time), turns the events into output rows and returns a decision: the rows
+to emit (each from this call's rows, from the held rows in state, or a row of its own), which of
+this call's rows to hold, the snapshot to keep and the one timer to set. The processor
+(:mod:`reassembly.spark.resequence.processor`) only reads and writes the state. Batch
+(:meth:`KeyCore.table`): one finished group in event order, each row offered after every deadline
+up to its own time; then every deadline passes and what is left comes out.
+
+A mode gives its differences: how a row is offered and ordered within one time, how its
+resequencer is made or restored, each event's extra columns and row, and what a call keeps. In the
+sequence mode a row reaches the resequencer as an :class:`Item` (the helper columns computed in
+the JVM: event time, sequence number, predicate flags, size) and the resequencer holds a
+:class:`Ref` to where the row is; each event becomes an output row's extra columns (:func:`outputs`).
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, NamedTuple
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 from reassembly.resequencer.core import Resequencer
 from reassembly.resequencer.model import (
@@ -187,57 +195,164 @@ class Decision:
     deadline: int | None  # the one timer the key needs (every other goes); None: none
 
 
-class ResequenceCore:
-    """The stream's per-key decisions (see the module docstring). Made from the user's options
-    (seconds, SQL predicates): refuses options Spark cannot honour (:func:`core_options`)."""
+E = TypeVar("E")  # the resequencer's events
+C = TypeVar("C")  # what a mode learns restoring a snapshot (the batch mode: the top serial held)
+D = TypeVar("D")  # what a call decides
+
+
+class Stepped(Protocol[E]):
+    """A resequencer as the loop sees it: time passes (``tick``), what is due comes out."""
+
+    def tick(self) -> list[E]: ...
+
+    def next_deadline(self) -> float | None: ...
+
+
+class Timed(Protocol):
+    """A row as the loop sees it: its event time (None counts as 0)."""
+
+    @property
+    def ms(self) -> int | None: ...
+
+
+R = TypeVar("R", bound=Stepped[Any])
+I = TypeVar("I", bound=Timed)  # noqa: E741  (the item type)
+
+
+class RowRef(Protocol):
+    """Where an event's row is: its place in this call's rows, or :data:`HELD`."""
+
+    @property
+    def row(self) -> int: ...
+
+
+class KeyCore(ABC, Generic[R, I, E, C, D]):
+    """One group key's resequencer driven by event time: the loop both modes share (see the module).
+
+    A mode gives :meth:`_load` (a new or restored resequencer, and what restoring taught it),
+    :meth:`_order` (the order of rows within one time), :meth:`_offer_row`, :meth:`_finish` (what
+    is left at the end of a finished table), :meth:`_outputs` and :meth:`_ref_of` (an event's extra
+    columns and where its row is), :meth:`_state_key` (what names a held row in the state store)
+    and :meth:`_decide` (what a call keeps).
+    """
+
+    # --- the mode's differences -----------------------------------------------------------------
+    @abstractmethod
+    def _load(self, snapshot: bytes | None, clock: Clock) -> tuple[R, C]: ...
+
+    @abstractmethod
+    def _order(self, item: I) -> tuple[Any, ...]: ...
+
+    @abstractmethod
+    def _offer_row(self, r: R, group: Any, item: I, row: int) -> list[E]: ...
+
+    @abstractmethod
+    def _finish(self, r: R) -> list[E]: ...
+
+    @abstractmethod
+    def _outputs(self, events: list[E]) -> Iterator[tuple[E, tuple[Any, ...]]]: ...
+
+    @abstractmethod
+    def _ref_of(self, ev: E) -> RowRef | None: ...
+
+    @abstractmethod
+    def _state_key(self, ev: E, ref: Any) -> Any: ...
+
+    @abstractmethod
+    def _decide(self, r: R, rows: list[Out], order: list[int], loaded: C) -> D: ...
+
+    # --- the shape --------------------------------------------------------------------------------
+    def offer(self, snapshot: bytes | None, watermark: int, group: Any, items: Sequence[I]) -> D:
+        """A micro-batch's rows for one key: first every deadline up to the watermark, then the rows in
+        event-time order, each at its own time."""
+        clock = Clock()
+        r, loaded = self._load(snapshot, clock)
+        order = self._event_order(items)
+        clock.now = watermark
+        events = r.tick()
+        for i in order:
+            clock.now = items[i].ms or 0
+            events += self._offer_row(r, group, items[i], i)
+        return self._decide(r, self._rows(events), order, loaded)
+
+    def fire(self, snapshot: bytes | None, watermark: int, at: int) -> D:
+        """The key's timer fired at ``at``: every deadline up to it (or the watermark, if later)."""
+        clock = Clock()
+        r, loaded = self._load(snapshot, clock)
+        clock.now = max(watermark, at)
+        return self._decide(r, self._rows(r.tick()), [], loaded)
+
+    def table(self, group: Any, items: Sequence[I]) -> list[tuple[int | None, tuple[Any, ...]]]:
+        """One group of a finished table, in-process: ``(row index, extras)`` per output row, in event
+        order (index None: a row of its own)."""
+        clock = Clock()
+        r, _ = self._load(None, clock)
+        events: list[E] = []
+        for i in self._event_order(items):
+            clock.now = items[i].ms or 0
+            events += r.tick()
+            events += self._offer_row(r, group, items[i], i)
+        clock.now = float("inf")
+        events += r.tick() + self._finish(r)
+        return [(o.at, o.extra) for o in self._rows(events)]
+
+    def _event_order(self, items: Sequence[I]) -> list[int]:
+        """The places of ``items`` in event-time order (within one time, the mode's order)."""
+        return sorted(range(len(items)), key=lambda i: self._order(items[i]))
+
+    def _rows(self, events: list[E]) -> list[Out]:
+        """The events as output rows: from this call's rows, from the held ones, or rows of their own."""
+        rows = []
+        for ev, extra in self._outputs(events):
+            ref = self._ref_of(ev)
+            rows.append(Out(None, None, extra) if ref is None else Out(ref.row, self._state_key(ev, ref), extra))
+        return rows
+
+
+def deadline_of(r: Stepped[Any]) -> int | None:
+    """The one timer the key needs, in whole milliseconds; None: none."""
+    deadline = r.next_deadline()
+    return None if deadline is None else int(deadline)
+
+
+class ResequenceCore(KeyCore[Resequencer, Item, Event, None, Decision]):
+    """The stream's per-key decisions in the sequence mode (see the module docstring). Made from the
+    user's options (seconds, SQL predicates): refuses options Spark cannot honour (:func:`core_options`)."""
 
     def __init__(self, options: ResequenceOptions) -> None:
         self.options = core_options(options)
 
-    def _load(self, snapshot: bytes | None, clock: Clock) -> Resequencer:
+    def _load(self, snapshot: bytes | None, clock: Clock) -> tuple[Resequencer, None]:
         if snapshot is not None:
-            return Resequencer.restore(snapshot, self.options, clock=clock, decode=_held_ref)
-        return Resequencer(self.options, clock=clock)
+            return Resequencer.restore(snapshot, self.options, clock=clock, decode=_held_ref), None
+        return Resequencer(self.options, clock=clock), None
 
-    def offer(self, snapshot: bytes | None, watermark: int, group: Any, items: Sequence[Item]) -> Decision:
-        """A micro-batch's rows for one key: first every deadline up to the watermark, then the rows in
-        event-time order, each at its own time."""
-        clock = Clock()
-        r = self._load(snapshot, clock)
-        order = sorted(range(len(items)), key=lambda i: _order(items[i]))
-        clock.now = watermark
-        events = r.tick()
-        for i in order:
-            item = items[i]
-            clock.now = item.ms or 0
-            events += r.offer(group, item.seq, Ref(item.flags, i), size=item.size or 0)
-        return self._decide(r, events, order)
+    def _order(self, item: Item) -> tuple[int, bool, int]:
+        return _order(item)
 
-    def fire(self, snapshot: bytes | None, watermark: int, at: int) -> Decision:
-        """The key's timer fired at ``at``: every deadline up to it (or the watermark, if later)."""
-        clock = Clock()
-        r = self._load(snapshot, clock)
-        clock.now = max(watermark, at)
-        return self._decide(r, r.tick(), [])
+    def _offer_row(self, r: Resequencer, group: Any, item: Item, row: int) -> list[Event]:
+        return r.offer(group, item.seq, Ref(item.flags, row), size=item.size or 0)
 
-    def _decide(self, r: Resequencer, events: list[Event], order: list[int]) -> Decision:
-        rows: list[Out] = []
-        left: set[int] = set()
-        for ev, extra in outputs(events):
-            if isinstance(ev, (Skipped, GroupClosed)):
-                rows.append(Out(None, None, extra))
-                continue
-            ref: Ref = ev.item
-            rows.append(Out(ref.row, ev.seq, extra))
-            if ref.row != HELD:
-                left.add(ref.row)
+    def _finish(self, r: Resequencer) -> list[Event]:
+        return r.close()
+
+    def _outputs(self, events: list[Event]) -> Iterator[tuple[Event, tuple[Any, ...]]]:
+        return outputs(events)
+
+    def _ref_of(self, ev: Event) -> Ref | None:
+        return ref_of(ev)
+
+    def _state_key(self, ev: Event, ref: Ref) -> Any:
+        return ev.seq  # type: ignore[union-attr]  # a message event (one with a row)
+
+    def _decide(self, r: Resequencer, rows: list[Out], order: list[int], loaded: None) -> Decision:
+        left = {o.at for o in rows if o.at is not None and o.at != HELD}
         # Nothing open, nothing timed and no instance number forgotten: the key's state can go. Once one
         # is forgotten the snapshot (a few bytes) stays, or the key's next instance could repeat a number.
         idle = r.open_groups == 0 and r.next_deadline() is None and r.instance_floor == 0
         keep = None if idle else r.snapshot(encode=_flags)
-        deadline = r.next_deadline()
         hold = [i for i in order if i not in left]
-        return Decision(rows, hold, keep, None if deadline is None else int(deadline))
+        return Decision(rows, hold, keep, deadline_of(r))
 
 
 def resequence_table(
@@ -245,18 +360,7 @@ def resequence_table(
 ) -> list[tuple[int | None, tuple[Any, ...]]]:
     """One group of a finished table, in-process: ``(row index, extras)`` per output row, in event order
     (index None: a ``skipped`` or ``group_closed`` row)."""
-    clock = Clock()
-    r = Resequencer(core_options(options), clock=clock)
-    events: list[Event] = []
-    items = [Item.of(row) for row in rows]
-    for i in sorted(range(len(items)), key=lambda i: _order(items[i])):
-        item = items[i]
-        clock.now = item.ms or 0
-        events += r.tick()
-        events += r.offer(group, item.seq, Ref(item.flags, i), size=item.size or 0)
-    clock.now = float("inf")
-    events += r.tick() + r.close()
-    return [(None if (ref := ref_of(ev)) is None else ref.row, extra) for ev, extra in outputs(events)]
+    return ResequenceCore(options).table(group, [Item.of(row) for row in rows])
 
 
 __all__ = [

@@ -588,7 +588,7 @@ def file_source(
 
 def _check_kept(landed: Any, path: str, keep: tuple[str, ...], input_file: str | None, segment: str) -> None:
     """Columns to keep must be in the landed files (UsageError before the stream is set up)."""
-    from reassembly._plumbing import UsageError
+    from reassembly._errors import UsageError
 
     if landed is None:
         raise UsageError(f"cannot keep columns of {path} before a file has landed there: their types are unknown")

@@ -22,7 +22,6 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
 from reassembly.assembler.core import Limits
 from reassembly.assembler.events import Cause
-from reassembly.assembler.filestore import FileBodyStore
 from reassembly.spark.rows import null_row
 from reassembly.spark.schema import OUTPUT_FIELDS, SOURCE, SOURCES, SRC
 from reassembly.spark.stream.core import (
@@ -46,6 +45,7 @@ from reassembly.spark.stream.layout import (
     held_text,
 )
 from reassembly.spark.stream.spool import IN_STATE, HeldRows, Spool
+from reassembly.storage.filestore import FileBodyStore
 from segmenter.wire import SegmentHeader, decode_header
 
 _NAMES = tuple(name for name, _, _ in OUTPUT_FIELDS)

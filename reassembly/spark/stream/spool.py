@@ -13,7 +13,7 @@ state refers to as it was: a replay never corrupts a body.
 
 When the key is judged, the held segments are read back one at a time
 (:class:`HeldRows`) into the batch assembler with a
-:class:`~reassembly.assembler.filestore.FileBodyStore`, which builds each verified message in
+:class:`~reassembly.storage.filestore.FileBodyStore`, which builds each verified message in
 a file of its own and renames it into place (``<GroupId hex>-<MsgSeqNumber>-<checksum>.bin``
 under the directory), as the batch job does with ``payload_dir``. The spool files
 of a message are removed only after the batch that wrote its row is committed

@@ -1,11 +1,9 @@
-"""Plumbing every job of the ``reassemble`` command shares, Spark or not.
+"""A job's files: the inputs it names and the output it claims, and the atomic output directory.
 
-Its errors (one line; a usage error exits 2 before anything is touched), the inputs it names
-and the output it claims (never overlapping: a run must not read or replace its own input), an
-atomic output directory (a hidden sibling renamed into place only on success, removed on failure
-or Ctrl-C once whatever writes into it has stopped; one a killed run left is removed by the next
-run, never one whose owner still runs), the interrupt flag, one-line errors and the digest policy
-read from a keyring file. The collector's job and the Spark jobs both import it; it imports neither.
+The output never overlaps the input (a run must not read or replace its own input); it is written
+into a hidden sibling renamed into place only on success, removed on failure or Ctrl-C once
+whatever writes into it has stopped; one a killed run left is removed by the next run, never one
+whose owner still runs (the owner marker).
 """
 
 from __future__ import annotations
@@ -17,9 +15,7 @@ import logging
 import os
 import re
 import shutil
-import signal
 import socket
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -28,29 +24,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from segmenter.digest import DigestPolicy, Keyring
-from segmenter.errors import SegmentationError
+from reassembly._errors import JobError, UsageError
+from reassembly._processes import deferred_interrupts, process_alive, process_identity
 
 logger = logging.getLogger(__name__)
-
-
-class JobError(Exception):
-    """A failure to report in one line (no stack trace)."""
-
-
-class UsageError(JobError):
-    """Arguments that must not run at all (an output overlapping the input): exit code 2, nothing touched."""
-
-
-INTERRUPTED = threading.Event()
-"""Set by Ctrl-C once a session is open. A terminal's Ctrl-C reaches the whole process group, so the
-JVM may die before the driver raises KeyboardInterrupt and the error that surfaces is py4j's ("Answer
-from Java side is empty"): the command reports such a failure as the interruption it is (exit 130)."""
-
-
-def on_interrupt(signum: int, frame: Any) -> None:
-    INTERRUPTED.set()
-    raise KeyboardInterrupt
 
 
 def inputs(pattern: str) -> list[str]:
@@ -154,34 +131,6 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-@contextmanager
-def deferred_interrupts() -> Iterator[None]:
-    """SIGINT and SIGTERM are noted, not raised, while the block runs; KeyboardInterrupt follows it.
-
-    For steps that must not stop half-way: the renames that put an output in place (an interrupt
-    between them would leave neither the old output nor the new) and the clean-up of a failed one.
-    The flag :data:`INTERRUPTED` is set at once. Outside the main thread (no handlers there) the
-    block runs as it is.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    came: list[int] = []
-
-    def note(signum: int, frame: Any) -> None:
-        INTERRUPTED.set()
-        came.append(signum)
-
-    previous = {signum: signal.signal(signum, note) for signum in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
-    if came:
-        raise KeyboardInterrupt
-
-
 # ------------------------------------------------------------------ who owns a temporary output
 OWNER_FILE = ".reassemble-owner.json"
 """The marker in a hidden temporary (and in a replaced output being removed): the host and the
@@ -191,74 +140,6 @@ ORPHAN_AFTER = 60.0
 """Seconds after which a hidden temporary without a readable marker is taken for litter. A run
 writes its marker right after creating the directory, so only a run killed in that instant, or a
 writer that outlived its run and recreated a path under it, leaves one."""
-
-
-def _boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
-
-
-def _stat(pid: int) -> list[str] | None:
-    """The fields of ``/proc/PID/stat`` after the command name (Linux), or None."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text.rpartition(")")[2].split()
-
-
-def process_identity(pid: int) -> str | None:
-    """What tells this process from a later one given the same PID: the boot and the start time
-    (Linux ``/proc``); None where that cannot be read (then the PID alone is compared)."""
-    fields = _stat(pid)
-    return f"{_boot_id()}:{fields[19]}" if fields and len(fields) > 19 else None
-
-
-def process_alive(pid: int, identity: str | None = None) -> bool:
-    """Whether process ``pid`` (the one whose :func:`process_identity` was ``identity``) still runs here.
-
-    A zombie does not run; a PID now used by a process started later is not the same process.
-    """
-    try:
-        os.kill(pid, 0)
-    except PermissionError:
-        pass  # another user's process: it exists
-    except (ProcessLookupError, OverflowError, ValueError):
-        return False
-    except OSError:
-        return False
-    fields = _stat(pid)
-    if fields is not None and fields[0] == "Z":
-        return False
-    if identity is not None:
-        now = process_identity(pid)
-        if now is not None and now != identity:
-            return False
-    return True
-
-
-def descendants(pid: int) -> list[tuple[int, str | None]]:
-    """Every process below ``pid`` (children, their children...) with its identity: Linux ``/proc``;
-    empty where it cannot be read. Taken before a process tree is stopped, to wait for all of it."""
-    children: dict[int, list[int]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for entry in entries:
-        if entry.isdigit():
-            fields = _stat(int(entry))
-            if fields and len(fields) > 1 and fields[1].isdigit():
-                children.setdefault(int(fields[1]), []).append(int(entry))
-    found: list[tuple[int, str | None]] = []
-    todo = list(children.get(pid, ()))
-    while todo:
-        child = todo.pop()
-        found.append((child, process_identity(child)))
-        todo.extend(children.get(child, ()))
-    return found
 
 
 def _write_owner(directory: Path, pids: Sequence[int]) -> None:
@@ -380,59 +261,3 @@ def _discard(tmp: Path, settle: Callable[[], bool] | None) -> None:
                 _remove(tmp)
 
 
-_PYTHON_ERROR = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Exit)\b:?")
-
-
-def first_line(exc: BaseException) -> str:
-    """One informative line: the message and its root cause, never py4j's call site or a bare colon.
-
-    A Java error's text is a header line, ``: Message`` and ``Caused by:`` lines; a Python
-    worker's is a header ending in a colon followed by a traceback whose last exception
-    line is the cause. The line names the head and, after a colon, the deepest cause.
-    """
-    text = str(exc).strip()
-    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("\t")]
-    if not lines:
-        return type(exc).__name__
-    java = [line[2:] for line in lines if line.startswith(": ")]
-    causes = [line.removeprefix("Caused by: ") for line in lines if line.startswith("Caused by: ")]
-    python = [line for line in lines[1:] if _PYTHON_ERROR.match(line) and not line.startswith("Traceback")]
-    head = java[0] if java else lines[0]
-    cause = python[-1] if python else causes[-1] if causes else None
-    if cause and cause not in head:
-        head = f"{head.rstrip(': ')}: {cause}" if head.endswith(":") else f"{head} (cause: {cause})"
-    elif head.endswith(":"):
-        rest = [line for line in lines if line != head]
-        head = f"{head} {rest[-1]}" if rest else head.rstrip(":")
-    return head[:400]
-
-
-def load_keyring(path: str) -> Keyring:
-    """A keyring file: JSON ``{"current": "<key id>", "keys": {"<key id>": "<hex key>", ...}}``.
-
-    ``current`` (optional) names the signing key; every key in ``keys`` verifies. Errors name
-    the file and the key id, never a key. Keep the file readable by the job's user only.
-    """
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"keyring {path}: {type(exc).__name__}: {first_line(exc)}") from None
-    keys = doc.get("keys") if isinstance(doc, dict) else None
-    if not isinstance(keys, dict) or not keys or not all(isinstance(v, str) for v in keys.values()):
-        raise UsageError(f'keyring {path}: expected {{"current": ID, "keys": {{ID: HEX, ...}}}}')
-    raw: dict[str, bytes] = {}
-    for key_id, text in keys.items():
-        try:
-            raw[str(key_id)] = bytes.fromhex(text)
-        except ValueError:
-            raise UsageError(f"keyring {path}: key {key_id!r} is not hex") from None
-    try:
-        return Keyring(raw, current=doc.get("current"))
-    except SegmentationError as exc:
-        raise UsageError(f"keyring {path}: {exc}") from None
-
-
-def digest_policy(require_sha256: bool, keyring_path: str | None) -> DigestPolicy:
-    """The reader's policy from the command line (``--require-sha256``, ``--hmac-keyring FILE``)."""
-    return DigestPolicy(sha256=require_sha256, keyring=load_keyring(keyring_path) if keyring_path else None)

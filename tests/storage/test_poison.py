@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reassembly.collector import Rule
-from reassembly.collector.durable import DurableCollector, dead_letter_dir
-from reassembly.collector.storage import DeadBatch, SQLiteStorage
+from reassembly.storage.collector import DeadBatch, SQLiteStorage
+from reassembly.storage.durable import DurableCollector, dead_letter_dir
 from tests.support.collect_helpers import Clock, assert_exactly_once, read_batches
 
 OLD_DATABASE = Path(__file__).parent / "data" / "collector-schema-1.sqlite"

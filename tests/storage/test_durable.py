@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from reassembly.collector import Cause, Rule
-from reassembly.collector.durable import DurableCollector, batch_path, write_batch
-from reassembly.collector.storage import SQLiteStorage
+from reassembly.storage.collector import SQLiteStorage
+from reassembly.storage.durable import DurableCollector, batch_path, write_batch
 from segmenter.producer import Segmenter
 from tests.support.collect_helpers import (
     Clock,

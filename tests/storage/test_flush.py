@@ -7,8 +7,8 @@ import itertools
 from pathlib import Path
 
 from reassembly.collector import DEFAULT_RULE, BatchReady, Cause, Collector, Rule
-from reassembly.collector.durable import DurableCollector
-from reassembly.collector.storage import SQLiteStorage
+from reassembly.storage.collector import SQLiteStorage
+from reassembly.storage.durable import DurableCollector
 from tests.support.collect_helpers import Clock
 
 

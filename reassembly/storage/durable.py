@@ -27,7 +27,7 @@ batches, of this destination and of the others, go on. After the rule's ``max_at
 batch is dead: its messages are written to the dead-letter directory (``<OUTPUT>.dead-letter/
 <target>/<batch_id>.parquet``, the landing columns ``destination`` and ``payload``, so the file
 can be landed again once the cause is fixed) and its row is marked dead with the reason and the
-attempts (:meth:`~reassembly.collector.storage.Storage.dead_batches` lists them).
+attempts (:meth:`~reassembly.storage.collector.Storage.dead_batches` lists them).
 
 A destination's batch can be forced out now: in this process with :meth:`DurableCollector.force`,
 and in a running collector through a request row (``Storage.request_flush``), which the lease
@@ -48,9 +48,9 @@ from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import quote
 
-from reassembly._plumbing import first_line
+from reassembly._errors import first_line
 from reassembly.collector.core import BatchReady, Cause, Collector, Rule, batch_segments
-from reassembly.collector.storage import DeadBatch, RuleCache, Storage
+from reassembly.storage.collector import DeadBatch, RuleCache, Storage
 from segmenter.producer import Segmenter
 
 _MAX_NAME = 200  # bytes of a percent-encoded name kept whole

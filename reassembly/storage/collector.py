@@ -1,9 +1,9 @@
 """Where the collector keeps its rules, the messages it holds and its leases: SQLite or PostgreSQL.
 
-One small interface (:class:`Storage`), plain SQL, no ORM. SQLite (standard library) is the
-embedded default, one file, several processes on one machine; PostgreSQL (psycopg 3, extra
-``[postgres]``) is the shared deployment. The SQL is written once with ``?`` placeholders; the
-two dialects differ only in types, id allocation and the bulk statements (:class:`_Dialect`).
+One small interface (:class:`Storage`) over a :class:`~reassembly.storage.sql.Database` (a SQLite
+file or PostgreSQL). The SQL is written once with ``?`` placeholders; the two dialects differ
+only in types, id allocation and the bulk statements (:class:`_Dialect`). The claim check's
+ledger keeps its own table (:mod:`reassembly.storage.ledger`) and may share the database.
 
 Tables (created if missing):
   destination_rules  destination, target, max_messages, max_bytes, max_wait, stranded_after, enabled,
@@ -16,9 +16,6 @@ Tables (created if missing):
   collect_leases     destination, owner, expires_at: who may close that destination's batches
   collect_flush_requests  destination, upto_id, requested_at: close the batch holding the destination's
                      messages up to that id now (see :meth:`Storage.request_flush`)
-  claim_ledger       store, object_key, message_id, stored_at, settled_at, deleted_at: the claim check's
-                     reference ledger, one row per offloaded object (``reassembly.claimcheck``); a ledger
-                     may share the collector's database or have its own
 
 A database made before a column existed gets it when it is opened (``ALTER TABLE ... ADD
 COLUMN``, in the opening transaction): existing rows read as the column's default.
@@ -36,25 +33,15 @@ its claim fails and it drops that batch.
 from __future__ import annotations
 
 import json
-import sqlite3
 import struct
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 from reassembly.collector.core import DEFAULT_DESTINATION, DEFAULT_RULE, BatchReady, Held, Rule
+from reassembly.storage.sql import Database, PostgresDatabase, SQLiteDatabase, is_postgres
 from segmenter.errors import Reason, SegmentationError
-
-_T = TypeVar("_T")
-_ATTEMPTS = 5
-
-
-class StorageError(SegmentationError):
-    """The collection database refused or failed an operation."""
-
-    default_reason = Reason.STORAGE_ERROR
 
 
 class BatchRecord(NamedTuple):
@@ -81,8 +68,6 @@ class DeadBatch(NamedTuple):
 
 @dataclass(frozen=True)
 class _Dialect:
-    blob: str
-    placeholder: str
     insert_messages: str  # rows (id, destination, payload, received_at)
     take: str  # (the member ids as one parameter): deletes the rows still there
 
@@ -110,9 +95,6 @@ CREATE TABLE IF NOT EXISTS collect_leases (
   destination TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at DOUBLE PRECISION NOT NULL);
 CREATE TABLE IF NOT EXISTS collect_flush_requests (
   destination TEXT PRIMARY KEY, upto_id BIGINT NOT NULL, requested_at DOUBLE PRECISION NOT NULL);
-CREATE TABLE IF NOT EXISTS claim_ledger (
-  store TEXT NOT NULL, object_key TEXT NOT NULL, message_id TEXT, stored_at DOUBLE PRECISION,
-  settled_at DOUBLE PRECISION, deleted_at DOUBLE PRECISION, PRIMARY KEY (store, object_key));
 """
 
 # Columns added after their table was first released: (table, column, its definition). A database
@@ -127,14 +109,10 @@ _ADDED_COLUMNS = (
 )
 
 _SQLITE = _Dialect(
-    blob="BLOB",
-    placeholder="?",
     insert_messages="INSERT INTO collect_messages (id, destination, payload, received_at) VALUES (?, ?, ?, ?)",
     take="DELETE FROM collect_messages WHERE id IN (SELECT value FROM json_each(?))",
 )
 _POSTGRES = _Dialect(
-    blob="BYTEA",
-    placeholder="%s",
     insert_messages=(
         "INSERT INTO collect_messages (id, destination, payload, received_at) "
         "SELECT * FROM unnest(?::bigint[], ?::text[], ?::bytea[], ?::float8[])"
@@ -152,24 +130,27 @@ class Storage:
     and the marks ride on the next claim's commit.
     """
 
-    def __init__(self, conn: Any, dialect: _Dialect, url: str) -> None:
-        self._conn = conn
+    def __init__(self, db: Database, dialect: _Dialect) -> None:
+        self._db = db
         self._d = dialect
-        self.url = url
         self.invalid_rules: list[SegmentationError] = []
-        with self._tx() as cur:
-            for statement in _SCHEMA.format(blob=dialect.blob).split(";"):
+        with self._db.tx() as cur:
+            for statement in _SCHEMA.format(blob=db.blob).split(";"):
                 if statement.strip():
                     cur.execute(statement)
             self._migrate(cur)
             self._setup(cur)
 
+    @property
+    def url(self) -> str:
+        """The database, its password hidden."""
+        return self._db.url
+
     def _migrate(self, cur: Any) -> None:
         """Add the columns a database made before them lacks (the transaction that opens it, so two
         collectors opening one old database do not both add them)."""
         for table, column, definition in _ADDED_COLUMNS:
-            cur.execute(f"SELECT * FROM {table} WHERE 1 = 0")
-            if column not in {d[0] for d in cur.description}:
+            if column not in self._db.columns(cur, table):
                 cur.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
 
     # --- dialect hooks ------------------------------------------------------------------------
@@ -186,24 +167,12 @@ class Storage:
         """The member ids as one statement parameter (one UPDATE per batch, not one per member)."""
         return ids
 
-    @contextmanager
-    def _tx(self) -> Iterator[Any]:
-        raise NotImplementedError
-        yield
-
-    def _sql(self, text: str) -> str:
-        return text if self._d.placeholder == "?" else text.replace("?", self._d.placeholder)
-
-    def _run(self, cur: Any, text: str, params: Sequence[Any] = ()) -> Any:
-        cur.execute(self._sql(text), params)
-        return cur
-
     # --- rules --------------------------------------------------------------------------------
     def read_rules(self) -> dict[str, Rule]:
         """Every valid row; a row with impossible limits is left out (its destination gets the default
         rule) and kept in ``invalid_rules``: a typo in the table must not stop a running collector."""
-        with self._tx() as cur:
-            rows = self._run(cur, f"SELECT {_RULE_COLUMNS} FROM destination_rules").fetchall()
+        with self._db.tx() as cur:
+            rows = self._db.run(cur, f"SELECT {_RULE_COLUMNS} FROM destination_rules").fetchall()
         rules, self.invalid_rules = {}, []
         for r in rows:
             try:
@@ -220,8 +189,8 @@ class Storage:
 
     def put_rule(self, rule: Rule) -> None:
         """Insert or replace one rule (the collectors pick it up within their cache time)."""
-        with self._tx() as cur:
-            self._run(
+        with self._db.tx() as cur:
+            self._db.run(
                 cur,
                 f"INSERT INTO destination_rules ({_RULE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (destination) DO UPDATE SET target = excluded.target, "
@@ -248,8 +217,8 @@ class Storage:
         The input's name is written in the same transaction, so an input read twice (a restart
         after a crash, two collectors on one landing directory) is stored once.
         """
-        with self._tx() as cur:
-            done = self._run(
+        with self._db.tx() as cur:
+            done = self._db.run(
                 cur,
                 "INSERT INTO collect_inputs (name, messages, stored_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING",
                 (name, len(messages), now),
@@ -261,8 +230,8 @@ class Storage:
         return ids
 
     def stored_inputs(self) -> set[str]:
-        with self._tx() as cur:
-            return {r[0] for r in self._run(cur, "SELECT name FROM collect_inputs").fetchall()}
+        with self._db.tx() as cur:
+            return {r[0] for r in self._db.run(cur, "SELECT name FROM collect_inputs").fetchall()}
 
     def open_messages(self, destination: str, known: set[int]) -> list[Held]:
         """The destination's messages in no batch and not in ``known`` (held already), oldest first.
@@ -270,8 +239,8 @@ class Storage:
         Ids first, payloads only for the ones not known: a collector re-syncing a destination
         it is filling reads only what others stored since.
         """
-        with self._tx() as cur:
-            rows = self._run(
+        with self._db.tx() as cur:
+            rows = self._db.run(
                 cur,
                 "SELECT id FROM collect_messages WHERE destination = ? ORDER BY id",
                 (destination,),
@@ -281,7 +250,7 @@ class Storage:
             for start in range(0, len(wanted), 500):
                 chunk = wanted[start : start + 500]
                 marks = ", ".join("?" * len(chunk))
-                found = self._run(
+                found = self._db.run(
                     cur,
                     f"SELECT id, payload, received_at FROM collect_messages WHERE id IN ({marks})",
                     chunk,
@@ -290,31 +259,19 @@ class Storage:
         return sorted(out)
 
     # --- leases -------------------------------------------------------------------------------
-    def _retried(self, work: Callable[[], _T]) -> _T:
-        """Run a transaction again when the server chose it as a deadlock victim (collectors renewing
-        and taking leases lock lease rows in different orders; the loser simply tries again)."""
-        for attempt in range(1, _ATTEMPTS + 1):
-            try:
-                return work()
-            except StorageError as exc:
-                if not exc.details.get("retryable") or attempt == _ATTEMPTS:
-                    raise
-                time.sleep(0.01 * attempt)
-        raise AssertionError("unreachable")
-
     def acquire(self, owner: str, now: float, lease: float) -> set[str]:
         """Renew this owner's leases, take free or expired ones that have work; the destinations held."""
-        return self._retried(lambda: self._acquire(owner, now, lease))
+        return self._db.retried(lambda: self._acquire(owner, now, lease))
 
     def _acquire(self, owner: str, now: float, lease: float) -> set[str]:
         expires = now + lease
-        with self._tx() as cur:
-            self._run(
+        with self._db.tx() as cur:
+            self._db.run(
                 cur,
                 "UPDATE collect_leases SET expires_at = ? WHERE owner = ? AND expires_at >= ?",
                 (expires, owner, now),
             )
-            self._run(
+            self._db.run(
                 cur,
                 "INSERT INTO collect_leases (destination, owner, expires_at) "
                 "SELECT destination, ?, ? FROM ("
@@ -325,15 +282,15 @@ class Storage:
                 "WHERE collect_leases.expires_at < ?",
                 (owner, expires, now),
             )
-            rows = self._run(
+            rows = self._db.run(
                 cur, "SELECT destination FROM collect_leases WHERE owner = ? AND expires_at >= ?", (owner, now)
             ).fetchall()
         return {r[0] for r in rows}
 
     def release(self, owner: str) -> None:
         """Give up every lease (a clean stop): another collector may take over at once."""
-        with self._tx() as cur:
-            self._run(cur, "DELETE FROM collect_leases WHERE owner = ?", (owner,))
+        with self._db.tx() as cur:
+            self._db.run(cur, "DELETE FROM collect_leases WHERE owner = ?", (owner,))
 
     # --- batches ------------------------------------------------------------------------------
     def claim(
@@ -346,34 +303,34 @@ class Storage:
         undoes that batch only. Moving instead of marking costs one row write per message, not
         two. ``emitted`` batches (files in place since the last call) are marked in the same commit.
         """
-        return self._retried(lambda: self._claim(batches, owner, now, lease, emitted))
+        return self._db.retried(lambda: self._claim(batches, owner, now, lease, emitted))
 
     def _claim(
         self, batches: Sequence[BatchReady], owner: str, now: float, lease: float, emitted: Sequence[str]
     ) -> list[bool]:
         done = []
-        with self._tx() as cur:
+        with self._db.tx() as cur:
             self._mark(cur, emitted, now)
             for batch in batches:
-                self._run(cur, "SAVEPOINT claim")
+                self._db.run(cur, "SAVEPOINT claim")
                 if self._claim_one(cur, batch, owner, now, lease):
                     done.append(True)
                 else:
-                    self._run(cur, "ROLLBACK TO SAVEPOINT claim")
+                    self._db.run(cur, "ROLLBACK TO SAVEPOINT claim")
                     done.append(False)
-                self._run(cur, "RELEASE SAVEPOINT claim")
+                self._db.run(cur, "RELEASE SAVEPOINT claim")
         return done
 
     def _claim_one(self, cur: Any, batch: BatchReady, owner: str, now: float, lease: float) -> bool:
         ids = [m.id for m in batch.messages]
-        held = self._run(
+        held = self._db.run(
             cur,
             "UPDATE collect_leases SET expires_at = ? WHERE destination = ? AND owner = ? AND expires_at >= ?",
             (now + lease, batch.destination, owner, now),
         )
-        if held.rowcount != 1 or self._run(cur, self._d.take, (self._id_list(ids),)).rowcount != len(ids):
+        if held.rowcount != 1 or self._db.run(cur, self._d.take, (self._id_list(ids),)).rowcount != len(ids):
             return False
-        self._run(
+        self._db.run(
             cur,
             "INSERT INTO collect_batches (batch_id, destination, target, cause, messages, closed_at, "
             "closed_by, members) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -392,8 +349,8 @@ class Storage:
 
     def unemitted(self, destinations: set[str]) -> list[BatchRecord]:
         """Closed batches of these destinations whose files may not exist yet (to emit again)."""
-        with self._tx() as cur:
-            rows = self._run(
+        with self._db.tx() as cur:
+            rows = self._db.run(
                 cur,
                 "SELECT batch_id, destination, target, cause FROM collect_batches "
                 "WHERE emitted_at IS NULL AND dead_at IS NULL ORDER BY closed_at",
@@ -402,25 +359,25 @@ class Storage:
 
     def members(self, batch_id: str) -> list[Held]:
         """A claimed, unemitted batch's messages, in their batch order."""
-        with self._tx() as cur:
-            row = self._run(cur, "SELECT members FROM collect_batches WHERE batch_id = ?", (batch_id,)).fetchone()
+        with self._db.tx() as cur:
+            row = self._db.run(cur, "SELECT members FROM collect_batches WHERE batch_id = ?", (batch_id,)).fetchone()
         return _unpack(bytes(row[0])) if row and row[0] is not None else []
 
     def mark_emitted(self, batch_ids: Sequence[str], now: float) -> None:
         """The batch files are in place (and their directories synced): drop the packed members."""
-        with self._tx() as cur:
+        with self._db.tx() as cur:
             self._mark(cur, batch_ids, now)
 
     def _mark(self, cur: Any, batch_ids: Sequence[str], now: float) -> None:
         for batch_id in batch_ids:
-            self._run(
+            self._db.run(
                 cur, "UPDATE collect_batches SET emitted_at = ?, members = NULL WHERE batch_id = ?", (now, batch_id)
             )
 
     def record_failure(self, batch_id: str, reason: str) -> int:
         """One failed write of a claimed batch: its attempt count, now (kept across restarts)."""
-        with self._tx() as cur:
-            row = self._run(
+        with self._db.tx() as cur:
+            row = self._db.run(
                 cur,
                 "UPDATE collect_batches SET attempts = attempts + 1, last_error = ? WHERE batch_id = ? "
                 "RETURNING attempts",
@@ -431,8 +388,8 @@ class Storage:
     def mark_dead(self, batch_id: str, reason: str, path: str | None, now: float) -> None:
         """The batch's last attempt failed: it is dead, its messages in the dead-letter file ``path``
         (then the packed members are dropped) or, if that could not be written either, kept in the row."""
-        with self._tx() as cur:
-            self._run(
+        with self._db.tx() as cur:
+            self._db.run(
                 cur,
                 "UPDATE collect_batches SET dead_at = ?, dead_path = ?, last_error = ?, "
                 "members = CASE WHEN ? THEN NULL ELSE members END WHERE batch_id = ?",
@@ -442,8 +399,8 @@ class Storage:
     def dead_batches(self, *, failing: bool = False) -> list[DeadBatch]:
         """The dead batches, oldest first; with ``failing``, the batches still retried after a failed write."""
         state = "dead_at IS NULL AND emitted_at IS NULL AND attempts > 0" if failing else "dead_at IS NOT NULL"
-        with self._tx() as cur:
-            rows = self._run(
+        with self._db.tx() as cur:
+            rows = self._db.run(
                 cur,
                 "SELECT batch_id, destination, target, messages, attempts, last_error, dead_at, dead_path "
                 f"FROM collect_batches WHERE {state} ORDER BY coalesce(dead_at, closed_at), batch_id",
@@ -463,13 +420,13 @@ class Storage:
         Returns how many messages it covers; 0 (and no request) if none is held. A request is
         gone once none of the messages it covers is left unbatched.
         """
-        with self._tx() as cur:
-            n, upto = self._run(
+        with self._db.tx() as cur:
+            n, upto = self._db.run(
                 cur, "SELECT count(*), max(id) FROM collect_messages WHERE destination = ?", (destination,)
             ).fetchone()
             if not n:
                 return 0
-            self._run(
+            self._db.run(
                 cur,
                 "INSERT INTO collect_flush_requests (destination, upto_id, requested_at) VALUES (?, ?, ?) "
                 "ON CONFLICT (destination) DO UPDATE SET upto_id = excluded.upto_id, "
@@ -481,114 +438,26 @@ class Storage:
     def flush_requests(self) -> dict[str, int]:
         """The pending requests (destination: the newest message id covered), after dropping the
         ones none of whose messages is left unbatched."""
-        with self._tx() as cur:
-            self._run(
+        with self._db.tx() as cur:
+            self._db.run(
                 cur,
                 "DELETE FROM collect_flush_requests WHERE NOT EXISTS (SELECT 1 FROM collect_messages AS m "
                 "WHERE m.destination = collect_flush_requests.destination AND m.id <= collect_flush_requests.upto_id)",
             )
-            rows = self._run(cur, "SELECT destination, upto_id FROM collect_flush_requests").fetchall()
-        return {r[0]: int(r[1]) for r in rows}
-
-    # --- the claim check's reference ledger (reassembly.claimcheck.Ledger wraps these) ----------
-    def ledger_record(self, store: str, key: str, message_id: str | None, at: float) -> str:
-        """Record that ``key`` in ``store`` holds a payload: what the row was, as one word.
-
-        ``"new"`` (no row: inserted, live), ``"live"`` (the same message's live row: left as it
-        was, so recording again is harmless), ``"replaced"`` (another message's live row: it
-        names this message now, still live), ``"reopened"`` (a settled or deleted row the
-        consumer of an earlier payload under this key closed: live again, so a new payload under
-        a reused key is never swept on the old settlement), ``"late"`` (a row the consumer
-        settled before any record: the record fills in the time and message, the row stays settled).
-        """
-        with self._tx() as cur:
-            row = self._run(
-                cur,
-                "SELECT message_id, stored_at, settled_at, deleted_at FROM claim_ledger "
-                "WHERE store = ? AND object_key = ?",
-                (store, key),
-            ).fetchone()
-            if row is not None and row[1] is None:
-                self._run(
-                    cur,
-                    "UPDATE claim_ledger SET message_id = ?, stored_at = ? WHERE store = ? AND object_key = ?",
-                    (message_id, at, store, key),
-                )
-                return "late"
-            live = row is not None and row[2] is None and row[3] is None
-            if live and row[0] == message_id:
-                return "live"
-            self._run(
-                cur,
-                "INSERT INTO claim_ledger (store, object_key, message_id, stored_at) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT (store, object_key) DO UPDATE SET message_id = excluded.message_id, "
-                "stored_at = excluded.stored_at, settled_at = NULL, deleted_at = NULL",
-                (store, key, message_id, at),
-            )
-        return "new" if row is None else "replaced" if live else "reopened"
-
-    def ledger_settle(self, store: str, key: str, at: float) -> str:
-        """The consumer is done with ``key`` (its commit is durable): ``"settled"``, ``"already"``
-        (settled before: unchanged), or ``"unknown"`` (no record: a settled row without a stored
-        time is inserted, so the settlement is kept and shows as never recorded)."""
-        with self._tx() as cur:
-            done = self._run(
-                cur,
-                "UPDATE claim_ledger SET settled_at = ? WHERE store = ? AND object_key = ? AND settled_at IS NULL",
-                (at, store, key),
-            )
-            if done.rowcount == 1:
-                return "settled"
-            made = self._run(
-                cur,
-                "INSERT INTO claim_ledger (store, object_key, settled_at) VALUES (?, ?, ?) "
-                "ON CONFLICT (store, object_key) DO NOTHING",
-                (store, key, at),
-            ).rowcount
-        return "unknown" if made == 1 else "already"
-
-    def ledger_mark_deleted(self, store: str, key: str, at: float) -> bool:
-        """The settled object under ``key`` is gone from the store: mark its row (only a settled,
-        unmarked row; a row recorded again meanwhile stays live). True if a row was marked."""
-        with self._tx() as cur:
-            done = self._run(
-                cur,
-                "UPDATE claim_ledger SET deleted_at = ? "
-                "WHERE store = ? AND object_key = ? AND settled_at IS NOT NULL AND deleted_at IS NULL",
-                (at, store, key),
-            ).rowcount
-        return bool(done == 1)
-
-    def ledger_rows(self, store: str, key: str | None = None) -> list[tuple[Any, ...]]:
-        """The store's rows (or the one of ``key``) by key: (store, key, message_id, stored_at,
-        settled_at, deleted_at), times in seconds since the epoch or None."""
-        where, params = ("store = ?", (store,)) if key is None else ("store = ? AND object_key = ?", (store, key))
-        with self._tx() as cur:
-            rows = self._run(
-                cur,
-                "SELECT store, object_key, message_id, stored_at, settled_at, deleted_at FROM claim_ledger "
-                f"WHERE {where} ORDER BY object_key",
-                params,
-            ).fetchall()
-        return [tuple(r) for r in rows]
-
-    def ledger_stores(self) -> dict[str, int]:
-        """Every store name the ledger has rows for, with how many."""
-        with self._tx() as cur:
-            rows = self._run(cur, "SELECT store, count(*) FROM claim_ledger GROUP BY store ORDER BY store").fetchall()
+            rows = self._db.run(cur, "SELECT destination, upto_id FROM collect_flush_requests").fetchall()
         return {r[0]: int(r[1]) for r in rows}
 
     def counts(self) -> dict[str, int]:
         """Messages held, batches closed, emitted and dead (for status lines and tests)."""
-        with self._tx() as cur:
-            held = self._run(cur, "SELECT count(*) FROM collect_messages").fetchone()[0]
-            closed, emitted, dead = self._run(
+        with self._db.tx() as cur:
+            held = self._db.run(cur, "SELECT count(*) FROM collect_messages").fetchone()[0]
+            closed, emitted, dead = self._db.run(
                 cur, "SELECT count(*), count(emitted_at), count(dead_at) FROM collect_batches"
             ).fetchone()
         return {"held": int(held), "closed": int(closed), "emitted": int(emitted), "dead": int(dead)}
 
     def close(self) -> None:
-        self._conn.close()
+        self._db.close()
 
 
 _MEMBER = struct.Struct(">qdI")  # id, received_at, payload length; then the payload
@@ -616,18 +485,10 @@ def _enabled(value: object) -> bool:
 
 
 class SQLiteStorage(Storage):
-    """SQLite in WAL mode with ``synchronous=FULL``: a commit is on disk when it returns."""
+    """The collector's tables in a SQLite file (:class:`~reassembly.storage.sql.SQLiteDatabase`)."""
 
     def __init__(self, path: str) -> None:
-        try:  # a file that is not a database fails here, at its first read: our error, not sqlite3's
-            conn = sqlite3.connect(path, isolation_level=None, timeout=60.0, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.execute("PRAGMA wal_autocheckpoint=16384")
-            conn.execute("PRAGMA cache_size=-65536")
-        except sqlite3.Error as exc:
-            raise StorageError(f"SQLite {path}: {exc}", url=path) from exc
-        super().__init__(conn, _SQLITE, path)
+        super().__init__(SQLiteDatabase(path), _SQLITE)
 
     def _setup(self, cur: Any) -> None:
         cur.execute("CREATE TABLE IF NOT EXISTS collect_ids (next INTEGER NOT NULL)")
@@ -643,40 +504,12 @@ class SQLiteStorage(Storage):
     def _id_list(self, ids: list[int]) -> Any:
         return json.dumps(ids)
 
-    @contextmanager
-    def _tx(self) -> Iterator[Any]:
-        cur = self._conn.cursor()
-        try:
-            cur.execute("BEGIN IMMEDIATE")  # take the write lock now: no upgrade deadlock between processes
-            yield cur
-            cur.execute("COMMIT")
-        except sqlite3.Error as exc:
-            if self._conn.in_transaction:
-                cur.execute("ROLLBACK")
-            raise StorageError(f"SQLite {self.url}: {exc}", url=self.url) from exc
-        except BaseException:
-            if self._conn.in_transaction:
-                cur.execute("ROLLBACK")
-            raise
-        finally:
-            cur.close()
-
 
 class PostgresStorage(Storage):
-    """PostgreSQL through psycopg 3; transactions at READ COMMITTED, ids from a sequence."""
+    """The collector's tables in PostgreSQL (:class:`~reassembly.storage.sql.PostgresDatabase`); ids from a sequence."""
 
     def __init__(self, url: str) -> None:
-        try:
-            import psycopg
-        except ImportError:
-            needs = "PostgreSQL needs psycopg 3: pip install 'segment-reassembly[postgres]'"
-            raise StorageError(needs, url=url) from None
-        self._psycopg = psycopg
-        try:
-            conn = psycopg.connect(url, autocommit=True)
-        except psycopg.Error as exc:
-            raise StorageError(f"cannot connect to {_redact(url)}: {_one_line(exc)}", url=_redact(url)) from None
-        super().__init__(conn, _POSTGRES, _redact(url))
+        super().__init__(PostgresDatabase(url), _POSTGRES)
 
     def _setup(self, cur: Any) -> None:
         cur.execute("CREATE SEQUENCE IF NOT EXISTS collect_ids")
@@ -687,35 +520,7 @@ class PostgresStorage(Storage):
 
     def _insert(self, cur: Any, rows: list[tuple[int, str, bytes, float]]) -> None:
         ids, destinations, payloads, times = (list(c) for c in zip(*rows, strict=True)) if rows else ([], [], [], [])
-        self._run(cur, self._d.insert_messages, (ids, destinations, payloads, times))
-
-    @contextmanager
-    def _tx(self) -> Iterator[Any]:
-        psycopg = self._psycopg
-        try:
-            with self._conn.transaction(), self._conn.cursor() as cur:
-                yield cur
-        except psycopg.Error as exc:
-            retryable = isinstance(exc, (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure))
-            raise StorageError(f"PostgreSQL {self.url}: {_one_line(exc)}", url=self.url, retryable=retryable) from exc
-
-
-def _one_line(exc: BaseException) -> str:
-    """psycopg's messages span lines (hints, tabs): errors here are one line."""
-    return " ".join(str(exc).split())
-
-
-def _redact(url: str) -> str:
-    """The URL without its password (it goes into error messages)."""
-    scheme, sep, rest = url.partition("://")
-    userinfo, at, host = rest.rpartition("@")
-    if not sep or not at or ":" not in userinfo:
-        return url
-    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}"
-
-
-def is_postgres(url: str) -> bool:
-    return url.startswith(("postgresql://", "postgres://"))
+        self._db.run(cur, self._d.insert_messages, (ids, destinations, payloads, times))
 
 
 def open_storage(url: str) -> Storage:

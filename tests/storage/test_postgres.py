@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from reassembly.collector import Cause, Rule
-from reassembly.collector.durable import DurableCollector
-from reassembly.collector.storage import PostgresStorage
-from tests.collector.test_poison import OLD_DATABASE
+from reassembly.storage.collector import PostgresStorage
+from reassembly.storage.durable import DurableCollector
+from tests.storage.test_poison import OLD_DATABASE
 from tests.support.collect_helpers import (
     Clock,
     assert_exactly_once,
@@ -18,7 +18,7 @@ from tests.support.collect_helpers import (
     read_batches,
     start,
 )
-from tests.support.pg_server import fresh_database, pg_url
+from tests.support.pg_server import fresh_database, load_sqlite, pg_url
 
 __all__ = ["pg_url"]  # the module-scoped server fixture
 
@@ -125,26 +125,11 @@ def test_rules_mid_run_in_a_real_process(pg_url: str, tmp_path: Path) -> None:
 def test_a_database_of_the_first_schema_is_migrated_on_open(pg_url: str, tmp_path: Path) -> None:
     """The first schema's tables (the SQLite fixture's own statements, with PostgreSQL's types) and rows
     as that collector wrote them: opening adds the columns; rules, held messages and batches carry on."""
-    import sqlite3
-
     import psycopg
 
     url = fresh_database(pg_url, "schema1")
-    old = sqlite3.connect(OLD_DATABASE)
-    tables = [
-        t for t in old.execute("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL") if t[0] != "collect_ids"
-    ]
+    load_sqlite(url, OLD_DATABASE)
     with psycopg.connect(url, autocommit=True) as conn:
-        for name, sql in tables:
-            conn.execute(sql.replace("BLOB", "BYTEA"))
-            if sql.startswith("CREATE TABLE"):
-                rows = old.execute(f"SELECT * FROM {name}").fetchall()
-                marks = ", ".join(["%s"] * len(rows[0])) if rows else ""
-                for row in rows:
-                    conn.execute(
-                        f"INSERT INTO {name} VALUES ({marks})",
-                        [bool(v) if name == "destination_rules" and i == 6 else v for i, v in enumerate(row)],
-                    )
         conn.execute("CREATE SEQUENCE collect_ids START 100")
     storage = PostgresStorage(url)
     assert storage.read_rules()["acme"] == Rule("acme", "ftp-acme", max_messages=3, max_wait=60, stranded_after=120)
