@@ -21,7 +21,7 @@ from reassembly.cli.main import COMMANDS, parser
 def test_the_table_names_each_subcommand_as_its_parser_does_in_help_order() -> None:
     sub = next(a for a in parser()._actions if isinstance(a, argparse._SubParsersAction))
     assert list(sub.choices) == list(COMMANDS) == [
-        *("run", "demo", "refmsg", "receive", "stream", "collect", "drain", "claimcheck", "store")
+        *("run", "demo", "refmsg", "receive", "stream", "collect", "drain", "consume", "claimcheck", "store")
     ]
     assert {name: p.prog for name, p in sub.choices.items()} == {name: f"reassemble {name}" for name in COMMANDS}
 
