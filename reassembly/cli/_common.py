@@ -375,6 +375,17 @@ def ended() -> None:
             signal.signal(signum, lambda *_: INTERRUPTED.set())
 
 
+def end_spark() -> None:
+    """End the Spark JVM the command launched, and its Python workers, before the command exits
+    (:func:`reassembly.spark.session.end_jvm`): nothing the command started outlives it."""
+    if "pyspark.core.context" in sys.modules:  # a command that never started Spark does not import it
+        from reassembly.spark.session import end_jvm
+
+        left = end_jvm()
+        if left:
+            logging.getLogger(__name__).warning("Spark processes still running after SIGKILL: %s", left)
+
+
 def interrupted() -> int:
     """The one line an interruption prints, and its exit code."""
     print("reassemble: interrupted", file=sys.stderr)

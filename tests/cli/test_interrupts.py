@@ -36,6 +36,7 @@ from reassembly._plumbing import (
 )
 from reassembly.cli.summary import problems
 from reassembly.spark.testdata import generate, write_parquet
+from tests.support.leftover import assert_none_left
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +112,7 @@ def interrupt_at(landing: tuple[Path, int], work: Path, when: str, after: float,
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+    assert_none_left(proc.pid)  # its JVM and Python workers ended before it did
     at_exit = leftovers(work)
     time.sleep(2.0)  # a writer that outlived the run would have recreated something by now
     assert (at_exit, leftovers(work)) == ([], []), stderr[-2000:]
@@ -163,6 +165,7 @@ def test_the_next_run_removes_what_a_killed_run_left(landing: tuple[Path, int], 
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+    assert_none_left(proc.pid, timeout=60)  # the JVM saw its stdin close
     left = list(tmp_path.glob(".out.tmp-*"))
     assert len(left) == 1
     owner = json.loads((left[0] / OWNER_FILE).read_text())
