@@ -59,8 +59,10 @@ EXIT_CODES: dict[int, str] = {
 }
 """Every exit code of the command, with what it means (docs/reference/command-line.md lists the same)."""
 
-CONDITIONS = ("incomplete", "corrupt", "quarantine")
-"""What ``--fail-on`` can name: an incomplete message, a corrupt message, a quarantined segment."""
+CONDITIONS = ("incomplete", "corrupt", "quarantine", "skipped")
+"""What ``--fail-on`` can name: an incomplete message, a corrupt message, a quarantined segment, an
+input file Spark skipped (``spark.sql.files.ignoreCorruptFiles`` or ``ignoreMissingFiles`` on)."""
+_COUNTED_IN = {"quarantine": "segments", "skipped": "files"}
 
 
 class Parser(argparse.ArgumentParser):
@@ -174,7 +176,8 @@ def orchestration_options(q: argparse.ArgumentParser) -> None:
         default=None,
         metavar="CONDITIONS",
         help=f"exit {EXIT_CONDITION} after writing everything if any of these held: comma list of "
-        f"{', '.join(CONDITIONS)} (incomplete or corrupt messages, quarantined segments; default: none)",
+        f"{', '.join(CONDITIONS)} (incomplete or corrupt messages, quarantined segments, input files Spark "
+        "skipped; default: none)",
     )
 
 
@@ -200,7 +203,7 @@ def fail_on(record: Record, requested: Sequence[str] | None, counts: dict[str, i
     )
     if not held:
         return EXIT_OK
-    what = ", ".join(f"{c} ({counts[c]} {'segments' if c == 'quarantine' else 'messages'})" for c in held)
+    what = ", ".join(f"{c} ({counts[c]} {_COUNTED_IN.get(c, 'messages')})" for c in held)
     print(f"reassemble: --fail-on: {what}", file=sys.stderr)
     return EXIT_CONDITION
 

@@ -152,10 +152,10 @@ def check_args(args: argparse.Namespace) -> Path:
     for name, path in named + ([("payload dir", args.payload_dir)] if args.payload_dir else []):
         why = overlap(Path(path).resolve(), source)
         if why:
-            raise UsageError(f"{name} {path} {why} {args.input}: choose a {name} outside the input")
+            raise UsageError(f"{name} {path} {why} {args.input}: choose {_a(name)} outside the input")
         why = linked_overlap(Path(path).resolve(), args.input)  # the stream reads through links too
         if why:
-            raise UsageError(f"{name} {path} {why}: choose a {name} outside the input")
+            raise UsageError(f"{name} {path} {why}: choose {_a(name)} outside the input")
     if overlap(out.resolve(), checkpoint):
         raise UsageError(f"output {args.output} and checkpoint {args.checkpoint} overlap: keep them apart")
     if args.payload_dir and overlap(Path(args.payload_dir).resolve(), checkpoint):
@@ -378,6 +378,11 @@ def _begun(checkpoint: str) -> bool:
     return bool(_batch_ids(Path(checkpoint) / "offsets"))
 
 
+def _a(noun: str) -> str:
+    """``noun`` with its indefinite article: "an output", "a checkpoint"."""
+    return f"{'an' if noun[0] in 'aeiou' else 'a'} {noun}"
+
+
 def landed(directory: str) -> bool:
     """Whether a file the stream would read is in ``directory`` (Spark skips names starting ``.`` or ``_``)."""
     for _, dirs, files in os.walk(directory, followlinks=True):
@@ -440,7 +445,8 @@ def _said_output(out: Path, to: TextIO) -> None:
 def run(args: argparse.Namespace) -> int:
     """The ``stream`` command: exit code 0 (130 when Ctrl-C stopped it), or JobError / UsageError."""
     from reassembly._plumbing import digest_policy
-    from reassembly.spark.inputs import InputRefused
+    from reassembly.spark.footers import check_files
+    from reassembly.spark.inputs import InputRefused, SegmentInput
     from reassembly.spark.pipeline import ReassemblyOptions
     from reassembly.spark.schema import ColumnNames
     from reassembly.spark.stream.functions import (
@@ -488,6 +494,9 @@ def run(args: argparse.Namespace) -> int:
             _said_output(out, lines.out)
             lines.record(record, args, out, "no input")
             return fail_on(record, args.fail_on, lines.condition_counts())
+    if not waiting:  # from the files' footers and first values, before Spark starts
+        what = SegmentInput(encoded, args.raw_column, ColumnNames())
+        check_files([args.input], args.input, what, event_time=args.event_time)
     with record.phase("spark_start"):
         spark = open_session(SparkSettings(args.master, args.partitions, verbose=args.verbose, conf=spark_conf(args)))
     record.fields["spark"] = getattr(spark, "version", None)

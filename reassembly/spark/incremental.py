@@ -96,6 +96,12 @@ from segmenter.wire import GROUP_ID_LENGTH
 
 log = logging.getLogger(__name__)
 
+
+def _n(count: int, noun: str) -> str:
+    """``count`` and ``noun``, plural unless one: "1 incomplete group", "3 rows"."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 LAYOUT = 1  # of the checkpoint and of the output's incremental files (raise it when either changes meaning)
 MANIFEST = "_incremental.json"  # in DIR and in OUTPUT
 RECORDS = "runs"  # DIR/runs/N.json
@@ -224,7 +230,8 @@ class IncrementalReport:
     checkpoint: Path
     statuses: Mapping[str, int] = field(default_factory=dict)
     summary: Mapping[str, Any] = field(default_factory=dict)
-    """The run's counts as its record in the checkpoint and ``OUTPUT/_runs/N`` hold them (empty when idle)."""
+    """The run's counts as its record in the checkpoint and ``OUTPUT/_runs/N`` hold them; idle: only
+    ``carried``, what the last run carried over and still is (its rows, groups, bytes, ``oldest_ms``)."""
 
 
 # ------------------------------------------------------------------ paths, binding, lock
@@ -743,7 +750,7 @@ def _report(
     f = carry.facts
     oldest = "" if f.oldest_ms is None else f", the oldest first read {_when(f.oldest_ms * 1_000_000, 3)}"
     lines.append(
-        f"carried over: {accounting.carried_in} rows in, {f.rows} rows out ({f.groups} incomplete groups, "
+        f"carried over: {accounting.carried_in} rows in, {f.rows} rows out ({_n(f.groups, 'incomplete group')}, "
         f"{f.bytes:,} bytes{oldest}); written as incomplete: {carry.expired_by_age} groups past --expire-after,"
         f" {carry.expired_by_size} past --carry-max-bytes"
     )
@@ -795,9 +802,10 @@ def run_incremental(
         facts = _facts(record)
         now_ms = int(time.time() * 1000)
         if not fresh and not facts.due(now_ms, options):
-            held = f"; carrying {facts.groups} incomplete groups ({facts.rows} rows)" if facts.rows else ""
+            held = f"; carrying {_n(facts.groups, 'incomplete group')} ({_n(facts.rows, 'row')})" if facts.rows else ""
             line = f"idle: no new input (last run {last}{held})" if last else "idle: no input files"
-            return IncrementalReport(None, (line,), None, out, ck)
+            carried = {"rows": facts.rows, "groups": facts.groups, "bytes": facts.bytes, "oldest_ms": facts.oldest_ms}
+            return IncrementalReport(None, (line,), None, out, ck, summary={"carried": carried})  # what it says
         job = _Run(out, ck, last + 1, fresh, facts, now_ms, options, column)
         return job.execute(pattern, settings, raw_column, encoded, reassembly, keep_input_file)
 

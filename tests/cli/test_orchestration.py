@@ -86,7 +86,7 @@ def test_the_summary_json_of_a_run_matches_the_schema_the_printed_summary_and_fa
     messages = pq.read_table(out / "messages").to_pylist()
     by_status = {s: sum(m["status"] == s for m in messages) for s in ("complete", "incomplete", "corrupt")}
     assert {s: counts["messages"][s] for s in by_status} == by_status
-    assert doc["conditions"] == {"incomplete": True, "corrupt": True, "quarantine": True}
+    assert doc["conditions"] == {"incomplete": True, "corrupt": True, "quarantine": True, "skipped": False}
     assert doc["fail_on"] == {"requested": ["incomplete"], "held": ["incomplete"]}
     assert doc["output"]["messages"] == str(out / "messages") and doc["output"]["payloads"] is None
     assert doc["input"]["pattern"] == str(faulty) and doc["input"]["bytes"] > 0
@@ -111,7 +111,8 @@ def test_a_clean_run_with_every_condition_exits_0_quietly_and_passes_conf_to_spa
     assert done.returncode == EXIT_OK, done.stderr[-3000:]
     assert done.stderr == ""
     doc = json.loads(summary.read_text())
-    assert problems(doc) == [] and doc["conditions"] == {"incomplete": False, "corrupt": False, "quarantine": False}
+    assert problems(doc) == []
+    assert doc["conditions"] == {"incomplete": False, "corrupt": False, "quarantine": False, "skipped": False}
     assert doc["fail_on"] == {"requested": ["incomplete", "corrupt", "quarantine"], "held": []}
     assert doc["counts"]["messages"]["complete"] == 6 and doc["exit_code"] == EXIT_OK
     logs = "".join(p.read_text() for p in events.rglob("*") if p.is_file())  # a folder per application
