@@ -275,8 +275,9 @@ def demo(args: argparse.Namespace) -> int:
         code = _verdict(record, job, summary, args.fail_on)
         return code if passed else EXIT_FAILED
     finally:
-        if not args.keep:
+        if not args.keep:  # the paths printed above are gone once it ends: said, with how to keep them
             shutil.rmtree(base, ignore_errors=True)
+            print(f"demo: removed {base} (--keep DIR keeps the landing table and the output)")
 
 
 def _incremental_options(q: argparse.ArgumentParser) -> None:
