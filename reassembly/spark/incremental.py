@@ -126,8 +126,14 @@ class IncrementalOptions:
     """What ``--incremental`` adds to a run: where its checkpoint is, and the carry's bounds."""
 
     checkpoint: str
-    expire_after: float = DEFAULT_EXPIRE_AFTER  # seconds since a run first read a carried group's first row
-    carry_max_bytes: int = DEFAULT_CARRY_MAX_BYTES  # segment bytes carried over at most
+    """The directory recording the files each run read and the rows carried over (keep it; outside
+    the input and the output)."""
+    expire_after: float = DEFAULT_EXPIRE_AFTER
+    """Seconds since a run first read a carried group's first row after which the group is written as
+    incomplete instead of carried again."""
+    carry_max_bytes: int = DEFAULT_CARRY_MAX_BYTES
+    """Segment bytes carried over at most; past it the oldest incomplete groups are written as
+    incomplete."""
 
     @classmethod
     def from_flags(
