@@ -308,8 +308,14 @@ class _Lines:
         """The ``--summary-json`` fields: counts summed over the batches this invocation ran (a resumed
         stream's earlier batches are in their own markers), what state holds after the last."""
         from reassembly.spark.schema import SCHEMA_VERSION
+        from reassembly.spark.stream.functions import batch_counts
 
         t = self.totals
+        # What state holds now: after this invocation's last batch, else (no batch ran: nothing new)
+        # after the last batch the output committed before it; unknown only without either.
+        state = self.last
+        if "state:groups" not in state and (earlier := _batch_ids(out / "_commits")):
+            state = batch_counts(out, earlier[-1]) or state
         statuses = {"complete": 0, "incomplete": 0, "corrupt": 0} | {
             k.split(":", 1)[1]: v for k, v in sorted(t.items()) if k.startswith("message:")
         }
@@ -335,9 +341,9 @@ class _Lines:
                 "late": t["late"],
                 "dropped_by_watermark": self.dropped,
                 "held": None
-                if "state:groups" not in self.last
-                else {k: self.last[f"state:{k}"] for k in ("groups", "segments", "held_bytes", "spooled_bytes")},
-                "tombstones": None if "state:groups" not in self.last else self.last["state:tombstones"],
+                if "state:groups" not in state
+                else {k: state[f"state:{k}"] for k in ("groups", "segments", "held_bytes", "spooled_bytes")},
+                "tombstones": None if "state:groups" not in state else state["state:tombstones"],
                 "stopped": stopped,
             },
         )

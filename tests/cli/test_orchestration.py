@@ -158,6 +158,13 @@ def test_incremental_runs_write_their_summary_with_what_they_carried(tmp_path: P
         assert done.returncode == EXIT_OK, done.stderr[-3000:]
         docs.append(json.loads(summary.read_text()))
         assert problems(docs[-1]) == [], problems(docs[-1])
+        if i == 0:  # nothing new yet: an idle run, carrying what run 1 carried, says so in both forms
+            idle = reassemble(*command)
+            carried_out = docs[0]["incremental"]["carried_out"]
+            rows, groups = carried_out["rows"], carried_out["groups"]
+            said = f"{groups} incomplete group{'' if groups == 1 else 's'} ({rows} row{'' if rows == 1 else 's'})"
+            assert idle.stdout.startswith(f"idle: no new input (last run 1; carrying {said})"), idle.stdout
+            assert json.loads(summary.read_text())["incremental"]["carried_out"] == carried_out
     first, second = docs
     assert first["incremental"]["run"] == 1 and second["incremental"]["run"] == 2
     assert first["accounting"]["identity"] == "rows_in = used + quarantined + duplicates + carried_out"
@@ -212,6 +219,7 @@ def test_a_stream_writes_its_summary_and_fails_on_what_its_batches_did(faulty: P
     assert again.returncode == EXIT_OK, again.stderr[-3000:]
     doc = json.loads(summary.read_text())
     assert problems(doc) == [] and doc["stream"]["batches"] == [] and doc["counts"]["rows_in"] == 0
+    assert doc["stream"]["held"] == stream["held"]  # known from the last committed batch: nothing changed it
 
 
 @pytest.mark.parametrize(
