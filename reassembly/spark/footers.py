@@ -10,8 +10,8 @@ not Parquet at all.
 
 It answers only where it can tell what Spark will see: every file's footer readable and all of
 them alike, no subdirectory (Spark would add partition columns), every column of a type whose
-Spark name is known here. Otherwise it says nothing and the checks run in Spark, as before: an
-answer that is slower, never one that differs.
+Spark name is known here, at most :data:`MAX_FILES` files. Otherwise it says nothing and the
+checks run in Spark, as before: an answer that is slower, never one that differs.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ import pyarrow.parquet as pq
 from reassembly._plumbing import JobError
 from reassembly.spark.inputs import SAMPLE, SegmentInput, check_types, refuse_heads
 from segmenter.wire import MAX_HEADER_LENGTH
+
+MAX_FILES = 256
+"""Inputs of more files are left to Spark: reading every footer would cost more than it saves."""
 
 _INTS = {
     pa.int8(): "tinyint",
@@ -110,7 +113,7 @@ def footer_types(paths: Sequence[str], pattern: str, *, strict: bool = True) -> 
     ``.parquet`` files of the input are Parquet, or the job's own read says what is wrong); not
     ``strict`` (Spark told to skip unreadable files), None for it instead: the job counts it skipped."""
     files = _files(paths)
-    if not files:
+    if not files or len(files) > MAX_FILES:
         return None
     schema: pa.Schema | None = None
     for f in files:
