@@ -7,8 +7,9 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -119,3 +120,42 @@ def descendants(pid: int) -> list[tuple[int, str | None]]:
     return found
 
 
+def stop_tree(pid: int, *, exclude: Sequence[int] = (), root: bool = False, timeout: float = 10.0) -> list[int]:
+    """Stop every process below ``pid`` (Linux ``/proc``; ``pid`` too with ``root``) except those in
+    ``exclude``; the PIDs still running after ``timeout`` seconds and a SIGKILL (none, normally).
+
+    The tree is frozen first (SIGSTOP until a scan finds nothing new), so no process forks a child
+    that outlives its stopped parent unseen; then each gets SIGTERM (a JVM runs its shutdown hooks:
+    Spark removes its temporary directories) and SIGCONT, and whatever has not exited by the
+    deadline gets SIGKILL. For processes this one started and is giving up on, such as a Spark JVM
+    still starting when Ctrl-C came: nothing else would end it.
+    """
+    skip = set(exclude)
+    frozen: dict[int, str | None] = {}
+    if root and pid not in skip:
+        frozen[pid] = process_identity(pid)
+        _signal(pid, frozen[pid], signal.SIGSTOP)
+    for _ in range(20):  # a fixed point is reached in two or three scans
+        new = [(p, i) for p, i in descendants(pid) if p not in skip and p not in frozen]
+        if not new:
+            break
+        for p, identity in new:
+            _signal(p, identity, signal.SIGSTOP)
+            frozen[p] = identity
+    for p, identity in frozen.items():
+        _signal(p, identity, signal.SIGTERM)
+        _signal(p, identity, signal.SIGCONT)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(process_alive(p, i) for p, i in frozen.items()):
+        time.sleep(0.05)
+    left = [p for p, i in frozen.items() if process_alive(p, i)]
+    for p in left:
+        _signal(p, frozen[p], signal.SIGKILL)
+    return [p for p in left if process_alive(p, frozen[p])]
+
+
+def _signal(pid: int, identity: str | None, signum: int) -> None:
+    """Send ``signum`` to ``pid`` if it is still the process seen (not a later one given its PID)."""
+    if process_alive(pid, identity):
+        with suppress(OSError):  # it ended in between
+            os.kill(pid, signum)

@@ -1,7 +1,7 @@
 """Claim check: big payloads go to a store, the message carries a small MQRMH pointing at them.
 
-:func:`offload` stores a payload above ``threshold`` (default 256 KiB, the SQS
-limit the AWS extended clients use) and returns a header-only reference
+:func:`offload` stores a payload above ``threshold`` (default 256 KiB, the
+threshold the AWS extended clients use by default, from SQS's former limit) and returns a header-only reference
 message: ObjectType ``"CLAIMCHK"``, SrcEnv the store's name, SrcName the key,
 DataLogicalLength the size, and the integrity block with the object length and
 checksum, sealed by the header checksum. Smaller payloads travel inline.

@@ -48,7 +48,7 @@ Buffer = bytes | bytearray | memoryview
 
 log = logging.getLogger(__name__)
 
-INSTALL_HINT = 'pip install "segment-reassembly[objectstore]"'
+INSTALL_HINT = 'pip install fsspec cryptography (the extra objectstore: pip install -e ".[objectstore]" in the source)'
 DEFAULT_FILE_MODE = 0o600  # offloaded payloads are nobody else's business: owner read/write only
 _TEMP = re.compile(r"\..*\.[0-9a-f]{32}\.tmp\Z", re.DOTALL)  # what an unfinished put leaves (see _temp_name)
 

@@ -47,17 +47,27 @@ def missing_numbers(present: set[int], top: int) -> tuple[int, ...]:
 class Limits:
     """Bounds on what one assembler will hold. Defaults suit a single consumer process."""
 
-    max_message_size: int = 1 << 30  # declared original/stored length above this: 2030
-    max_segment_size: int = DEFAULT_MAX_SEGMENT_SIZE  # encoded segment above this: 2218
-    max_buffered_bytes: int = 2 << 30  # segment data held across all open groups
-    max_open_groups: int = 100_000  # groups held open after a receive (one completed within it never counts)
-    expiry_seconds: float | None = None  # incomplete groups strictly older than this expire (needs a clock)
-    # incomplete groups holding a segment more than this many positions behind the newest position
-    # received on that segment's partition expire (int positions only; li-kafka's expiration.offset.gap)
+    max_message_size: int = 1 << 30
+    """A message declaring a longer original or stored length is refused: 2030 (``too_big``)."""
+    max_segment_size: int = DEFAULT_MAX_SEGMENT_SIZE
+    """An encoded segment longer than this is refused: 2218."""
+    max_buffered_bytes: int = 2 << 30
+    """Segment data held across all open groups at most; past it the oldest groups are evicted
+    (reported unfinished, cause ``evicted``)."""
+    max_open_groups: int = 100_000
+    """Groups held open after a receive at most (one completed within the receive never counts);
+    past it the oldest are evicted, as for ``max_buffered_bytes``."""
+    expiry_seconds: float | None = None
+    """Incomplete groups strictly older than this many seconds expire (needs a clock); None: never."""
     expiry_offsets: int | None = None
-    remember_closed: int = 100_000  # finished group ids kept to recognise late segments
-    # SHA-256 / HMAC-SHA-256 demanded and keys to check them (default: check any SHA-256 declared)
+    """Incomplete groups holding a segment more than this many positions behind the newest position
+    received on that segment's partition expire (int positions only; li-kafka's
+    ``expiration.offset.gap``); None: never."""
+    remember_closed: int = 100_000
+    """Finished group ids kept to recognise late segments of them (as late, not as new messages)."""
     digest: DigestPolicy = NO_POLICY
+    """SHA-256 / HMAC-SHA-256 digests demanded and the keys to check them; the default checks any
+    SHA-256 a message declares and demands none."""
 
 
 _BUFFERS = (bytes, bytearray, memoryview)  # a piece in memory (else: a handle on it in a store)

@@ -61,8 +61,10 @@ EXIT_CODES: dict[int, str] = {
 }
 """Every exit code of the command, with what it means (docs/reference/command-line.md lists the same)."""
 
-CONDITIONS = ("incomplete", "corrupt", "quarantine")
-"""What ``--fail-on`` can name: an incomplete message, a corrupt message, a quarantined segment."""
+CONDITIONS = ("incomplete", "corrupt", "quarantine", "skipped")
+"""What ``--fail-on`` can name: an incomplete message, a corrupt message, a quarantined segment, an
+input file Spark skipped (``spark.sql.files.ignoreCorruptFiles`` or ``ignoreMissingFiles`` on)."""
+_COUNTED_IN = {"quarantine": "segments", "skipped": "files"}
 
 
 class Parser(argparse.ArgumentParser):
@@ -176,7 +178,8 @@ def orchestration_options(q: argparse.ArgumentParser) -> None:
         default=None,
         metavar="CONDITIONS",
         help=f"exit {EXIT_CONDITION} after writing everything if any of these held: comma list of "
-        f"{', '.join(CONDITIONS)} (incomplete or corrupt messages, quarantined segments; default: none)",
+        f"{', '.join(CONDITIONS)} (incomplete or corrupt messages, quarantined segments, input files Spark "
+        "skipped; default: none)",
     )
 
 
@@ -202,7 +205,7 @@ def fail_on(record: Record, requested: Sequence[str] | None, counts: dict[str, i
     )
     if not held:
         return EXIT_OK
-    what = ", ".join(f"{c} ({counts[c]} {'segments' if c == 'quarantine' else 'messages'})" for c in held)
+    what = ", ".join(f"{c} ({counts[c]} {_COUNTED_IN.get(c, 'messages')})" for c in held)
     print(f"reassemble: --fail-on: {what}", file=sys.stderr)
     return EXIT_CONDITION
 
@@ -375,6 +378,17 @@ def ended() -> None:
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: INTERRUPTED.set())
+
+
+def end_spark() -> None:
+    """End the Spark JVM the command launched, and its Python workers, before the command exits
+    (:func:`reassembly.spark.session.end_jvm`): nothing the command started outlives it."""
+    if "pyspark.core.context" in sys.modules:  # a command that never started Spark does not import it
+        from reassembly.spark.session import end_jvm
+
+        left = end_jvm()
+        if left:
+            logging.getLogger(__name__).warning("Spark processes still running after SIGKILL: %s", left)
 
 
 def interrupted() -> int:

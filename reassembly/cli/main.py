@@ -39,6 +39,7 @@ from reassembly.cli._common import (
     EXIT_USAGE,
     Parser,
     configure_logging,
+    end_spark,
     ended,
     interrupted,
     stop_on_signals,
@@ -119,6 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
     finally:
         ended()  # the exit code stands: a late Ctrl-C must not turn the record's writing into a traceback
+        end_spark()
     return _write_record(args, code, error)
 
 

@@ -34,7 +34,7 @@ from reassembly.cli._common import (
 )
 from reassembly.cli.summary import IDENTITY, IDENTITY_CARRIED, Record
 from reassembly.spark.inputs import SegmentInput
-from reassembly.spark.jobs import Job, Summary, open_job, summarize, tidy_payloads
+from reassembly.spark.jobs import Job, Summary, open_job, read_rows, skip_settings, summarize, tidy_payloads
 
 if TYPE_CHECKING:
     from reassembly.cli._common import Subparsers
@@ -94,7 +94,14 @@ def _record_summary(record: Record, job: Job, summary: Summary) -> None:
     a = summary.accounting
     out = job.out
     record.fields.update(
-        input={"pattern": job.pattern, "paths": len(job.paths), "bytes": summary.input_bytes},
+        input={
+            "pattern": job.pattern,
+            "paths": len(job.paths),
+            "bytes": summary.input_bytes,
+            "skipped_files": [
+                {"path": f.path, "rows_expected": f.rows_expected, "rows_read": f.rows_read} for f in job.skipped
+            ],
+        },
         output={
             "directory": str(out),
             "messages": str(out / "messages"),
@@ -156,7 +163,7 @@ def _reassemble(
     record.fields["schema_version"] = getattr(output_schema, "SCHEMA_VERSION", None)
     with record.phase("read"):
         try:
-            rows_in = job.df.count()  # the first read of every file: a damaged one fails here
+            rows_in, job.skipped = read_rows(job)  # the first read of every file: a damaged one fails here
         except Exception as exc:
             raise JobError(f"cannot read {pattern}: {first_line(exc)}") from None
     with record.phase("reassemble"), job.writing() as tmp:
@@ -184,6 +191,9 @@ def _reassemble(
 def _print_summary(job: Job, summary: Summary) -> None:
     """The summary table and the output's paths (once the progress bar has left the terminal)."""
     print(summary.report())
+    if job.skipped:  # the identity holds for the rows read: these files' rows were never read
+        names, settings = ", ".join(f.line() for f in job.skipped), ", ".join(skip_settings(job.spark))
+        print(f"skipped: {len(job.skipped)} input files Spark did not read whole ({settings}): {names}")
     out = job.out
     payloads = " " + str(out / "payloads") if (out / "payloads").exists() else ""
     print(f"output: {out}/messages  {out}/quarantine{payloads}")
@@ -196,6 +206,7 @@ def _verdict(record: Record, job: Job, summary: Summary, requested: list[str] | 
         "incomplete": summary.messages("incomplete"),
         "corrupt": summary.messages("corrupt"),
         "quarantine": summary.accounting.quarantined,
+        "skipped": len(job.skipped),
     }
     code = fail_on(record, requested, counts)
     if not summary.accounting.holds:
@@ -266,8 +277,9 @@ def demo(args: argparse.Namespace) -> int:
         code = _verdict(record, job, summary, args.fail_on)
         return code if passed else EXIT_FAILED
     finally:
-        if not args.keep:
+        if not args.keep:  # the paths printed above are gone once it ends: said, with how to keep them
             shutil.rmtree(base, ignore_errors=True)
+            print(f"demo: removed {base} (--keep DIR keeps the landing table and the output)")
 
 
 def _incremental_options(q: argparse.ArgumentParser) -> None:

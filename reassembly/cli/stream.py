@@ -146,10 +146,10 @@ def check_args(args: argparse.Namespace) -> Path:
     for name, path in named + ([("payload dir", args.payload_dir)] if args.payload_dir else []):
         why = overlap(Path(path).resolve(), source)
         if why:
-            raise UsageError(f"{name} {path} {why} {args.input}: choose a {name} outside the input")
+            raise UsageError(f"{name} {path} {why} {args.input}: choose {_a(name)} outside the input")
         why = linked_overlap(Path(path).resolve(), args.input)  # the stream reads through links too
         if why:
-            raise UsageError(f"{name} {path} {why}: choose a {name} outside the input")
+            raise UsageError(f"{name} {path} {why}: choose {_a(name)} outside the input")
     if overlap(out.resolve(), checkpoint):
         raise UsageError(f"output {args.output} and checkpoint {args.checkpoint} overlap: keep them apart")
     if args.payload_dir and overlap(Path(args.payload_dir).resolve(), checkpoint):
@@ -302,8 +302,14 @@ class _Lines:
         """The ``--summary-json`` fields: counts summed over the batches this invocation ran (a resumed
         stream's earlier batches are in their own markers), what state holds after the last."""
         from reassembly.spark.schema import SCHEMA_VERSION
+        from reassembly.spark.stream.functions import batch_counts
 
         t = self.totals
+        # What state holds now: after this invocation's last batch, else (no batch ran: nothing new)
+        # after the last batch the output committed before it; unknown only without either.
+        state = self.last
+        if "state:groups" not in state and (earlier := _batch_ids(out / "_commits")):
+            state = batch_counts(out, earlier[-1]) or state
         statuses = {"complete": 0, "incomplete": 0, "corrupt": 0} | {
             k.split(":", 1)[1]: v for k, v in sorted(t.items()) if k.startswith("message:")
         }
@@ -329,9 +335,9 @@ class _Lines:
                 "late": t["late"],
                 "dropped_by_watermark": self.dropped,
                 "held": None
-                if "state:groups" not in self.last
-                else {k: self.last[f"state:{k}"] for k in ("groups", "segments", "held_bytes", "spooled_bytes")},
-                "tombstones": None if "state:groups" not in self.last else self.last["state:tombstones"],
+                if "state:groups" not in state
+                else {k: state[f"state:{k}"] for k in ("groups", "segments", "held_bytes", "spooled_bytes")},
+                "tombstones": None if "state:groups" not in state else state["state:tombstones"],
                 "stopped": stopped,
             },
         )
@@ -370,6 +376,11 @@ def running_batch(checkpoint: str) -> int | None:
 def _begun(checkpoint: str) -> bool:
     """Whether Spark has logged a batch in this checkpoint (a stream that has started before)."""
     return bool(_batch_ids(Path(checkpoint) / "offsets"))
+
+
+def _a(noun: str) -> str:
+    """``noun`` with its indefinite article: "an output", "a checkpoint"."""
+    return f"{'an' if noun[0] in 'aeiou' else 'a'} {noun}"
 
 
 def landed(directory: str) -> bool:
@@ -434,7 +445,8 @@ def _said_output(out: Path, to: TextIO) -> None:
 def run(args: argparse.Namespace) -> int:
     """The ``stream`` command: exit code 0 (130 when Ctrl-C stopped it), or JobError / UsageError."""
     from reassembly._keyring import digest_policy
-    from reassembly.spark.inputs import InputRefused
+    from reassembly.spark.footers import check_files
+    from reassembly.spark.inputs import InputRefused, SegmentInput
     from reassembly.spark.pipeline import ReassemblyOptions
     from reassembly.spark.schema import ColumnNames
     from reassembly.spark.stream.functions import (
@@ -482,6 +494,9 @@ def run(args: argparse.Namespace) -> int:
             _said_output(out, lines.out)
             lines.record(record, args, out, "no input")
             return fail_on(record, args.fail_on, lines.condition_counts())
+    if not waiting:  # from the files' footers and first values, before Spark starts
+        what = SegmentInput(encoded, args.raw_column, ColumnNames())
+        check_files([args.input], args.input, what, event_time=args.event_time)
     with record.phase("spark_start"):
         spark = open_session(SparkSettings(args.master, args.partitions, verbose=args.verbose, conf=spark_conf(args)))
     record.fields["spark"] = getattr(spark, "version", None)

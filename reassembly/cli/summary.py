@@ -31,7 +31,7 @@ _COUNT = {"type": "integer", "minimum": 0}
 _COUNT_OR_NULL = {"type": ["integer", "null"], "minimum": 0}
 _SECONDS = {"type": ["number", "null"], "minimum": 0}
 _PATH_OR_NULL = {"type": ["string", "null"]}
-_CONDITIONS = ["incomplete", "corrupt", "quarantine"]
+_CONDITIONS = ["incomplete", "corrupt", "quarantine", "skipped"]
 IDENTITY = "rows_in = used + quarantined + duplicates"
 """The accounting identity of a batch run: every landing row read is used, quarantined or a duplicate."""
 IDENTITY_CARRIED = "rows_in = used + quarantined + duplicates + carried_out"
@@ -71,7 +71,19 @@ SCHEMA: dict[str, Any] = {
             ),
             "schema_version": {"type": ["integer", "string", "null"]},
             "input": _object(
-                {"pattern": {"type": "string"}, "paths": _COUNT_OR_NULL, "bytes": _COUNT_OR_NULL}, nullable=True
+                {
+                    "pattern": {"type": "string"},
+                    "paths": _COUNT_OR_NULL,
+                    "bytes": _COUNT_OR_NULL,
+                    "skipped_files": {
+                        "type": "array",
+                        "items": _object(
+                            {"path": {"type": "string"}, "rows_expected": _COUNT_OR_NULL, "rows_read": _COUNT}
+                        ),
+                    },
+                },
+                nullable=True,
+                optional=["skipped_files"],
             ),
             "output": _object(
                 {

@@ -32,6 +32,7 @@ refusal of the library. Nothing here imports pyspark at import time.
 from __future__ import annotations
 
 import atexit
+import enum
 import hashlib
 import importlib
 import io
@@ -60,7 +61,7 @@ LIBRARY = ("reassembly", "segmenter", "refmsg")
 DEPENDENCIES = ("pyarrow", "zstandard", "crc32c", "isal")
 """Compiled modules the library imports on the workers: shipping cannot carry them, they must be installed."""
 DISTRIBUTION = "segment-reassembly"
-"""The library's name for pip (``pip install segment-reassembly``)."""
+"""The library's distribution name (its metadata; its wheel is ``segment_reassembly-*.whl``)."""
 
 # Runtime SQL settings of the library's session that configure() sets on yours.
 RUNTIME = (
@@ -173,22 +174,63 @@ def probe_workers(spark: Any) -> WorkerPython:
     return WorkerPython(str(executable), str(python), tuple(missing), library, requested)
 
 
-def _refusal(w: WorkerPython) -> str:
-    """The one line for a worker Python that lacks something: what, where, and the fixes that apply."""
+class SessionKind(enum.Enum):
+    """How a session was made, which decides how its workers' Python is chosen (and so the fix)."""
+
+    BUILDER = "builder"
+    """This process launched the JVM (``SparkSession.builder``, ``get_session``): the workers run
+    ``PYSPARK_PYTHON`` as this process's environment held it when the context started (else
+    ``python3`` from PATH); the setting ``spark.pyspark.python`` is read by spark-submit only."""
+    SPARK_SUBMIT = "spark-submit"
+    """spark-submit started this process: ``--conf spark.pyspark.python`` (else ``PYSPARK_PYTHON``
+    in spark-submit's environment) names the workers' Python, ``--archives`` can carry one."""
+    PLATFORM = "platform"
+    """The JVM was started elsewhere (a managed platform's or a notebook's cluster, Spark Connect):
+    the platform's cluster settings choose the workers' Python."""
+
+
+def session_kind(spark: Any) -> SessionKind:
+    """How ``spark`` was made (:class:`SessionKind`)."""
+    from reassembly.spark.session import submitted
+
+    if jar.is_connect(spark):
+        return SessionKind.PLATFORM
+    if submitted():
+        return SessionKind.SPARK_SUBMIT
+    gateway = getattr(spark.sparkContext, "_gateway", None)
+    return SessionKind.BUILDER if getattr(gateway, "proc", None) is not None else SessionKind.PLATFORM
+
+
+WHEEL = "pip install segment_reassembly-*.whl, the wheel pip wheel builds from the library's source"
+"""How to install the library where it is missing: from its wheel (it is not on the package index)."""
+
+_POINT = {
+    SessionKind.BUILDER: (
+        "set PYSPARK_PYTHON to a Python that has it in this process's environment before the session starts"
+        " (os.environ['PYSPARK_PYTHON'] = sys.executable; the builder ignores spark.pyspark.python)"
+    ),
+    SessionKind.SPARK_SUBMIT: (
+        "pass spark-submit --conf spark.pyspark.python=PYTHON naming a Python that has it on every node"
+        " (or --archives env.tar.gz#environment --conf spark.pyspark.python=./environment/bin/python)"
+    ),
+    SessionKind.PLATFORM: "install it on the cluster (the platform's cluster libraries or its environment)",
+}
+
+
+def _refusal(w: WorkerPython, kind: SessionKind = SessionKind.BUILDER) -> str:
+    """The one line for a worker Python that lacks something: what, where, and the fixes that apply to
+    a session made as ``kind`` (each one works for that kind of session)."""
     lacking = [n for n in LIBRARY if n in w.missing]
     compiled = [n for n in DEPENDENCIES if n in w.missing]
     told = f"{w.requested}, which runs {w.executable}" if w.requested not in (None, w.executable) else w.executable
     where = f"the Spark workers' Python ({told})"
+    install = f"install the library there ({WHEEL})" if kind is not SessionKind.PLATFORM else _POINT[kind]
+    point = "" if kind is SessionKind.PLATFORM else f", or {_POINT[kind]}"
     if lacking and not compiled:
-        return (
-            f"{where} cannot import {', '.join(lacking)}: install the library there (pip install {DISTRIBUTION}),"
-            " or point spark.pyspark.python (PYSPARK_PYTHON) at a Python that has it,"
-            f" or ship it ({SHIP_HINT})"
-        )
+        return f"{where} cannot import {', '.join(lacking)}: {install}{point}, or ship it ({SHIP_HINT})"
     return (
         f"{where} cannot import {', '.join(lacking + compiled)} ({', '.join(compiled)}: compiled, so shipping"
-        f" cannot carry {'it' if len(compiled) == 1 else 'them'}): install the library there"
-        f" (pip install {DISTRIBUTION}), or point spark.pyspark.python (PYSPARK_PYTHON) at a Python that has it"
+        f" cannot carry {'it' if len(compiled) == 1 else 'them'}): {install}{point}"
     )
 
 
@@ -203,7 +245,9 @@ def check_worker_python(spark: Any) -> WorkerPython:
         return known
     found = probe_workers(spark)
     if not found.ok:
-        raise WorkerPythonError(_refusal(found), executable=found.executable, missing=list(found.missing))
+        raise WorkerPythonError(
+            _refusal(found, session_kind(spark)), executable=found.executable, missing=list(found.missing)
+        )
     with _lock:
         _checked[key] = found
     logger.info("Spark workers' Python %s (Python %s) imports the library", found.executable, found.python)
@@ -350,6 +394,7 @@ def configure(
 __all__ = [
     "DEPENDENCIES",
     "LIBRARY",
+    "SessionKind",
     "Configured",
     "SparkEnvironmentError",
     "WorkerPython",
@@ -358,5 +403,6 @@ __all__ = [
     "configure",
     "library_zip",
     "probe_workers",
+    "session_kind",
     "ship_library",
 ]

@@ -87,6 +87,12 @@ from segmenter.wire import GROUP_ID_LENGTH
 
 log = logging.getLogger(__name__)
 
+
+def _n(count: int, noun: str) -> str:
+    """``count`` and ``noun``, plural unless one: "1 incomplete group", "3 rows"."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 LAYOUT = 1  # of the checkpoint and of the output's incremental files (raise it when either changes meaning)
 MANIFEST = "_incremental.json"  # in DIR and in OUTPUT
 RECORDS = "runs"  # DIR/runs/N.json
@@ -111,8 +117,14 @@ class IncrementalOptions:
     """What ``--incremental`` adds to a run: where its checkpoint is, and the carry's bounds."""
 
     checkpoint: str
-    expire_after: float = DEFAULT_EXPIRE_AFTER  # seconds since a run first read a carried group's first row
-    carry_max_bytes: int = DEFAULT_CARRY_MAX_BYTES  # segment bytes carried over at most
+    """The directory recording the files each run read and the rows carried over (keep it; outside
+    the input and the output)."""
+    expire_after: float = DEFAULT_EXPIRE_AFTER
+    """Seconds since a run first read a carried group's first row after which the group is written as
+    incomplete instead of carried again."""
+    carry_max_bytes: int = DEFAULT_CARRY_MAX_BYTES
+    """Segment bytes carried over at most; past it the oldest incomplete groups are written as
+    incomplete."""
 
     @classmethod
     def from_flags(
@@ -215,7 +227,8 @@ class IncrementalReport:
     checkpoint: Path
     statuses: Mapping[str, int] = field(default_factory=dict)
     summary: Mapping[str, Any] = field(default_factory=dict)
-    """The run's counts as its record in the checkpoint and ``OUTPUT/_runs/N`` hold them (empty when idle)."""
+    """The run's counts as its record in the checkpoint and ``OUTPUT/_runs/N`` hold them; idle: only
+    ``carried``, what the last run carried over and still is (its rows, groups, bytes, ``oldest_ms``)."""
 
 
 # ------------------------------------------------------------------ paths, binding, lock
@@ -734,7 +747,7 @@ def _report(
     f = carry.facts
     oldest = "" if f.oldest_ms is None else f", the oldest first read {_when(f.oldest_ms * 1_000_000, 3)}"
     lines.append(
-        f"carried over: {accounting.carried_in} rows in, {f.rows} rows out ({f.groups} incomplete groups, "
+        f"carried over: {accounting.carried_in} rows in, {f.rows} rows out ({_n(f.groups, 'incomplete group')}, "
         f"{f.bytes:,} bytes{oldest}); written as incomplete: {carry.expired_by_age} groups past --expire-after,"
         f" {carry.expired_by_size} past --carry-max-bytes"
     )
@@ -786,9 +799,10 @@ def run_incremental(
         facts = _facts(record)
         now_ms = int(time.time() * 1000)
         if not fresh and not facts.due(now_ms, options):
-            held = f"; carrying {facts.groups} incomplete groups ({facts.rows} rows)" if facts.rows else ""
+            held = f"; carrying {_n(facts.groups, 'incomplete group')} ({_n(facts.rows, 'row')})" if facts.rows else ""
             line = f"idle: no new input (last run {last}{held})" if last else "idle: no input files"
-            return IncrementalReport(None, (line,), None, out, ck)
+            carried = {"rows": facts.rows, "groups": facts.groups, "bytes": facts.bytes, "oldest_ms": facts.oldest_ms}
+            return IncrementalReport(None, (line,), None, out, ck, summary={"carried": carried})  # what it says
         job = _Run(out, ck, last + 1, fresh, facts, now_ms, options, column)
         return job.execute(pattern, settings, raw_column, encoded, reassembly, keep_input_file)
 

@@ -84,7 +84,15 @@ class SegmentInput:
 
 def described(schema: Any) -> str:
     """``name type, ...`` for a Spark schema, as a refusal lists them (the first 30, then how many more)."""
-    fields = [f"{f.name} {f.dataType.simpleString()}" for f in schema.fields]
+    return _described(_pairs(schema))
+
+
+def _pairs(schema: Any) -> list[tuple[str, str]]:
+    return [(f.name, f.dataType.simpleString()) for f in schema.fields]
+
+
+def _described(types: list[tuple[str, str]]) -> str:
+    fields = [f"{name} {type_name}" for name, type_name in types]
     more = len(fields) - _LISTED
     return ", ".join(fields[:_LISTED]) + (f", ... and {more} more" if more > 0 else "") if fields else "none"
 
@@ -105,18 +113,24 @@ def check_schema(schema: Any, what: SegmentInput, *, event_time: str | None = No
 
     ``event_time`` (a stream's event-time column, if one is named) must exist too. Works on the
     schema of any DataFrame, a streaming one included (it reads no value)."""
-    types = {f.name: f.dataType.simpleString() for f in schema.fields}
+    check_types(_pairs(schema), what, event_time=event_time)
+
+
+def check_types(types: list[tuple[str, str]], what: SegmentInput, *, event_time: str | None = None) -> None:
+    """:func:`check_schema` over the columns as (name, Spark type name) pairs: the same refusal, for a
+    schema read elsewhere than in Spark (the Parquet footers, :mod:`reassembly.spark.footers`)."""
+    named = dict(types)
     wanted = what.wanted()
     fmt = "" if what.encoded else " (input format columns)"
-    missing = [name for name in wanted if name not in types]
+    missing = [name for name in wanted if name not in named]
     if missing:
-        raise InputRefused(f"{_names(missing)} not in input{fmt} (columns: {described(schema)})")
-    wrong = [name for name, kind in wanted.items() if not _fits(types[name], kind)]
+        raise InputRefused(f"{_names(missing)} not in input{fmt} (columns: {_described(types)})")
+    wrong = [name for name, kind in wanted.items() if not _fits(named[name], kind)]
     if wrong:
-        got = ", ".join(f"{name!r} is {types[name]}, expected {wanted[name]}" for name in wrong)
-        raise InputRefused(f"column {got}{fmt} (columns: {described(schema)})")
-    if event_time is not None and event_time not in types:
-        raise InputRefused(f"event-time column {event_time!r} not in input (columns: {described(schema)})")
+        got = ", ".join(f"{name!r} is {named[name]}, expected {wanted[name]}" for name in wrong)
+        raise InputRefused(f"column {got}{fmt} (columns: {_described(types)})")
+    if event_time is not None and event_time not in named:
+        raise InputRefused(f"event-time column {event_time!r} not in input (columns: {_described(types)})")
 
 
 def check_binary_column(schema: Any, column: str) -> None:
@@ -158,7 +172,12 @@ def check_input(df: Any, what: SegmentInput, *, event_time: str | None = None, s
     :func:`check_schema`, then none of the first ``sample`` non-NULL values framing as a segment.
     Runs one small Spark job (``sample`` header-sized values)."""
     check_schema(df.schema, what, event_time=event_time)
-    heads = _prefixes(df, what, sample)
+    refuse_heads(_prefixes(df, what, sample), what, _pairs(df.schema))
+
+
+def refuse_heads(heads: list[bytes], what: SegmentInput, types: list[tuple[str, str]]) -> None:
+    """Refuse the input (its columns ``types``) when none of ``heads``, the starts of its first
+    non-NULL values, frames as a segment; nothing to sample (no file, no row, only NULLs) is no refusal."""
     errors = [frames(head) for head in heads]
     if not errors or None in errors:  # nothing to sample yet (no file, no row, only NULLs), or segments
         return
@@ -166,11 +185,11 @@ def check_input(df: Any, what: SegmentInput, *, event_time: str | None = None, s
     if what.encoded:
         raise InputRefused(
             f"column {what.raw_column!r} holds no segments: none of its first {len(heads)} non-NULL values"
-            f" starts with a segment header (the first: {why}) (columns: {described(df.schema)})"
+            f" starts with a segment header (the first: {why}) (columns: {_described(types)})"
         )
     raise InputRefused(
         f"the input's columns make no segments: none of the first {len(heads)} rows with a GroupId in"
-        f" {what.sampled!r} encodes to a segment header (the first: {why}) (columns: {described(df.schema)})"
+        f" {what.sampled!r} encodes to a segment header (the first: {why}) (columns: {_described(types)})"
     )
 
 
@@ -181,6 +200,8 @@ __all__ = [
     "check_binary_column",
     "check_input",
     "check_schema",
+    "check_types",
     "described",
     "frames",
+    "refuse_heads",
 ]

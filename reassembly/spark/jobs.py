@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 from reassembly._errors import JobError, first_line
 from reassembly._files import atomic_dir, claim_output, hadoop_literal, inputs
 from reassembly._processes import INTERRUPTED, descendants, on_interrupt, process_alive
+from reassembly.spark.footers import check_files
 from reassembly.spark.inputs import InputRefused, SegmentInput, check_binary_column, check_input
 
 logger = logging.getLogger(__name__)
@@ -184,6 +185,7 @@ class Job:
     spark: Any
     df: Any
     settings: SparkSettings
+    skipped: list[SkippedFile] = field(default_factory=list)  # input files Spark did not read whole
 
     @contextmanager
     def writing(self) -> Iterator[Path]:
@@ -230,6 +232,8 @@ def open_job(
     first values frame as segments); else a ``column`` that is missing or not binary."""
     paths = inputs(pattern)
     out = claim_output(output, overwrite, pattern, paths)
+    strict = not skipping(settings.conf)
+    check_files(paths, pattern, segments, column=column, strict=strict)  # from the footers, before Spark starts
     spark = open_session(settings)
     try:
         df = spark.read.parquet(*map(hadoop_literal, paths))
@@ -245,6 +249,67 @@ def open_job(
     elif column is not None:
         check_binary_column(df.schema, column)
     return Job(pattern, paths, out, spark, df, settings)
+
+
+# Spark's settings that make a read skip, without failing, a file it cannot read or that is gone.
+SKIP_SETTINGS = ("spark.sql.files.ignoreCorruptFiles", "spark.sql.files.ignoreMissingFiles")
+
+
+def skipping(conf: Mapping[str, str]) -> list[str]:
+    """The settings of :data:`SKIP_SETTINGS` that ``conf`` turns on."""
+    return [k for k in SKIP_SETTINGS if str(conf.get(k, "false")).strip().lower() == "true"]
+
+
+def skip_settings(spark: Any) -> list[str]:
+    """The settings of :data:`SKIP_SETTINGS` the session ``spark`` has on."""
+    return skipping({k: str(spark.conf.get(k, "false")) for k in SKIP_SETTINGS})
+
+
+@dataclass(frozen=True)
+class SkippedFile:
+    """A file of the input Spark listed but did not read whole: its path, the rows its footer holds
+    (None: no readable footer) and the rows Spark read from it."""
+
+    path: str
+    rows_expected: int | None
+    rows_read: int
+
+    def line(self) -> str:
+        if self.rows_expected is None:
+            return f"{self.path} (unreadable)"
+        return f"{self.path} ({self.rows_read} of {self.rows_expected} rows read)"
+
+
+def read_rows(job: Job) -> tuple[int, list[SkippedFile]]:
+    """The rows Spark reads from the input (the first read of every file) and the files it skipped.
+
+    Where the session skips unreadable or missing files (:data:`SKIP_SETTINGS`, by ``--conf`` or its
+    own settings), a file skipped would vanish without a word: the rows are counted per file and
+    every listed file that gave fewer rows than its footer holds (or none, without a readable
+    footer) is named. Otherwise Spark fails on such a file, and a plain count is enough."""
+    from urllib.parse import unquote, urlparse
+
+    from pyspark.sql import functions as F
+
+    from reassembly.spark.footers import footer_rows
+
+    if not skip_settings(job.spark):
+        return int(job.df.count()), []
+    counted = job.df.select(F.input_file_name().alias("file")).groupBy("file").count().collect()
+
+    def local(uri: str) -> str | None:
+        parsed = urlparse(uri)
+        return unquote(parsed.path) if parsed.scheme in ("", "file") else None
+
+    read = {local(str(r["file"])) or str(r["file"]): int(r["count"]) for r in counted}
+    skipped = []
+    for uri in sorted(job.df.inputFiles()):
+        path = local(uri) or uri
+        expected = footer_rows(path) if local(uri) is not None else None
+        got = read.get(path, 0)
+        if (expected is None and got == 0) or (expected is not None and got < expected):
+            skipped.append(SkippedFile(path, expected, got))
+    return sum(read.values()), skipped
 
 
 def write_split(combined: Any, tmp: Path, folders: dict[str, str]) -> None:

@@ -481,6 +481,39 @@ def read_side(path: str) -> Iterator[SideGroup]:
                 srcs.close()
 
 
+def side_decoded_bytes(paths: Iterable[str], limit: int) -> int:
+    """An upper bound of the bytes judging the side files ``paths`` can decode, or more than
+    ``limit`` once it is known to exceed it (the rest is not read).
+
+    A compressed segment counts what its header declares the message decodes to (the assembler
+    decodes no further than that: a bomb's excess is an error, never held); a segment whose length
+    is deferred counts as more than ``limit`` (nothing bounds it but ``max_message_size``); every
+    other row counts its own bytes. For the driver, which judges side files itself only when this
+    fits its budget: a few KiB of zstd can declare gigabytes.
+    """
+    from segmenter.errors import SegmentationError
+    from segmenter.flags import Codec
+    from segmenter.wire import decode_header
+
+    total = 0
+    for path in paths:
+        for group in read_side(path):
+            for raw in group.raws:
+                if raw is None:
+                    continue
+                try:
+                    header = decode_header(raw)
+                except SegmentationError:
+                    total += len(raw)  # quarantined as it is
+                else:
+                    if header.length_deferred:
+                        return limit + 1
+                    total += header.original_length if header.codec != Codec.NONE else len(raw)
+                if total > limit:
+                    return total
+    return total
+
+
 def make_side_judge(
     limits: Limits, unit_of_work: bool, payload_dir: str | None, threshold: int | None, pending: str | None = None
 ) -> Any:

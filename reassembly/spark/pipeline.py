@@ -89,34 +89,44 @@ STAGE = "stage"  # under save()'s side folder: the scan tasks' stage files (Stag
 class ReassemblyOptions:
     """How to reassemble. Defaults suit a landing table of messages up to a few hundred MiB each."""
 
-    unit_of_work: bool = True  # MQ groups: deliver all messages of a group or none
-    max_message_size: int = 1 << 30  # declared sizes above this are rejected (2030)
-    partitions: int | None = None  # shuffle partitions (default: spark.sql.shuffle.partitions)
-    # With payload_dir set, segments at offsets >= large_message_bytes travel in their own
-    # aggregates, and a message with any such segment is judged by its task's assembler, which
-    # streams bodies declaring more than large_message_bytes (or deferring their length) into
-    # files under payload_dir (a filesystem every executor sees); their rows carry payload_path
-    # (relative to payload_dir). None: every message is built in memory (Spark caps a value at 2 GiB).
+    unit_of_work: bool = True
+    """MQ groups are a Unit of Work: deliver all messages of a group or none (the others ``group_failed``)."""
+    max_message_size: int = 1 << 30
+    """A message declaring more bytes than this (original or stored length) is rejected: ``too_big`` (2030)."""
+    partitions: int | None = None
+    """Shuffle partitions of the job; None: the session's ``spark.sql.shuffle.partitions``."""
     payload_dir: str | None = None
+    """A directory every executor sees, for large messages' bodies. With it, segments at offsets of at
+    least ``large_message_bytes`` travel in their own aggregates, and a message with any such segment is
+    judged by its task's assembler, which streams a body declaring more than ``large_message_bytes`` (or
+    deferring its length) into a file there; its row carries ``payload_path`` (relative to this
+    directory). None: every message is built in memory (Spark caps a value at 2 GiB)."""
     large_message_bytes: int = 128 << 20
-    jvm_fast_path: bool = True  # False: every group through the Python assembler (same rows, slower)
-    # The bundled jar's one pass (jvm.fast_aggregate) where the session can load it (not on Connect);
-    # False: the SQL path (listagg + the SQL clean test). Same rows either way.
+    """With ``payload_dir``: messages longer than this (or of unknown length) become files, the others
+    stay in the ``payload`` column. Also what bounds a task's memory (docs/concepts/limits.md)."""
+    jvm_fast_path: bool = True
+    """Messages the JVM finds complete and clean are written without Python; False: every group goes
+    through the Python assembler (same rows, slower)."""
     use_jar: bool = True
-    # SHA-256 / HMAC-SHA-256: verified in the JVM on the fast path, by the assembler otherwise.
-    # With a keyring, its keys are literals in the plan: reassemble() sets REDACT_KEYS.
+    """The bundled jar's one pass (``jvm.fast_aggregate``) where the session can load it (not on
+    Connect); False: the SQL path (listagg and the SQL clean test). Same rows either way."""
     digest: DigestPolicy = NO_POLICY
-    # Lineage: input columns carried unchanged into every output row (a quarantine row's ``source``,
-    # a message's ``sources``: one per segment used, in offset order). Empty: no such columns.
+    """SHA-256 / HMAC-SHA-256 digests demanded, and the keys to check them: verified in the JVM on the
+    fast path, by the assembler otherwise. With a keyring its keys are literals in the plan:
+    ``reassemble()`` sets ``REDACT_KEYS`` so Spark's UI and logs do not show them."""
     keep_columns: tuple[str, ...] = ()
-    # save() with the jar's one pass: each scan task assembles the messages complete and clean among
-    # its own consecutive rows, stages their bytes under the output's ``_side`` folder and sends only a
-    # reference across the shuffle; a message with any other row anywhere is judged with all its rows.
-    # False: every row crosses the shuffle. Same rows either way (``stage.py``).
+    """Lineage: input columns carried unchanged into every output row (a quarantine row's ``source``,
+    a message's ``sources``: one per segment used, in offset order). Empty: no such columns."""
     assemble_in_splits: bool = True
-    # save(): the groups the one pass set aside are judged in the driver when their side files total
-    # at most this many bytes (no Spark job, no Python workers to start); more: a Spark job judges them.
+    """``save()`` with the jar's one pass: each scan task assembles the messages complete and clean
+    among its own consecutive rows, stages their bytes under the output's ``_side`` folder and sends
+    only a reference across the shuffle; a message with any other row anywhere is judged with all its
+    rows. False: every row crosses the shuffle. Same rows either way; no effect with ``keep_columns``."""
     driver_judge_bytes: int = 64 << 20
+    """``save()``: the groups the one pass set aside are judged in the driver (no Spark job, no Python
+    workers to start) when their side files total at most this many bytes and what they declare they
+    decode does too; otherwise a Spark job judges them (same rows). 0: always a Spark job. With a
+    ``payload_dir``, the driver must see it too."""
 
     def limits(self) -> Limits:
         # One group per assembler call: the group itself is the only thing buffered.

@@ -56,7 +56,7 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 
-from reassembly.spark.judge import KIND_INPUT, SIDE_SOURCES, pending_files, read_pending
+from reassembly.spark.judge import KIND_INPUT, SIDE_SOURCES, pending_files, read_pending, side_decoded_bytes
 from reassembly.spark.rows import Status
 from reassembly.spark.schema import (
     MANIFEST,
@@ -256,7 +256,11 @@ class _Counted:
 
 def _in_driver(split: Split | None, files: list[str]) -> bool:
     """Whether ``files`` (side files with their ``.src`` companions, or pending files) are few
-    enough bytes to read in the driver rather than by a Spark job."""
+    enough bytes to read in the driver rather than by a Spark job: their size, and for side files
+    what judging them can decode (:func:`~reassembly.spark.judge.side_decoded_bytes`), at most
+    ``driver_judge_bytes``. So the driver holds no more than that budget of decoded bytes, far
+    under the bound one Spark task's judge keeps to (``decoded_bound``), whatever the side files
+    declare."""
     if split is None or split.side_judge is None or split.driver_judge_bytes <= 0:
         return False
     total = 0
@@ -264,7 +268,10 @@ def _in_driver(split: Split | None, files: list[str]) -> bool:
         companion = f.removesuffix(".side") + SIDE_SOURCES if f.endswith(".side") else None
         total += os.path.getsize(f)
         total += os.path.getsize(companion) if companion is not None and os.path.exists(companion) else 0
-    return total <= split.driver_judge_bytes
+    if total > split.driver_judge_bytes:
+        return False
+    sides = [f for f in files if f.endswith(".side")]
+    return not sides or side_decoded_bytes(sides, split.driver_judge_bytes) <= split.driver_judge_bytes
 
 
 def _spark_json(output: Output, schema: tuple[Any, ...], lineage: str) -> str:

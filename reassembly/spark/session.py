@@ -12,8 +12,10 @@ from __future__ import annotations
 import logging
 import os
 import re
+import subprocess
 import sys
 import threading
+import time
 import warnings
 from collections import deque
 from collections.abc import Iterator
@@ -168,24 +170,101 @@ def get_session(
         builder = builder.master(master)
         for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
             builder = builder.config(key, value)
-    if quiet:
-        failed: Exception | None = None
-        with _launch_output() as tail:
-            try:
-                session = builder.getOrCreate()
-            except Exception as exc:
-                failed = exc
-            else:
-                tail.keep = False
-        if failed is not None:
-            cause = root_cause(tail.finished(timeout=5.0))
-            head = first_line(failed)
-            raise SparkEnvironmentError(f"{cause} ({head})" if cause and cause not in head else head) from None
-    else:
-        session = builder.getOrCreate()
+    with _no_orphan():
+        if quiet:
+            failed: Exception | None = None
+            with _launch_output() as tail:
+                try:
+                    session = builder.getOrCreate()
+                except Exception as exc:
+                    failed = exc
+                else:
+                    tail.keep = False
+            if failed is not None:
+                cause = root_cause(tail.finished(timeout=5.0))
+                head = first_line(failed)
+                raise SparkEnvironmentError(f"{cause} ({head})" if cause and cause not in head else head) from None
+        else:
+            session = builder.getOrCreate()
     if not master.startswith("sc://"):
         session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+@contextmanager
+def _no_orphan() -> Iterator[None]:
+    """An interrupt (Ctrl-C, SIGTERM) while a session starts stops the processes the start launched.
+
+    PySpark launches the JVM, waits for it to write its gateway port into a temporary file, and on
+    an interrupt removes that file's directory and returns: a JVM still starting then finds no
+    directory to write into, its gateway thread keeps it alive, and nothing would ever end it. So
+    the processes that appeared below this one during the start are stopped (and the half-made
+    gateway forgotten, so a later session launches a fresh JVM) before the interrupt goes on.
+    """
+    from reassembly._processes import descendants, stop_tree
+
+    before = [pid for pid, _ in descendants(os.getpid())]
+    try:
+        yield
+    except BaseException as exc:
+        if not isinstance(exc, Exception):
+            left = stop_tree(os.getpid(), exclude=before, timeout=_STOP_TIMEOUT)
+            if left:
+                logger.warning("processes of Spark's start still running after SIGKILL: %s", left)
+            _forget_gateway()
+        raise
+
+
+# How long a JVM this process launched gets to end on SIGTERM (or a closed stdin) before SIGKILL.
+_STOP_TIMEOUT = 10.0
+
+
+def _forget_gateway() -> None:
+    from pyspark import SparkContext
+
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    SparkContext._active_spark_context = None
+
+
+def end_jvm(timeout: float = _STOP_TIMEOUT) -> list[int]:
+    """End the JVM this process launched for Spark, and every process below it, before this process
+    exits; the PIDs still running after SIGKILL (none, normally). Nothing to do without one (no
+    session, spark-submit's JVM, Spark Connect's server).
+
+    A JVM launched by PySpark exits once its stdin closes, which happens when this process exits:
+    a moment later, while its Python workers finish. A command ends it first, so nothing it started
+    outlives it, whatever moment an interrupt came at. The context is stopped, then the JVM's stdin
+    closed (it exits and runs its shutdown hooks: temporary directories are removed); what has not
+    exited after ``timeout`` seconds is stopped by :func:`reassembly._processes.stop_tree`.
+    """
+    from reassembly._processes import descendants, process_alive, stop_tree
+
+    context = getattr(sys.modules.get("pyspark.core.context"), "SparkContext", None)
+    proc = getattr(getattr(context, "_gateway", None), "proc", None)
+    if proc is None or proc.poll() is not None:
+        return []
+    active = getattr(context, "_active_spark_context", None)
+    if active is not None:  # first, or its accumulator server prints a traceback when the JVM goes
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                active.stop()
+            except Exception:  # the JVM is gone already (a crash, a signal to the group)
+                logger.debug("stopping the context failed", exc_info=True)
+    below = descendants(proc.pid)
+    try:
+        proc.stdin.close()
+        proc.wait(timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return stop_tree(proc.pid, root=True, timeout=timeout)
+    # The JVM is gone; its Python workers follow once they see their pipes close.
+    deadline = time.monotonic() + timeout
+    while (left := [(p, i) for p, i in below if process_alive(p, i)]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for p, _ in left:
+        stop_tree(p, root=True, timeout=timeout)
+    return [p for p, i in left if process_alive(p, i)]
 
 
 def _submitted_session(app_name: str, conf: dict[str, str]) -> Any:
@@ -209,4 +288,4 @@ def _submitted_session(app_name: str, conf: dict[str, str]) -> Any:
     return session
 
 
-__all__ = ["DEFAULT_CONF", "SparkEnvironmentError", "get_session", "root_cause", "submitted"]
+__all__ = ["DEFAULT_CONF", "SparkEnvironmentError", "end_jvm", "get_session", "root_cause", "submitted"]

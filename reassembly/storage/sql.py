@@ -121,7 +121,7 @@ class PostgresDatabase(Database):
         try:
             import psycopg
         except ImportError:
-            needs = "PostgreSQL needs psycopg 3: pip install 'segment-reassembly[postgres]'"
+            needs = "PostgreSQL needs psycopg 3: pip install 'psycopg[binary]' (the extra postgres)"
             raise StorageError(needs, url=url) from None
         self._psycopg = psycopg
         try:

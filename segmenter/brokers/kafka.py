@@ -222,7 +222,7 @@ class KafkaSend:
         return f"KafkaSend({self.message_id}, {self.topic}, {len(self.records)}/{self.segments} acknowledged, {state})"
 
 
-INSTALL = 'pip install "segment-reassembly[kafka]"'
+INSTALL = 'pip install "confluent-kafka>=2.4" (the extra kafka: pip install -e ".[kafka]" in the source)'
 
 
 def confluent() -> Any:

@@ -668,8 +668,10 @@ def test_missing_client_names_the_extra() -> None:
         "try:\n    KafkaReassembler({}, ['t'])\n"
         "except Exception as e:\n    print(type(e).__name__, e)\n"
     )
+    from segmenter.brokers.kafka import INSTALL
+
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    needs = 'Kafka needs the confluent-kafka client: pip install "segment-reassembly[kafka]"'
+    needs = f"Kafka needs the confluent-kafka client: {INSTALL}"
     assert f"BrokerError [9060 ENVIRONMENT_ERROR] {needs}" in out.stdout, out
 
 

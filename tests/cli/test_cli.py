@@ -211,6 +211,10 @@ def test_demo_checks_itself() -> None:
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert re.search(r"check: (\d+)/\1 messages as expected", done.stdout), done.stdout[-1500:]
     assert "duplicates: holds" in done.stdout and "segments accounted for: yes" in done.stdout
+    (removed,) = re.findall(
+        r"^demo: removed (\S+) \(--keep DIR keeps the landing table and the output\)$", done.stdout, re.M
+    )
+    assert f"{removed}/landing" in done.stdout and not Path(removed).exists()  # the paths it printed are gone
 
 
 def test_demo_with_large_messages_streams_them_to_payload_files(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from reassembly._files import ORPHAN_AFTER, OWNER_FILE, atomic_dir, remove_orpha
 from reassembly._processes import INTERRUPTED, descendants, on_interrupt, process_identity
 from reassembly.cli.summary import problems
 from reassembly.spark.testdata import generate, write_parquet
+from tests.support.leftover import assert_none_left
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +104,7 @@ def interrupt_at(landing: tuple[Path, int], work: Path, when: str, after: float,
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+    assert_none_left(proc.pid)  # its JVM and Python workers ended before it did
     at_exit = leftovers(work)
     time.sleep(2.0)  # a writer that outlived the run would have recreated something by now
     assert (at_exit, leftovers(work)) == ([], []), stderr[-2000:]
@@ -155,6 +157,7 @@ def test_the_next_run_removes_what_a_killed_run_left(landing: tuple[Path, int], 
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+    assert_none_left(proc.pid, timeout=60)  # the JVM saw its stdin close
     left = list(tmp_path.glob(".out.tmp-*"))
     assert len(left) == 1
     owner = json.loads((left[0] / OWNER_FILE).read_text())

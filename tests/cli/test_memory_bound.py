@@ -133,46 +133,70 @@ class ProcessTree:
         self.peak = max(self.peak, total)
 
 
-def run_attack(attack: Attack, tmp_path: Path, *, in_driver: bool) -> None:
-    """The attack through ``reassemble run``; its side files (compressed: a few KiB) are judged in the
-    command's own process (``in_driver``, the default ``--driver-judge-bytes``) or by Spark's Python
-    workers (``--driver-judge-bytes 0``). Whichever judges stays under the documented bound: the
-    workers' peak RSS, or the command's peak less what it held before the judge began (its RSS once
-    the first job has started, sampled before any side file exists)."""
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    source = tmp_path / "landing.parquet"
-    expected = landing(attack, source)
-    out = tmp_path / "out"
+@dataclass(frozen=True)
+class Measured:
+    """One ``reassemble run`` measured: the Python workers' peak RSS, the command's own peak RSS and
+    its RSS before any side file existed (what it held before the judge could begin), and the bound."""
+
+    workers: int
+    driver_peak: int
+    driver_before: int
+    bound: int
+
+    @property
+    def driver_growth(self) -> int:
+        return self.driver_peak - self.driver_before
+
+
+def measure(source: Path, out: Path, threshold: int, *extra: str) -> tuple[Measured, str]:
+    """``reassemble run SOURCE OUT --partitions 1 --large-message-bytes THRESHOLD EXTRA...`` with its
+    memory sampled every 0.2 s; its stdout. The command's RSS counts as "before the judge" only
+    until the first side file appears: from then on (the side folder removed at the end included)
+    every sample is the judge's, so its growth is what judging cost."""
     command = [
         sys.executable, "-m", "reassembly", "run", str(source), str(out), "--partitions", "1",
-        "--large-message-bytes", str(attack.threshold), "--max-message-size", str(1 << 31),
-        "--driver-judge-bytes", str(64 * MiB if in_driver else 0),
+        "--large-message-bytes", str(threshold), "--max-message-size", str(1 << 31), *extra,
     ]  # fmt: skip
     started = time.monotonic()
     proc = psutil.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     workers, tree = PythonWorkers(proc), ProcessTree(proc)
-    driver_peak, driver_before = 0, 0
+    driver_peak, driver_before, judging = 0, 0, False
     while proc.poll() is None:
         with contextlib.suppress(psutil.Error):
             tree.sample()
             rss = proc.memory_info().rss
             driver_peak = max(driver_peak, rss)
-            if not any(tmp_path.glob("**/_side/*.side")):  # the first job has not finished a side file yet
+            judging = judging or any(out.parent.glob(f".{out.name}.tmp-*/_side/*.side"))
+            if not judging:
                 driver_before = max(driver_before, rss)
         time.sleep(0.2)
     stdout, stderr = proc.communicate()
-    peak = workers.stop()
+    assert proc.returncode == 0, stderr[-3000:]
+    assert judging, "no side file was seen: nothing was judged"
     size = source.stat().st_size
-    bound = WORKER_FOOTPRINT + 2 * size + decoded_bound(attack.threshold)
-    judge = driver_peak - driver_before if in_driver else peak
+    measured = Measured(
+        workers.stop(), driver_peak, driver_before, WORKER_FOOTPRINT + 2 * size + decoded_bound(threshold)
+    )
     print(
-        f"\n{size / 1024:.0f} KiB of input, threshold {attack.threshold / MiB:.0f} MiB: "
-        f"{time.monotonic() - started:.0f} s, judged in {'the driver' if in_driver else 'Python workers'}: "
-        f"Python workers' peak RSS {peak / MiB:.0f} MiB, the command's {driver_peak / MiB:.0f} MiB "
-        f"({driver_before / MiB:.0f} MiB before the judge), bound {bound / MiB:.0f} MiB; "
+        f"\n{size / 1024:.0f} KiB of input, threshold {threshold / MiB:.0f} MiB, {' '.join(extra)}: "
+        f"{time.monotonic() - started:.0f} s: Python workers' peak RSS {measured.workers / MiB:.0f} MiB, "
+        f"the command's {driver_peak / MiB:.0f} MiB ({driver_before / MiB:.0f} MiB before the judge, "
+        f"growth {measured.driver_growth / MiB:.0f} MiB), bound {measured.bound / MiB:.0f} MiB; "
         f"process tree peak {tree.peak / MiB:.0f} MiB"
     )
-    assert proc.returncode == 0, stderr[-3000:]
+    return measured, stdout
+
+
+def run_attack(attack: Attack, tmp_path: Path, *, in_driver: bool) -> None:
+    """The attack through ``reassemble run``; its side files (compressed: a few KiB) may be judged in
+    the command's own process (``in_driver``, the default ``--driver-judge-bytes``) or are judged by
+    Spark's Python workers (``--driver-judge-bytes 0``). Both stay under the documented bound: the
+    workers' peak RSS, and the command's peak less what it held before the judge began."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    source = tmp_path / "landing.parquet"
+    expected = landing(attack, source)
+    out = tmp_path / "out"
+    measured, stdout = measure(source, out, attack.threshold, "--driver-judge-bytes", str(64 * MiB if in_driver else 0))
     messages = pq.read_table(out / "messages").to_pylist()
     got: dict[bytes, list[tuple[str, int]]] = {}
     for m in messages:
@@ -183,8 +207,20 @@ def run_attack(attack: Attack, tmp_path: Path, *, in_driver: bool) -> None:
             assert len(data) == length and data.count(0) == length
     assert {gid: outcomes[0] for gid, outcomes in got.items()} == expected
     assert len(got[b"group".ljust(24, b".")]) == attack.group[0]
-    assert 0 < judge < bound, f"judge's peak {judge / MiB:.0f} MiB above the documented bound {bound / MiB:.0f} MiB"
+    assert_within(measured, workers_judged=not in_driver)
     assert "holds" in stdout
+
+
+def assert_within(measured: Measured, *, workers_judged: bool) -> None:
+    """The command's growth while judging, and the workers' peak when they judged, under the bound."""
+    bound = measured.bound
+    assert measured.driver_growth < bound, (
+        f"the command grew by {measured.driver_growth / MiB:.0f} MiB while judging, bound {bound / MiB:.0f} MiB"
+    )
+    if workers_judged:
+        assert 0 < measured.workers < bound, (
+            f"workers' peak {measured.workers / MiB:.0f} MiB, bound {bound / MiB:.0f} MiB"
+        )
 
 
 def test_hostile_compressed_input_stays_under_the_documented_bound(tmp_path: Path) -> None:
@@ -192,6 +228,29 @@ def test_hostile_compressed_input_stays_under_the_documented_bound(tmp_path: Pat
     t = 8 * MiB
     run_attack(Attack(t, big=(6, 24 * MiB), medium=(40, 4 * MiB), group=(12, 4 * MiB), bomb=512 * MiB,
                       window=160 * MiB), tmp_path, in_driver=True)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_valid_messages_declaring_more_than_the_driver_budget_keep_the_command_under_the_bound(
+    tmp_path: Path,
+) -> None:
+    """Six valid zstd messages of 100 MiB each (about 15 KiB of Parquet) at ``--large-message-bytes``
+    128 MiB and the default ``--driver-judge-bytes``: their side file is a few KiB, but it declares
+    600 MiB of decoding, more than the driver's budget, so a Spark job judges it. The command's own
+    process grows by less than the bound a task's judge keeps to; every message comes out whole."""
+    size, count = 100 * MiB, 6
+    body, crc = zeros_frame(size), crc_of_zeros(size)
+    gids = [b"valid".ljust(20, b".") + i.to_bytes(4, "big") for i in range(count)]
+    source, out = tmp_path / "landing.parquet", tmp_path / "out"
+    rows = [zstd_segment(gid, body, size, crc) for gid in gids]
+    pq.write_table(pa.table({"segment": pa.array(rows, pa.binary())}), source)
+    measured, stdout = measure(source, out, 128 * MiB)
+    messages = pq.read_table(out / "messages", columns=["group_id", "status", "original_length"]).to_pylist()
+    assert sorted((m["group_id"], m["status"], m["original_length"]) for m in messages) == [
+        (gid, "complete", size) for gid in gids
+    ]
+    assert "holds" in stdout
+    assert_within(measured, workers_judged=True)
 
 
 @pytest.mark.slow

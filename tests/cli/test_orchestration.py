@@ -86,7 +86,7 @@ def test_the_summary_json_of_a_run_matches_the_schema_the_printed_summary_and_fa
     messages = pq.read_table(out / "messages").to_pylist()
     by_status = {s: sum(m["status"] == s for m in messages) for s in ("complete", "incomplete", "corrupt")}
     assert {s: counts["messages"][s] for s in by_status} == by_status
-    assert doc["conditions"] == {"incomplete": True, "corrupt": True, "quarantine": True}
+    assert doc["conditions"] == {"incomplete": True, "corrupt": True, "quarantine": True, "skipped": False}
     assert doc["fail_on"] == {"requested": ["incomplete"], "held": ["incomplete"]}
     assert doc["output"]["messages"] == str(out / "messages") and doc["output"]["payloads"] is None
     assert doc["input"]["pattern"] == str(faulty) and doc["input"]["bytes"] > 0
@@ -111,7 +111,8 @@ def test_a_clean_run_with_every_condition_exits_0_quietly_and_passes_conf_to_spa
     assert done.returncode == EXIT_OK, done.stderr[-3000:]
     assert done.stderr == ""
     doc = json.loads(summary.read_text())
-    assert problems(doc) == [] and doc["conditions"] == {"incomplete": False, "corrupt": False, "quarantine": False}
+    assert problems(doc) == []
+    assert doc["conditions"] == {"incomplete": False, "corrupt": False, "quarantine": False, "skipped": False}
     assert doc["fail_on"] == {"requested": ["incomplete", "corrupt", "quarantine"], "held": []}
     assert doc["counts"]["messages"]["complete"] == 6 and doc["exit_code"] == EXIT_OK
     logs = "".join(p.read_text() for p in events.rglob("*") if p.is_file())  # a folder per application
@@ -157,6 +158,13 @@ def test_incremental_runs_write_their_summary_with_what_they_carried(tmp_path: P
         assert done.returncode == EXIT_OK, done.stderr[-3000:]
         docs.append(json.loads(summary.read_text()))
         assert problems(docs[-1]) == [], problems(docs[-1])
+        if i == 0:  # nothing new yet: an idle run, carrying what run 1 carried, says so in both forms
+            idle = reassemble(*command)
+            carried_out = docs[0]["incremental"]["carried_out"]
+            rows, groups = carried_out["rows"], carried_out["groups"]
+            said = f"{groups} incomplete group{'' if groups == 1 else 's'} ({rows} row{'' if rows == 1 else 's'})"
+            assert idle.stdout.startswith(f"idle: no new input (last run 1; carrying {said})"), idle.stdout
+            assert json.loads(summary.read_text())["incremental"]["carried_out"] == carried_out
     first, second = docs
     assert first["incremental"]["run"] == 1 and second["incremental"]["run"] == 2
     assert first["accounting"]["identity"] == "rows_in = used + quarantined + duplicates + carried_out"
@@ -211,6 +219,7 @@ def test_a_stream_writes_its_summary_and_fails_on_what_its_batches_did(faulty: P
     assert again.returncode == EXIT_OK, again.stderr[-3000:]
     doc = json.loads(summary.read_text())
     assert problems(doc) == [] and doc["stream"]["batches"] == [] and doc["counts"]["rows_in"] == 0
+    assert doc["stream"]["held"] == stream["held"]  # known from the last committed batch: nothing changed it
 
 
 @pytest.mark.parametrize(

@@ -110,6 +110,8 @@ def test_spark_submit_without_the_environment_stops_at_the_first_task_in_one_lin
     assert len(errors) == 1, quiet(output)
     assert "[9060 ENVIRONMENT_ERROR] the Spark workers' Python (" in errors[0]
     assert "cannot import reassembly, segmenter, refmsg: install the library there" in errors[0]
+    # the fix for a session spark-submit made, which the test above follows (--archives)
+    assert "or pass spark-submit --conf spark.pyspark.python=PYTHON" in errors[0]
     assert "ModuleNotFoundError" not in output and "Traceback" not in output
     assert not out.exists() and not list(tmp_path.glob(".out.tmp-*"))
     assert apps(cluster_dir) - before  # the probe's task ran on the cluster's executor

@@ -248,5 +248,5 @@ def test_without_cryptography_the_error_says_what_to_install(monkeypatch: pytest
     monkeypatch.setitem(sys.modules, "cryptography.hazmat.primitives.ciphers.aead", None)
     with pytest.raises(StoreError) as err:
         EncryptedStore(memory_store(), KEYS)
-    assert 'pip install "segment-reassembly[objectstore]"' in str(err.value)
+    assert "pip install fsspec cryptography (the extra objectstore" in str(err.value)
     assert err.value.details["cause"] == StoreFault.NOT_INSTALLED

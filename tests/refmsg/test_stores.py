@@ -320,7 +320,7 @@ def test_without_fsspec_the_error_says_what_to_install(monkeypatch: pytest.Monke
     monkeypatch.setitem(sys.modules, "fsspec", None)  # what `import fsspec` sees when it is not installed
     with pytest.raises(StoreError) as err:
         open_store("memory://x")
-    assert 'pip install "segment-reassembly[objectstore]"' in str(err.value)
+    assert "pip install fsspec cryptography (the extra objectstore" in str(err.value)
     assert err.value.details["cause"] == StoreFault.NOT_INSTALLED
 
 

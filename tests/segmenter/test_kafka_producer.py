@@ -304,7 +304,7 @@ def test_without_confluent_kafka_the_package_imports_and_the_producer_says_what_
         "try:\n"
         "    KafkaSegmentProducer('t', bootstrap_servers='127.0.0.1:1', max_record_bytes=1 << 20)\n"
         "except BrokerError as exc:\n"
-        "    assert 'pip install \"segment-reassembly[kafka]\"' in str(exc), exc\n"
+        "    assert 'pip install \"confluent-kafka>=2.4\"' in str(exc), exc\n"
         "    assert exc.reason == Reason.ENVIRONMENT_ERROR, exc.reason\n"
         "else:\n"
         "    raise AssertionError('a producer without confluent-kafka')\n"

@@ -24,11 +24,14 @@ from reassembly.spark import Configured, WorkerPythonError, configure, reassembl
 from reassembly.spark.environment import (
     DEPENDENCIES,
     LIBRARY,
+    WHEEL,
+    SessionKind,
     WorkerPython,
     _probe_function,
     _refusal,
     check_worker_python,
     library_zip,
+    session_kind,
 )
 from reassembly.spark.session import DEFAULT_CONF, root_cause
 from reassembly.spark.state_store import CHANGELOG, PROVIDER, ROCKSDB
@@ -39,12 +42,17 @@ from tests.support.no_library import environment_without_library, python_without
 REPO = Path(__file__).resolve().parents[2]
 
 # A user's job: their own builder, then the library's functions. MODE "plain" calls reassemble() as is;
-# "ship" calls configure(spark, ship=True) first. The rows go to OUT as Parquet.
+# "ship" calls configure(spark, ship=True) first; "environment" sets PYSPARK_PYTHON to its own Python
+# before the builder. The rows go to OUT as Parquet.
 JOB = """
 import sys
 from pyspark.sql import SparkSession
 
 mode, landing, out = sys.argv[1:4]
+if mode == "environment":  # the fix the one line names for a builder's session
+    import os
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
 spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
 spark.sparkContext.setLogLevel("ERROR")
 from reassembly.spark import configure, reassemble
@@ -88,8 +96,9 @@ def test_a_worker_python_without_the_library_fails_at_once_in_one_line(landing: 
         "reassembly.spark.environment.WorkerPythonError: [9060 ENVIRONMENT_ERROR] the Spark workers' Python ("
     ), done.stderr[-3000:]
     assert last.endswith(
-        "cannot import reassembly, segmenter, refmsg: install the library there (pip install segment-reassembly),"
-        " or point spark.pyspark.python (PYSPARK_PYTHON) at a Python that has it,"
+        f"cannot import reassembly, segmenter, refmsg: install the library there ({WHEEL}), or set PYSPARK_PYTHON"
+        " to a Python that has it in this process's environment before the session starts"
+        " (os.environ['PYSPARK_PYTHON'] = sys.executable; the builder ignores spark.pyspark.python),"
         " or ship it (configure(spark, ship=True))"
     )
     assert str(tmp_path / "no-library" / "python") in last  # the Python Spark was told to use
@@ -108,6 +117,14 @@ def test_configure_ship_makes_the_same_job_work_with_the_library_sessions_rows(
     want = reassemble(spark.read.parquet(str(landing))).combined.toArrow()
     assert got.num_rows == want.num_rows > 0
     assert _rows(got.select(want.schema.names)) == _rows(want)
+
+
+def test_the_builder_s_fix_the_line_names_makes_the_same_job_work(landing: Path, tmp_path: Path) -> None:
+    """PYSPARK_PYTHON set in the job's own environment before its builder runs: the workers import the
+    library (the environment it was started with named a Python without it)."""
+    done = _user_job("environment", landing, tmp_path / "out", tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "written" in done.stdout and pq.read_table(tmp_path / "out").num_rows > 0
 
 
 def test_configure_sets_what_a_running_session_takes_and_reports_the_rest(spark: Any) -> None:
@@ -140,17 +157,34 @@ def test_one_configure_for_batch_and_streams() -> None:
 
 
 def test_the_refusal_is_one_line_naming_what_is_missing_and_the_fixes_that_apply() -> None:
-    lacking = _refusal(WorkerPython("/usr/bin/python3", "3.11.2", LIBRARY, None, "python3"))
+    worker = WorkerPython("/usr/bin/python3", "3.11.2", LIBRARY, None, "python3")
+    lacking = _refusal(worker)
     assert lacking == (
         "the Spark workers' Python (python3, which runs /usr/bin/python3) cannot import reassembly, segmenter,"
-        " refmsg: install the library there (pip install segment-reassembly), or point spark.pyspark.python"
-        " (PYSPARK_PYTHON) at a Python that has it, or ship it (configure(spark, ship=True))"
+        f" refmsg: install the library there ({WHEEL}), or set PYSPARK_PYTHON to a Python that has it in this"
+        " process's environment before the session starts (os.environ['PYSPARK_PYTHON'] = sys.executable;"
+        " the builder ignores spark.pyspark.python), or ship it (configure(spark, ship=True))"
+    )
+    submitted = _refusal(worker, SessionKind.SPARK_SUBMIT)
+    assert submitted.endswith(
+        f"install the library there ({WHEEL}), or pass spark-submit --conf spark.pyspark.python=PYTHON naming a"
+        " Python that has it on every node (or --archives env.tar.gz#environment --conf"
+        " spark.pyspark.python=./environment/bin/python), or ship it (configure(spark, ship=True))"
+    )
+    platform = _refusal(worker, SessionKind.PLATFORM)
+    assert platform.endswith(
+        "install it on the cluster (the platform's cluster libraries or its environment),"
+        " or ship it (configure(spark, ship=True))"
     )
     compiled = _refusal(WorkerPython("/opt/py/bin/python", "3.11.2", ("zstandard", "isal"), None, "/opt/py/bin/python"))
     assert compiled.startswith("the Spark workers' Python (/opt/py/bin/python) cannot import zstandard, isal")
     assert "shipping cannot carry them" in compiled and "ship it" not in compiled
-    for line in (lacking, compiled):
-        assert "\n" not in line
+    for line in (lacking, submitted, platform, compiled):
+        assert "\n" not in line and "pip install segment-reassembly" not in line
+
+
+def test_the_session_kind_is_the_builder_s_for_a_session_this_process_launched(spark: Any) -> None:
+    assert session_kind(spark) is SessionKind.BUILDER
 
 
 def test_the_probe_travels_by_value(tmp_path: Path) -> None:

@@ -70,7 +70,7 @@ def available() -> str | None:
     try:
         import confluent_kafka  # noqa: F401
     except ImportError:
-        return "confluent-kafka is not installed (pip install 'segment-reassembly[kafka]')"
+        return "confluent-kafka is not installed (pip install -e '.[kafka]')"
     return None
 
 

@@ -66,11 +66,21 @@ FOLDERS = {"message": "messages", "quarantine": "quarantine", KIND_DUPLICATE: "d
 class StreamOptions:
     """How to reassemble a stream. Times are event time, in seconds."""
 
-    reassembly: ReassemblyOptions = field(default_factory=ReassemblyOptions)  # unit_of_work, max_message_size
-    expire_after: float = 3600.0  # an undecided key leaves as incomplete this long after its first segment
-    watermark: float = 600.0  # how far event time may run behind the newest seen (Spark drops rows older)
-    tombstone: float = 86400.0  # how long a decided key is remembered to judge late segments
-    max_held_bytes: int = 256 << 20  # raw bytes held per key; a key that would exceed it is evicted first
+    reassembly: ReassemblyOptions = field(default_factory=ReassemblyOptions)
+    """How each key's messages are judged (``unit_of_work``, ``max_message_size``, ``digest``,
+    ``payload_dir``, ``large_message_bytes``, ``keep_columns``; the batch-only ones are not used)."""
+    expire_after: float = 3600.0
+    """Seconds of event time after a key's first segment at which a key still undecided leaves as
+    incomplete."""
+    watermark: float = 600.0
+    """Seconds event time may run behind the newest seen; Spark drops rows older than that (counted as
+    ``dropped_by_watermark``)."""
+    tombstone: float = 86400.0
+    """Seconds of event time a decided key is remembered, so a late segment of it is judged as late
+    (quarantined), not as the start of a new message."""
+    max_held_bytes: int = 256 << 20
+    """Raw segment bytes held per key at most; a key that would hold more is decided at once as
+    evicted, before anything more is stored, so one key cannot grow the state without bound."""
 
 
 def spool_of(opts: StreamOptions) -> Spool | None:

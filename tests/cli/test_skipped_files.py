@@ -1,0 +1,42 @@
+"""No file skipped silently: with ``spark.sql.files.ignoreCorruptFiles`` on, a landing file Spark cannot
+read is skipped by Spark's read without a word; ``reassemble run`` counts and names it in its report and
+in the summary JSON, and ``--fail-on skipped`` fails on it (exit 3, everything written)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reassembly.cli.summary import problems
+from reassembly.spark.testdata import generate, write_parquet
+
+pytestmark = pytest.mark.spark
+
+
+def test_a_file_spark_skips_is_counted_named_and_can_fail_the_run(tmp_path: Path) -> None:
+    ds = generate(n_messages=6, segments_per_message=3, segment_size=1024, faults=False)
+    landing = write_parquet(ds, tmp_path / "landing", files=2)
+    bad = landing / "part-9999.parquet"
+    bad.write_bytes(b"PAR1 damaged in transit")
+    summary, out = tmp_path / "summary.json", tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "reassembly", "run", str(landing), str(out), "--no-progress",
+         "--conf", "spark.sql.files.ignoreCorruptFiles=true", "--fail-on", "skipped",
+         "--summary-json", str(summary)],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 3, done.stderr[-3000:]
+    assert (
+        f"skipped: 1 input files Spark did not read whole (spark.sql.files.ignoreCorruptFiles): {bad} (unreadable)"
+        in done.stdout
+    )
+    assert "reassemble: --fail-on: skipped (1 files)" in done.stderr
+    record = json.loads(summary.read_text())
+    assert problems(record) == []
+    assert record["input"]["skipped_files"] == [{"path": str(bad), "rows_expected": None, "rows_read": 0}]
+    assert record["conditions"]["skipped"] is True and record["fail_on"]["held"] == ["skipped"]
+    assert record["counts"]["rows_in"] == len(ds.rows)  # the other files, whole
