@@ -380,6 +380,13 @@ def ended() -> None:
             signal.signal(signum, lambda *_: INTERRUPTED.set())
 
 
+def spark_jvm() -> object | None:
+    """The JVM process PySpark launched in this process, if any (pyspark is not imported for it)."""
+    context = getattr(sys.modules.get("pyspark.core.context"), "SparkContext", None)
+    proc: object | None = getattr(getattr(context, "_gateway", None), "proc", None)
+    return proc
+
+
 def end_spark() -> None:
     """End the Spark JVM the command launched, and its Python workers, before the command exits
     (:func:`reassembly.spark.session.end_jvm`): nothing the command started outlives it."""

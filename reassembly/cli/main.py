@@ -42,6 +42,7 @@ from reassembly.cli._common import (
     end_spark,
     ended,
     interrupted,
+    spark_jvm,
     stop_on_signals,
 )
 from reassembly.cli.summary import Record, library_version, pyspark_version
@@ -113,6 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(verbose)
     args.record = Record(args.command, argv)
     stop_on_signals()
+    jvm_before = spark_jvm()  # a JVM this process had before the command (a caller's session) is not the command's
     try:
         code, error = _run(args, verbose)
     except Exception as exc:  # --verbose: the traceback is shown, the record still written
@@ -120,7 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
     finally:
         ended()  # the exit code stands: a late Ctrl-C must not turn the record's writing into a traceback
-        end_spark()
+        if spark_jvm() is not jvm_before:
+            end_spark()
     return _write_record(args, code, error)
 
 
