@@ -222,8 +222,8 @@ class Resequencer:
         events: list[Event] = []
         heap = self._heap
         while heap and heap[0][0] <= now:
-            at, _, g = heapq.heappop(heap)
-            if not self._live(at, g):
+            at, serial, g = heapq.heappop(heap)
+            if not self._live(serial, g):
                 continue  # stale entry
             g.armed = None
             if g.deadline is None:
@@ -249,8 +249,8 @@ class Resequencer:
     def next_deadline(self) -> float | None:
         """The earliest time :meth:`tick` has something to do (or None): when to call it next."""
         while self._heap:
-            at, _, g = self._heap[0]
-            if self._live(at, g):
+            at, serial, g = self._heap[0]
+            if self._live(serial, g):
                 return at
             heapq.heappop(self._heap)
         return None
@@ -513,22 +513,25 @@ class Resequencer:
         if deadline is not None and (g.armed is None or deadline < g.armed):
             self._arm(g)
 
-    def _live(self, at: float, g: Group) -> bool:
-        """A heap entry still stands for its group's timer (not superseded, the group still kept)."""
-        return g.armed == at and (self._groups.get(g.key) is g or self._closed.get(g.key) is g)
+    def _live(self, serial: int, g: Group) -> bool:
+        """A heap entry still stands for its group's timer (the last one armed, the group still kept).
+
+        By serial, not time: an entry superseded by one at the same time would otherwise count as
+        live too, fire in the place of the later one, and be written twice into a snapshot."""
+        return g.serial == serial and (self._groups.get(g.key) is g or self._closed.get(g.key) is g)
 
     def _arm(self, g: Group) -> None:
         assert g.deadline is not None
         self._serial += 1
         heapq.heappush(self._heap, (g.deadline, self._serial, g))
-        g.armed = g.deadline
+        g.armed, g.serial = g.deadline, self._serial
 
     # ------------------------------------------------------------------ persistence
     def snapshot(self, encode: Callable[[Any], bytes] | None = None) -> bytes:
         """The whole state as bytes (see :mod:`reassembly.resequencer.snapshot`); ``encode`` turns an item into bytes
         (default: items must be bytes-like). Deadlines are stored as clock values: use a wall clock if a
         snapshot must outlive the process."""
-        live = sorted(e for e in self._heap if self._live(e[0], e[2]))
+        live = sorted(e for e in self._heap if self._live(e[1], e[2]))
         timers = [g for _, _, g in live]
         return codec.encode(self._groups, self._waiting, self._closed, timers, self._floor, encode)
 
@@ -548,6 +551,7 @@ class Resequencer:
             assert g.armed is not None  # codec.decode() checked it
             r._serial += 1
             heapq.heappush(r._heap, (g.armed, r._serial, g))
+            g.serial = r._serial
         for g in (*r._groups.values(), *r._closed.values()):
             r.held_messages += len(g.held)
             r.held_bytes += g.nbytes

@@ -290,6 +290,7 @@ class Group:
         "next",
         "phase",
         "position",
+        "serial",
         "sizes",
         "start",
         "stop",
@@ -312,5 +313,8 @@ class Group:
         self.floor: int | None = None  # numbers below it are past the forgotten gaps (max_gaps)
         self.deadline: float | None = None  # when this group must be looked at next
         self.armed: float | None = None  # the deadline of its live heap entry
+        # Which heap entry is live: a superseded entry can have the same time as the live one (armed
+        # at X, moved earlier, then later back to X), so the time alone does not tell them apart.
+        self.serial = 0
         self.n_expired = self.n_missing = self.failed = 0
         self.stop: float | int = NEVER  # set by Resequencer._restop

@@ -225,6 +225,53 @@ def check_snapshot(
     assert sorted(ends) == offered
 
 
+def test_a_timer_moved_back_to_its_old_time_is_one_timer_and_round_trips() -> None:
+    """Group a's idle timer is armed at 6, moved earlier by a held message (timeout, 3), and armed at 6
+    again when that one pops: the entry from the first arming has the same time as the live one.
+
+    The live one is the last armed, so b's timer (armed at 6 before it) fires first; a snapshot
+    holds one timer per group (one repeated is refused as corrupt) and restores to the same events."""
+    opts = ResequenceOptions(start=StartAt(0), end=EndAuto(6.0), missing_timeout=3.0)
+
+    def until_four() -> tuple[Resequencer, Clock]:
+        clock = Clock()
+        r = Resequencer(opts, clock=clock)
+        for group, seq in [("a", 0), ("b", 0), ("a", 2), ("a", 1)]:
+            r.offer(group, seq, b"x")
+        clock.now = 4.0
+        assert r.tick() == []
+        return r, clock
+
+    r, clock = until_four()
+    clock.now = 7.0
+    straight = r.tick()
+    assert [(e.group, type(e)) for e in straight] == [("b", GroupClosed), ("a", GroupClosed)]
+    assert [e.cause for e in straight if isinstance(e, GroupClosed)] == [CloseCause.IDLE, CloseCause.IDLE]
+
+    r, clock = until_four()
+    blob = r.snapshot()
+    (n,) = struct.unpack_from(">Q", blob, 5)
+    assert json.loads(blob[13 : 13 + n])["timers"] == [["o", 1, 6.0], ["o", 0, 6.0]]  # b, then a
+    clock.now = 7.0
+    restored = Resequencer.restore(blob, opts, clock=clock)
+    assert restored.next_deadline() == 6.0
+    assert comparable(restored.tick()) == comparable(straight)
+
+
+def test_a_snapshot_repeating_a_timer_is_refused() -> None:
+    """One group's timer twice is not a state the resequencer can be in: a STATE_ERROR."""
+    blob = _genuine()
+    (n,) = struct.unpack_from(">Q", blob, 5)
+    doc = json.loads(blob[13 : 13 + n])
+    assert doc["timers"]
+    doc["timers"].append(doc["timers"][0])
+    raw = json.dumps(doc).encode()
+    forged = blob[:5] + struct.pack(">Q", len(raw)) + raw + blob[13 + n :]
+    with pytest.raises(SegmentationError) as err:
+        Resequencer.restore(forged, ResequenceOptions(missing_timeout=5, end=EndAuto(9)), clock=Clock())
+    assert err.value.reason == Reason.STATE_ERROR
+
+
 # ---------------------------------------------------------------- hostile snapshots
 def _genuine() -> bytes:
     clock = Clock()
