@@ -1,5 +1,5 @@
 """``reassemble consume --share`` end to end: three processes of the command, one Kafka share group on
-librdkafka's mock cluster, one SQLite segment store.
+librdkafka's mock cluster (and one ActiveMQ queue over STOMP), one SQLite segment store.
 
 Each message's segments go to the topic's partitions round robin, and the mock gives each partition
 to one member, so a message's segments reach several processes; whichever completes it hands it to
@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ import pytest
 from reassembly.cli.summary import problems
 from reassembly.segstore import open_store
 from tests.brokers.test_share import PARTITIONS, prime, produce
+from tests.support.activemq_server import ActiveMQ, activemq, available
 from tests.support.command import reassemble
 from tests.support.competing import messages, wait_for
 
@@ -106,6 +108,52 @@ def test_three_consume_processes_share_one_group(kafka_cluster: MockCluster, kaf
         st = checker.stats()
     assert (st.units, st.segments) == (0, 0), st
     assert st.counters.get("delivered") == len(sent.payloads) and st.counters.get("used") == sent.total, st.counters
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[ActiveMQ]:
+    with activemq() as b:
+        yield b
+
+
+@pytest.mark.servers
+@pytest.mark.skipif(not available(), reason="ActiveMQ (Debian package activemq) or java missing")
+def test_three_consume_processes_compete_on_a_stomp_queue(broker: ActiveMQ, kafka_clients: ClientProcesses,
+                                                          tmp_path: Path) -> None:  # fmt: skip
+    """The same over STOMP: a queue without message groups, its segments spread by the broker over
+    three ``reassemble consume --share`` processes (prefetch 2); each message handled once, intact."""
+    from segmenter.brokers import open_sender
+
+    url, queue = broker.url("stomp"), "q.consume.share"
+    store, log = f"sqlite://{tmp_path / 'segments.db'}", tmp_path / "handled.log"
+    names = ["c1", "c2", "c3"]
+    members = []
+    for name in names:
+        argv = ["-m", "reassembly", "consume", url, queue, "--share", "--store", store, "--member", name,
+                "--prefetch", "2", "--handler", HANDLER, "--workers", "4", "--retry-delay", "100ms",
+                "--summary-json", str(tmp_path / f"{name}.json")]  # fmt: skip
+        members.append(kafka_clients.start(argv, name=name, env={"DISPATCH_LOG": str(log)}))
+    sent = messages(12, 40_000, 4096)
+    with open_sender(url, queue) as sender:
+        for i, segs in enumerate(sent.segments.values()):
+            wait_for(f"message {i - 2} handled", lambda: len(handled(log)) >= i - 2, 60)  # noqa: B023
+            for seg in segs:
+                sender.send_bytes(seg)
+            sender.flush()
+    wait_for("every message handled", lambda: len(handled(log)) >= len(sent.payloads), 60)
+    for m in members:
+        assert m.terminate() == 0, m.errors()[-2000:]
+    lines = handled(log)
+    assert sorted(str(x["group"]) for x in lines) == sorted(gid.hex() for gid in sent.payloads)
+    for x in lines:
+        assert x["sha256"] == hashlib.sha256(sent.payloads[bytes.fromhex(str(x["group"]))]).hexdigest()
+    docs = [json.loads((tmp_path / f"{name}.json").read_text())["consume"] for name in names]
+    assert sum(d["summary"]["done"] for d in docs) == len(sent.payloads)
+    several = sum(count for d in docs for n, count in d["source"]["spread"].items() if int(n) > 1)
+    assert several >= 1, [d["source"]["spread"] for d in docs]
+    with open_store(store, member="checker") as s:
+        st = s.stats()
+    assert (st.units, st.counters.get("delivered")) == (0, len(sent.payloads)), st
 
 
 def test_share_needs_a_store() -> None:
