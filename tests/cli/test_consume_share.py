@@ -1,5 +1,6 @@
 """``reassemble consume --share`` end to end: three processes of the command, one Kafka share group on
-librdkafka's mock cluster (and one ActiveMQ queue over STOMP), one SQLite segment store.
+librdkafka's mock cluster and one SQLite segment store; one ActiveMQ queue over STOMP and a
+PostgreSQL store.
 
 Each message's segments go to the topic's partitions round robin, and the mock gives each partition
 to one member, so a message's segments reach several processes; whichever completes it hands it to
@@ -29,6 +30,7 @@ from tests.brokers.test_share import PARTITIONS, prime, produce
 from tests.support.activemq_server import ActiveMQ, activemq, available
 from tests.support.command import reassemble
 from tests.support.competing import messages, wait_for
+from tests.support.pg_server import fresh_database, postgres_server
 
 pytest.importorskip("confluent_kafka")
 
@@ -116,16 +118,23 @@ def broker() -> Iterator[ActiveMQ]:
         yield b
 
 
+@pytest.fixture(scope="module")
+def pg() -> Iterator[str]:
+    with postgres_server() as url:
+        yield url
+
+
 @pytest.mark.servers
 @pytest.mark.skipif(not available(), reason="ActiveMQ (Debian package activemq) or java missing")
 def test_three_consume_processes_compete_on_a_stomp_queue(broker: ActiveMQ, kafka_clients: ClientProcesses,
-                                                          tmp_path: Path) -> None:  # fmt: skip
-    """The same over STOMP: a queue without message groups, its segments spread by the broker over
-    three ``reassemble consume --share`` processes (prefetch 2); each message handled once, intact."""
+                                                          pg: str, tmp_path: Path) -> None:  # fmt: skip
+    """The same over STOMP with the store on PostgreSQL: a queue without message groups, its segments
+    spread by the broker over three ``reassemble consume --share`` processes (prefetch 2); each
+    message handled once, intact."""
     from segmenter.brokers import open_sender
 
     url, queue = broker.url("stomp"), "q.consume.share"
-    store, log = f"sqlite://{tmp_path / 'segments.db'}", tmp_path / "handled.log"
+    store, log = fresh_database(pg, "consume_share_stomp"), tmp_path / "handled.log"
     names = ["c1", "c2", "c3"]
     members = []
     for name in names:
