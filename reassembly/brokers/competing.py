@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from reassembly.segstore.core import Write
 from reassembly.segstore.member import MemberStats, StoreMember
-from reassembly.segstore.store import OnMessage, SegmentStore
+from reassembly.segstore.store import Claim, OnMessage, SegmentStore
 from segmenter.brokers import Consumer, body_view
 
 
@@ -42,6 +42,15 @@ class CompetingReceiver:
 
     def poll(self, timeout: float = 1.0) -> int:
         """One fetch: write, settle, deliver what it completed, take over what is due. Deliveries read."""
+        read, claims = self.receive(timeout)
+        self.member.deliver(claims)
+        self.member.tick()
+        return read
+
+    def receive(self, timeout: float = 1.0) -> tuple[int, list[Claim]]:
+        """One fetch written and settled, nothing delivered: (deliveries read, the units the fetch
+        completed, claimed by this member). For a caller that delivers the claims itself
+        (:class:`~reassembly.brokers.share_dispatch.ShareDispatchSource`)."""
         deliveries = self.consumer.fetch(timeout)
         self.redelivered += sum(1 for d in deliveries if d.redelivered)
         written, claims = self.member.write([body_view(d) for d in deliveries])
@@ -51,9 +60,7 @@ class CompetingReceiver:
                 d.reject(reason, "quarantined in the segment store")
             else:
                 d.accept()
-        self.member.deliver(claims)
-        self.member.tick()
-        return len(deliveries)
+        return len(deliveries), claims
 
     def run(self, stop: Callable[[], bool], *, timeout: float = 0.5) -> MemberStats:
         """Poll until ``stop()`` is true (checked between fetches)."""

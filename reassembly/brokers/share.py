@@ -28,7 +28,7 @@ from typing import Any
 
 from reassembly.segstore.core import Write
 from reassembly.segstore.member import MemberStats, StoreMember
-from reassembly.segstore.store import OnMessage, SegmentStore
+from reassembly.segstore.store import Claim, OnMessage, SegmentStore
 from segmenter.brokers import BrokerError
 from segmenter.brokers.kafka import confluent
 from segmenter.errors import Reason
@@ -80,6 +80,15 @@ class ShareGroupReceiver:
 
     def poll(self, timeout: float = 1.0) -> int:
         """One batch: write, acknowledge, deliver what it completed, take over what is due. Records read."""
+        read, claims = self.receive(timeout)
+        self.member.deliver(claims)
+        self.member.tick()
+        return read
+
+    def receive(self, timeout: float = 1.0) -> tuple[int, list[Claim]]:
+        """One batch written and acknowledged, nothing delivered: (records read, the units the
+        batch completed, claimed by this member). For a caller that delivers the claims itself
+        (:class:`~reassembly.brokers.share_dispatch.ShareDispatchSource`)."""
         batch = self.consumer.poll(timeout) or []
         records = []
         for m in batch:
@@ -106,9 +115,7 @@ class ShareGroupReceiver:
             self.consumer.acknowledge(m, self._reject if w.outcome is Write.QUARANTINED else self._accept)
         if records:
             self.consumer.commit_async()
-        self.member.deliver(claims)
-        self.member.tick()
-        return len(records)
+        return len(records), claims
 
     def run(self, stop: Callable[[], bool], *, timeout: float = 0.5) -> MemberStats:
         """Poll until ``stop()`` is true (checked between batches)."""

@@ -9,6 +9,12 @@ committed never past a message not yet handled. The handler is a plain function 
 delivered message (``MessageComplete``, or ``GroupComplete`` in unit-of-work mode); raising means
 failure. docs/how-to/parallel.md describes the command.
 
+With ``--share`` the command is one competing consumer of a Kafka share group (or of an AMQP/STOMP
+queue read without message groups): the segments of a message may reach any member, each member
+writes what it receives to the shared segment store ``--store`` (SQLite on one host, PostgreSQL
+across hosts), and whichever member completes a message hands it to its handlers
+(:mod:`reassembly.brokers.share_dispatch`; docs/how-to/competing-consumers.md).
+
 SIGTERM or Ctrl-C drains: nothing new is handed out, the messages in flight finish within
 ``--drain-timeout``, the safe offsets are committed, and the command exits 0. A second signal stops
 at once (exit 130): what was in flight is handled again by the group's next consumer.
@@ -90,7 +96,38 @@ def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
         help="the function each whole message is given to (importable; raising means failure; an async def "
         "for --runner asyncio)",
     )
-    p.add_argument("--group", default=None, help="Kafka consumer group id (required for kafka:// URLs)")
+    p.add_argument("--group", default=None, help="Kafka consumer group id, or share group id with --share "
+                   "(required for kafka:// URLs)")  # fmt: skip
+    p.add_argument(
+        "--share",
+        action="store_true",
+        help="be one competing consumer of a Kafka share group (or of a queue without message groups): "
+        "segments go through the shared segment store --store, and whichever member completes a message "
+        "hands it on",
+    )
+    p.add_argument(
+        "--store",
+        metavar="URL",
+        default=None,
+        help="with --share: the shared segment store, sqlite:///PATH (processes on one host) or "
+        "postgresql://... (every member names the same one)",
+    )
+    p.add_argument("--member", default=None, help="with --share: this member's name in the store's claims and "
+                   "counters, unique among live members (default HOST-PID)")  # fmt: skip
+    p.add_argument(
+        "--lease",
+        type=seconds,
+        default="30s",
+        help="with --share: how long a claim stays this member's without a renewal (renewed every third of it "
+        "while held) before another member takes the message over (default %(default)s)",
+    )
+    p.add_argument(
+        "--delivery-limit",
+        type=at_least(2),
+        default=5,
+        help="with --share on Kafka: the share group's share.delivery.count.limit; a record delivered that "
+        "often is quarantined in the store and rejected (default %(default)s)",
+    )
     p.add_argument("--workers", type=at_least(1), default=8, help="handlers running at once (default %(default)s)")
     p.add_argument(
         "--ordering",
@@ -286,7 +323,39 @@ class _CommitLog:
         os.close(self.fd)
 
 
+def _member_name(args: argparse.Namespace) -> str:
+    import socket
+
+    return str(args.member or f"{socket.gethostname()}-{os.getpid()}")
+
+
+def _share_source(args: argparse.Namespace, kafka: dict[str, str] | None) -> Source:
+    """``--share``: a member of a share group (or a competing consumer of a queue) over the store."""
+    from reassembly.brokers.share_dispatch import ON_MESSAGE, ShareDispatchSource
+    from reassembly.segstore import open_store
+
+    store = open_store(args.store, member=_member_name(args), lease_seconds=args.lease,
+                       unit_of_work=args.unit_of_work)  # fmt: skip
+    try:
+        if kafka is not None:
+            from reassembly.brokers.share import ShareGroupReceiver
+
+            receiver: Any = ShareGroupReceiver(kafka, [args.topic], store, ON_MESSAGE,
+                                               delivery_limit=args.delivery_limit)  # fmt: skip
+        else:
+            from reassembly.brokers.competing import CompetingReceiver
+            from segmenter.brokers import open_consumer
+
+            receiver = CompetingReceiver(open_consumer(args.url, args.topic, prefetch=args.prefetch), store, ON_MESSAGE)
+    except BaseException:
+        store.close()
+        raise
+    return ShareDispatchSource(receiver, store)
+
+
 def _source(args: argparse.Namespace, kafka: dict[str, str] | None, commit_log: _CommitLog | None) -> Source:
+    if args.share:
+        return _share_source(args, kafka)
     if kafka is not None:
         from reassembly.brokers.kafka_dispatch import KafkaDispatchSource
 
@@ -339,8 +408,18 @@ def check_args(args: argparse.Namespace) -> str:
                  if v]  # fmt: skip
         if given:
             raise UsageError(f"{', '.join(given)}: for kafka:// URLs only")
-    if args.ordering == "partition" and scheme != "kafka":
-        raise UsageError("--ordering partition: a queue has no partitions (use group, key or unordered)")
+    if args.ordering == "partition" and (scheme != "kafka" or args.share):
+        raise UsageError("--ordering partition: a queue or a share group has no partitions (use group, key or "
+                         "unordered)")  # fmt: skip
+    share_only = [o for o, v in (("--store", args.store), ("--member", args.member)) if v]
+    if args.share:
+        if not args.store:
+            raise UsageError("--share needs --store URL (sqlite:///PATH or postgresql://...): the segment store "
+                             "every member shares")  # fmt: skip
+        if args.commit_log:
+            raise UsageError("--commit-log: a share group commits no offsets (each record is acknowledged)")
+    elif share_only:
+        raise UsageError(f"{', '.join(share_only)}: with --share only")
     return scheme
 
 
@@ -409,12 +488,18 @@ def _record(args: argparse.Namespace, runner: Runner, source: Source, summary: A
         "workers": args.workers,
         "ordering": args.ordering,
         "runner": args.runner,
+        "share": args.share,
         "stopped": stopped,
         "summary": dataclasses.asdict(summary),
         "budget": {"messages": args.budget_messages, "bytes": args.budget_bytes},
         "gauges": None if gauges is None else {k: v for k, v in dataclasses.asdict(gauges).items() },
         "source": _counts(st),
     }
+    if args.share:  # the store as every member sees it: units held, leases, counters summed over members
+        from reassembly.brokers.share_dispatch import ShareDispatchSource
+
+        if isinstance(source, ShareDispatchSource):
+            fields["store"] = source.store.stats().as_dict(time.time())
     loop = getattr(source, "loop", None)  # Kafka: the consumer loop's own counts (records, skipped, ...)
     if loop is not None:
         fields["loop"] = _counts(loop.stats)

@@ -122,12 +122,17 @@ class StoreMember:
 
     def tick(self, *, force: bool = False) -> int:
         """Take over what is due (every ``take_over_every`` seconds, or now with ``force``) and deliver it."""
+        return self.deliver(self.due(force=force))
+
+    def due(self, *, force: bool = False) -> list[Claim]:
+        """Claim what is due for a take-over (every ``take_over_every`` seconds, or now with
+        ``force``) without delivering it: for a caller that hands messages on and settles later."""
         now = self.clock()
         if not force and now < self._next_look:
-            return 0
+            return []
         self._next_look = now + self.take_over_every
         claims = self.store.take_over()
         if claims:
             log.info("taking over %d unit(s) from the store", len(claims))
         self.stats.taken_over += len(claims)
-        return self.deliver(claims)
+        return claims

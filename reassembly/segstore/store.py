@@ -74,6 +74,22 @@ class Settled:
 
 
 @dataclass(frozen=True)
+class Opened:
+    """A claimed unit assembled from the store and not settled yet (:meth:`SegmentStore.open`):
+    its messages to hand on, and what :meth:`SegmentStore.settle` needs to account for every row."""
+
+    claim: Claim
+    result: core.Assembly
+    keys: list[tuple[int, int, bytes]]
+    raws: list[bytes]
+    members: frozenset[str]  # the members whose writes stored the unit's segments
+
+    @property
+    def delivered(self) -> tuple[Delivered, ...]:
+        return self.result.delivered
+
+
+@dataclass(frozen=True)
 class Vacuumed:
     """What :meth:`SegmentStore.vacuum` removed (or would remove, in a dry run)."""
 
@@ -368,14 +384,31 @@ class SegmentStore:
         """Assemble a claimed unit from the store, hand it on, then settle it (segments deleted,
         tombstones written, losers quarantined). ``on_message`` raising: the lease is released (so
         any member retries) and the exception propagates."""
+        opened = self.open(claim)
+        if opened is None:
+            return Settled()
+        try:
+            for event in opened.delivered:
+                on_message(event)
+        except BaseException:
+            self.release(claim)
+            raise
+        return self.settle(opened)
+
+    def open(self, claim: Claim) -> Opened | None:
+        """Assemble a claimed unit from the store without settling it: for a claimant that hands
+        the unit's messages on and settles later (:meth:`settle`, or :meth:`release` to give it
+        back), keeping the lease alive meanwhile (:meth:`renew`). None when the claim was lost
+        (settled or taken over since) or the unit is not decided yet (the claim is then released
+        and the unit waits for more segments or its expiry)."""
         gid, unit = claim.group_id, claim.unit
         lease = self._lease(gid, unit)
         if lease is None or lease.token != claim.token or lease.claimant != self.member:
             with self._tx():
                 self._count("claims_lost")  # settled or taken over by another member since the claim
-            return Settled()
+            return None
         stored = self._x(
-            "SELECT seq, off, fp, raw FROM seg_segments WHERE group_id = ? AND unit = ? ORDER BY seq, off, fp",
+            "SELECT seq, off, fp, raw, member FROM seg_segments WHERE group_id = ? AND unit = ? ORDER BY seq, off, fp",
             (gid, unit),
         ).fetchall()
         raws = [bytes(r[3]) for r in stored]
@@ -383,14 +416,31 @@ class SegmentStore:
         result = core.assemble(raws, self.limits, self.unit_of_work)
         if not result.decided:
             self._release(claim, ready=False)
-            return Settled()
-        try:
-            for event in result.delivered:
-                on_message(event)
-        except BaseException:
-            self._release(claim, ready=True)
-            raise
-        return self._settle(claim, result, keys, raws)
+            return None
+        return Opened(claim, result, keys, raws, frozenset(str(r[4]) for r in stored))
+
+    def settle(self, opened: Opened) -> Settled:
+        """Settle an opened unit once its messages are safe: its segments deleted, tombstones
+        written, losers quarantined. ``settled`` False when the lease was lost meanwhile (another
+        member took the unit over and delivers it again: at least once)."""
+        return self._settle(opened.claim, opened.result, opened.keys, opened.raws)
+
+    def release(self, claim: Claim) -> None:
+        """Give a claimed unit back, not settled: any member (this one too) claims it again."""
+        self._release(claim, ready=True)
+
+    def renew(self, claim: Claim) -> Claim | None:
+        """Extend the lease of a unit this member still holds (the same token) to ``lease_seconds``
+        from now; None when it was taken over or settled since (its next settle is then lost)."""
+        until = self.clock() + self.lease_seconds
+        with self._tx():
+            n = self._x(
+                "UPDATE seg_units SET lease_until = ? WHERE group_id = ? AND unit = ? AND token = ? AND claimant = ?",
+                (until, claim.group_id, claim.unit, claim.token, self.member),
+            ).rowcount
+            if n != 1:
+                self._count("renewals_lost")
+        return None if n != 1 else Claim(claim.group_id, claim.unit, claim.token, until)
 
     def _release(self, claim: Claim, *, ready: bool) -> None:
         with self._tx():

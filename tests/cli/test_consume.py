@@ -23,7 +23,7 @@ def test_help_lists_the_options() -> None:
     assert r.returncode == 0
     for option in ("--group", "--handler", "--workers", "--ordering", "--runner", "--max-attempts", "--dead-letter",
                    "--after-dead", "--budget-messages", "--budget-bytes", "--idle-exit", "--summary-json",
-                   "--metrics-port", "--drain-timeout", "--kafka-config"):  # fmt: skip
+                   "--metrics-port", "--drain-timeout", "--kafka-config", "--share", "--store", "--lease"):  # fmt: skip
         assert option in r.stdout, option
 
 

@@ -113,6 +113,38 @@ def test_a_failing_handler_releases_the_lease(open_member: Callable[..., Segment
     assert isinstance(got[0], MessageComplete) and bytes(got[0].payload) == payload
 
 
+def test_an_opened_unit_keeps_its_lease_while_renewed_and_settles_later(
+    open_member: Callable[..., SegmentStore],
+) -> None:
+    """open() assembles without settling; renew() keeps the claim past its lease; settle() ends it.
+    A claim not renewed is taken over: the late renew and settle are refused."""
+    clock = Clock()
+    payload = os.urandom(3000)
+    a = open_member("a", clock=clock, lease_seconds=10)
+    b = open_member("b", clock=clock, lease_seconds=10)
+    segs = raws(segment(payload, 1000))
+    _, claims = a.write(segs[:2])
+    assert claims == []
+    _, claims = b.write(segs[2:])  # b completes it: b holds the claim
+    opened = b.open(claims[0])
+    assert opened is not None and opened.members == frozenset({"a", "b"})
+    assert isinstance(opened.delivered[0], MessageComplete) and bytes(opened.delivered[0].payload) == payload
+    clock.now += 8
+    renewed = b.renew(opened.claim)
+    assert renewed is not None and renewed.until == clock.now + 10
+    clock.now += 8  # past the first lease, within the renewed one
+    assert a.take_over() == []
+    assert b.settle(opened).settled and b.stats().units == 0
+    _, claims = a.write(raws(segment(os.urandom(1500), 1000)))
+    late = a.open(claims[0])
+    assert late is not None
+    clock.now += 10
+    assert len(b.take_over()) == 1  # a's lease ran out: b has the unit now
+    assert a.renew(late.claim) is None
+    assert not a.settle(late).settled
+    assert a.stats().counters["renewals_lost"] == 1 and a.stats().counters["settlements_lost"] == 1
+
+
 def test_a_dead_claimants_lease_expires_and_another_member_takes_over(
     open_member: Callable[..., SegmentStore],
 ) -> None:

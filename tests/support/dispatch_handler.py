@@ -8,12 +8,17 @@ it, with the process id, the message's GroupId and MsgSeqNumber, its segments' (
 and the wall-clock time, from which the test checks that no two handlers ever held one group at
 once, that a group's messages went in order and that every commit was below every unsettled message.
 
+:func:`digest` (the share-group test) appends one ``digest`` line per message with the SHA-256 of
+its payload, and fails the first attempt of every third message (by MsgSeqNumber and GroupId):
+retries then wait in the dispatcher while the store holds the claim.
+
 :func:`slow` (the budget test) waits for a file to appear (``DISPATCH_GATE``) before it returns:
 the test holds every handler until it has seen the consumer pause its fetching.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -67,3 +72,25 @@ async def handle_async(message: Any) -> None:
     """:func:`handle` for ``--runner asyncio``: the same log lines, no sleep, never failing."""
     _log("start", message)
     _log("end", message, ok=True)
+
+
+_failed: set[bytes] = set()
+
+
+def digest(message: Any) -> None:
+    """Log the payload's SHA-256 once the message is handled; every third GroupId fails its first attempt."""
+    gid = bytes(message.group_id)
+    if gid[-1] % 3 == 0 and gid not in _failed:
+        _failed.add(gid)
+        raise RuntimeError("a transient failure")
+    global _fd
+    if _fd is None:
+        _fd = os.open(os.environ["DISPATCH_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    line = {
+        "kind": "digest",
+        "pid": os.getpid(),
+        "group": gid.hex(),
+        "seq": message.msg_seq_number,
+        "sha256": hashlib.sha256(bytes(message.payload)).hexdigest(),
+    }
+    os.write(_fd, (json.dumps(line) + "\n").encode())
