@@ -107,6 +107,7 @@ def test_a_clean_run_with_every_condition_exits_0_quietly_and_passes_conf_to_spa
         "--fail-on", "incomplete,corrupt", "--fail-on", "quarantine",
         "--conf", "spark.eventLog.enabled=true", "--conf", f"spark.eventLog.dir={events.as_uri()}",
         "--conf", "spark.eventLog.compress=false", "--conf", "spark.reassemble.probe=a=b",
+        process=True,  # launch-time settings and the launch's output: the process's own session
     )  # fmt: skip
     assert done.returncode == EXIT_OK, done.stderr[-3000:]
     assert done.stderr == ""
