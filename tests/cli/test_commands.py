@@ -33,6 +33,7 @@ def test_one_positive_integer_type_one_wording(text: str, says: str) -> None:
         at_least(1)(text)
 
 
+@pytest.mark.spark  # demo: the in-process run opens the shared session
 @pytest.mark.parametrize(("command", "option"), [("demo", "--messages"), ("drain", "--prefetch")])
 def test_every_subcommand_words_a_bad_count_the_same(command: str, option: str) -> None:
     places = ["amqp://nowhere:1", "q", "landing"] if command == "drain" else []
