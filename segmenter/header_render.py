@@ -558,7 +558,7 @@ def java_expr(e: Expr | int, env: Mapping[str, Any], exact: bool) -> str:
         return f"{r(args[0])}.not()" if exact else f"(~{r(args[0])})"
     if op in ("add", "sub"):
         if not exact:
-            return f"U.{op}({r(args[0])}, {r(args[1])})"
+            return f"Unsigned.{op}({r(args[0])}, {r(args[1])})"
         return f"{r(args[0])}.{'add' if op == 'add' else 'subtract'}({r(args[1])})"
     if op in _JAVA_BITS:
         symbol, method = _JAVA_BITS[op]
@@ -596,14 +596,14 @@ def _java_verdict(env: Mapping[str, Any], exact: bool) -> str:
             if f.kind == "bytes":
                 out += f"{i}byte[] {f.name} = java.util.Arrays.copyOfRange(b, {f.offset}, {f.offset + f.width});\n"
             else:
-                out += f"{i}{num} {f.name} = U.{read}(b, {f.offset}, {f.width});\n"
+                out += f"{i}{num} {f.name} = Unsigned.{read}(b, {f.offset}, {f.width});\n"
         return out
 
     src += fields(PREFIX_FIELDS)
     src += _java_checks(["prefix", "header"], env, exact, i, "return 0;")
-    at = f"U.index(header_length) - {-CHECKSUM_FIELD.offset}"
-    src += f"{i}{num} header_checksum = U.{read}(b, {at}, {CHECKSUM_FIELD.width});\n"
-    src += f"{i}{num} header_crc = {'BigInteger.valueOf(' if exact else '('}U.crc32(b, 0, {at}));\n"
+    at = f"Unsigned.index(header_length) - {-CHECKSUM_FIELD.offset}"
+    src += f"{i}{num} header_checksum = Unsigned.{read}(b, {at}, {CHECKSUM_FIELD.width});\n"
+    src += f"{i}{num} header_crc = {'BigInteger.valueOf(' if exact else '('}Unsigned.crc32(b, 0, {at}));\n"
     src += _java_checks(["checksum"], env, exact, i, "return 0;")
     src += fields(f for f in FIELDS if f not in PREFIX_FIELDS)
     for name, e in (FROM_HEADER_FLAGS | DERIVED).items():

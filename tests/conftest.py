@@ -1,4 +1,5 @@
-"""Shared fixtures: one Spark session per test run, hypothesis profiles."""
+"""Shared fixtures: one Spark session per test process, hypothesis profiles; the markers and xdist groups
+that split the suite into lanes (tests/README.md)."""
 
 from __future__ import annotations
 
@@ -19,13 +20,41 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    """One local Spark session shared by every test that asks for it."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from reassembly.spark.session import get_session
+    """One local Spark session shared by every test that asks for it, and by the command's in-process
+    runs (tests/support/command.py)."""
+    from tests.support.command import shared_session
 
-    session = get_session("local[2]", app_name="segmenter-tests")
+    session = shared_session()
     yield session
     session.stop()
+
+
+# Fixtures that start a server as a separate process: a test using one is marked `servers`.
+SERVER_FIXTURES = frozenset({"pg_url", "kafka_cluster", "kafka_clients", "s3_endpoint", "broker", "limited"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks (--dist loadgroup)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the tests that start servers; group the tests of one xdist worker's kind.
+
+    Under ``-n 2 --dist loadgroup`` a test without a group goes to whichever worker is free. A test
+    that needs Spark, a server or a cluster is grouped by its module: the module's fixtures (a landing
+    table, a server, a drained topic) are built once, on one worker. The cluster tests and those of
+    the built wheel are one group: the session's cluster and wheel are built once, and two standalone
+    clusters at once would fight for the machine's two cores.
+    """
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if SERVER_FIXTURES & fixtures:
+            item.add_marker(pytest.mark.servers)
+        if "spark" in fixtures and not item.get_closest_marker("spark"):
+            item.add_marker(pytest.mark.spark)
+        if item.get_closest_marker("xdist_group"):
+            continue
+        if item.get_closest_marker("cluster") or {"cluster", "wheel"} & fixtures:
+            item.add_marker(pytest.mark.xdist_group("cluster"))
+        elif any(item.get_closest_marker(m) for m in ("spark", "servers", "sweep")):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 # CI installs every server the tests need (PostgreSQL, ActiveMQ, Java), so there a skipped test

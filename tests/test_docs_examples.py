@@ -253,7 +253,22 @@ def _run_bash(block: Block, tmp_path: Path, landing: Path) -> None:
         )
 
 
-@pytest.mark.parametrize("block", RUN, ids=[b.id for b in RUN])
+def _starts_spark(block: Block) -> bool:
+    """Whether a block runs Spark: it, or a block of the chain it continues, names the ``spark`` fixture,
+    or it is a shell block running the command. Such a block is marked ``spark`` (CI's Spark lane)."""
+    if block.lang == "bash":
+        return "reassemble " in block.code
+    chained: Block | None = block
+    while chained is not None:
+        if "spark" in chained.fixtures:
+            return True
+        chained = chained.previous if chained.continues else None
+    return False
+
+
+@pytest.mark.parametrize(
+    "block", [pytest.param(b, id=b.id, marks=[pytest.mark.spark] if _starts_spark(b) else []) for b in RUN]
+)
 def test_block_runs(block: Block, request: pytest.FixtureRequest, tmp_path: Path) -> None:
     unknown = set(block.fixtures) - set(FIXTURES)
     assert not unknown, f"{block.id} (line {block.line}) names fixtures that do not exist: {sorted(unknown)}"

@@ -23,8 +23,8 @@ THIS = Path(__file__).resolve()
 
 
 def _sources() -> list[Path]:
-    roots = [REPO / "segmenter", REPO / "reassembly", REPO / "refmsg", REPO / "tests", REPO / "tools"]
-    files = [p for root in roots for p in root.rglob("*") if p.suffix in (".py", ".pyi", ".c", ".h")]
+    roots = [REPO / "segmenter", REPO / "reassembly", REPO / "refmsg", REPO / "tests", REPO / "tools", REPO / "jvm"]
+    files = [p for root in roots for p in root.rglob("*") if p.suffix in (".py", ".pyi", ".c", ".h", ".java")]
     return sorted({*files, *(REPO / "bench").glob("*.py")} - {THIS})
 
 
@@ -46,7 +46,8 @@ def _hits(pattern: re.Pattern[str], files: list[Path] | None = None) -> list[str
 
 def test_the_checked_tree_is_the_whole_library() -> None:
     names = {p.relative_to(REPO).parts[0] for p in _sources()}
-    assert names == {"segmenter", "reassembly", "refmsg", "tests", "tools", "bench"}
+    assert names == {"segmenter", "reassembly", "refmsg", "tests", "tools", "bench", "jvm"}
+    assert any(p.suffix == ".java" for p in _sources())
 
 
 def test_no_development_history_in_code_comments_or_tests() -> None:

@@ -102,14 +102,15 @@ def test_a_store_on_s3_through_the_emulator(tmp_path: Path, s3_store_url: S3Buck
         "--store-option", f"endpoint_url={bucket.endpoint}", "--store-option", "key=testing",
         "--store-option", "secret=testing", "--store-option", 'client_kwargs={"region_name": "us-east-1"}',
     ]  # fmt: skip
-    dry = reassemble(*args, env=bucket.env, timeout=120)
+    # A process: the emulator serves from this one, and its request log would join the command's stderr.
+    dry = reassemble(*args, env=bucket.env, timeout=120, process=True)
     assert dry.returncode == 0 and dry.stderr == "", dry.stderr
     assert [line.split(" (")[0] for line in dry.stdout.splitlines()[:2]] == [
         "would delete: settled",
         "would delete: unreferenced",
     ]
     assert sorted(o.key for o in store.list()) == ["live", "settled", "unreferenced"]
-    done = reassemble(*args, "--delete", env=bucket.env, timeout=120)
+    done = reassemble(*args, "--delete", env=bucket.env, timeout=120, process=True)
     assert done.returncode == 0 and done.stderr == "", done.stderr
     assert "deleted 2 (19 bytes; 1 settled, 1 unreferenced); kept 1 live" in done.stdout
     keys = [o["Key"] for o in bucket.client().list_objects_v2(Bucket=bucket.bucket).get("Contents", [])]

@@ -1,4 +1,5 @@
-"""The ``reassemble`` command as a user runs it: real processes, real files, real Spark."""
+"""The ``reassemble`` command as a user runs it: real files, real Spark; a real process where the process
+is what is tested (its launch output, a failing job, Ctrl-C), else in this process (tests/support/command.py)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def landing(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_run_writes_messages_and_quarantine_and_prints_a_summary(landing: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    done = reassemble("run", str(landing / "*.parquet"), str(out), "--partitions", "4")
+    done = reassemble("run", str(landing / "*.parquet"), str(out), "--partitions", "4", process=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "messages by status" in done.stdout and "quarantined segments by reason" in done.stdout
     assert "MiB/s" in done.stdout
@@ -111,7 +112,7 @@ def test_failed_run_leaves_no_output(tmp_path: Path) -> None:
     table = tmp_path / "corrupt.parquet"
     _corrupt_parquet(table)
     out = tmp_path / "out"
-    done = reassemble("run", str(table), str(out))
+    done = reassemble("run", str(table), str(out), process=True)  # a failing job stops its session
     assert done.returncode == 1, done.stdout[-1000:]
     errors = [line for line in done.stderr.splitlines() if line.startswith("reassemble: error:")]
     assert len(errors) == 1 and "job failed" in errors[0] and "corrupt.parquet" in errors[0], done.stderr[-2000:]
@@ -268,7 +269,7 @@ OVERLAPS = [
 
 
 def test_an_output_overlapping_the_input_is_refused_and_nothing_is_touched(landing: Path, tmp_path: Path) -> None:
-    """Each shape once (a process each), alternating the commands that write and --overwrite."""
+    """Each shape once, alternating the commands that write and --overwrite."""
     work = tmp_path / "work"
     (work / "landing").mkdir(parents=True)
     for f in landing.iterdir():
@@ -283,9 +284,7 @@ def test_an_output_overlapping_the_input_is_refused_and_nothing_is_touched(landi
     for i, (source, target) in enumerate(OVERLAPS):
         command, overwrite = ("run", "refmsg")[i % 2], ((), ("--overwrite",))[i // 2 % 2]
         argv = [command, source.format(abs=work), target.format(abs=work), *overwrite, "--master", "spark://0.0.0.0:9"]
-        done = subprocess.run(
-            [sys.executable, "-m", "reassembly", *argv], capture_output=True, text=True, timeout=120, cwd=work
-        )
+        done = reassemble(*argv, cwd=work)
         line = one_error_line(done)
         assert done.returncode == 2 and "choose an output outside" in line, (argv, line)
         assert _tree(tmp_path) == before, argv  # no hidden temporary either

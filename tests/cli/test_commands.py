@@ -1,6 +1,6 @@
 """The command's table of subcommands, its shared argument types and its one interrupt behaviour.
 
-No Spark: parsing, and a ``receive`` process waiting on stdin.
+No Spark: parsing (in this process), and a ``receive`` process waiting on stdin.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import pytest
 
 from reassembly.cli._common import EXIT_INTERRUPTED, EXIT_USAGE, at_least
 from reassembly.cli.main import COMMANDS, parser
+from tests.support.command import reassemble
 
 
 def test_the_table_names_each_subcommand_as_its_parser_does_in_help_order() -> None:
@@ -32,12 +33,11 @@ def test_one_positive_integer_type_one_wording(text: str, says: str) -> None:
         at_least(1)(text)
 
 
+@pytest.mark.spark  # demo: the in-process run opens the shared session
 @pytest.mark.parametrize(("command", "option"), [("demo", "--messages"), ("drain", "--prefetch")])
 def test_every_subcommand_words_a_bad_count_the_same(command: str, option: str) -> None:
     places = ["amqp://nowhere:1", "q", "landing"] if command == "drain" else []
-    done = subprocess.run(
-        [sys.executable, "-m", "reassembly", command, *places, option, "x"], capture_output=True, text=True, timeout=60
-    )
+    done = reassemble(command, *places, option, "x")
     assert done.returncode == EXIT_USAGE
     assert done.stderr == (
         f"reassemble: error: argument {option}: not an integer: 'x' (see: reassemble {command} --help)\n"

@@ -142,6 +142,7 @@ def _accounted(stdout: str) -> tuple[int, int]:
     return rows_in, carried_out
 
 
+@pytest.mark.sweep
 def test_runs_killed_at_every_step_leave_committed_runs_that_equal_one_plain_run(tmp_path: Path) -> None:
     ds = generate(n_messages=20, segments_per_message=3, segment_size=1024, groups=2, seed=5)
     parts = split_by_message(ds.rows, FILES)

@@ -48,6 +48,7 @@ def printed_counts(stdout: str) -> tuple[int, int, int, int]:
     return rows_in, used, quarantined, duplicates
 
 
+@pytest.mark.spark
 def test_the_summary_json_of_a_run_matches_the_schema_the_printed_summary_and_fail_on(
     faulty: Path, tmp_path: Path
 ) -> None:
@@ -96,6 +97,7 @@ def test_the_summary_json_of_a_run_matches_the_schema_the_printed_summary_and_fa
     assert doc["started_at"] < doc["ended_at"] and doc["started_at"].endswith("+00:00")
 
 
+@pytest.mark.spark
 def test_a_clean_run_with_every_condition_exits_0_quietly_and_passes_conf_to_spark(clean: Path, tmp_path: Path) -> None:
     """Nothing held: exit 0. --conf reaches the session (seen in Spark's own event log). Nothing on
     stderr: no pyspark FutureWarning about pandas, no Spark start-up lines."""
@@ -107,6 +109,7 @@ def test_a_clean_run_with_every_condition_exits_0_quietly_and_passes_conf_to_spa
         "--fail-on", "incomplete,corrupt", "--fail-on", "quarantine",
         "--conf", "spark.eventLog.enabled=true", "--conf", f"spark.eventLog.dir={events.as_uri()}",
         "--conf", "spark.eventLog.compress=false", "--conf", "spark.reassemble.probe=a=b",
+        process=True,  # launch-time settings and the launch's output: the process's own session
     )  # fmt: skip
     assert done.returncode == EXIT_OK, done.stderr[-3000:]
     assert done.stderr == ""
@@ -119,6 +122,7 @@ def test_a_clean_run_with_every_condition_exits_0_quietly_and_passes_conf_to_spa
     assert '"spark.reassemble.probe":"a=b"' in logs  # the value keeps its own '='
 
 
+@pytest.mark.spark
 def test_a_failed_run_still_writes_its_record(tmp_path: Path) -> None:
     """An orchestrator never reads an earlier run's file as this one's: a failure replaces it too."""
     summary = tmp_path / "s.json"
@@ -132,6 +136,7 @@ def test_a_failed_run_still_writes_its_record(tmp_path: Path) -> None:
     assert doc["counts"] is None and doc["accounting"] is None
 
 
+@pytest.mark.spark
 def test_the_summary_file_may_not_land_in_the_input(faulty: Path, tmp_path: Path) -> None:
     """A usage error (exit 2) touches nothing: neither OUTPUT nor the refused FILE is written."""
     done = reassemble("run", str(faulty), str(tmp_path / "out"), "--summary-json", str(faulty / "s.json"))
@@ -139,6 +144,7 @@ def test_the_summary_file_may_not_land_in_the_input(faulty: Path, tmp_path: Path
     assert not (faulty / "s.json").exists() and not (tmp_path / "out").exists()
 
 
+@pytest.mark.spark
 def test_incremental_runs_write_their_summary_with_what_they_carried(tmp_path: Path) -> None:
     """--summary-json with --incremental: each run's counts, its identity with the rows carried in and
     out, the checkpoint's facts; a message cut over two runs is complete in the later, so --fail-on
@@ -188,6 +194,7 @@ def test_incremental_runs_write_their_summary_with_what_they_carried(tmp_path: P
     )
 
 
+@pytest.mark.spark
 def test_a_stream_writes_its_summary_and_fails_on_what_its_batches_did(faulty: Path, tmp_path: Path) -> None:
     """``stream --summary-json``: counts summed over the batches this invocation ran, what state holds
     after them; --fail-on quarantine exits 3 once the batches are committed. The same command again

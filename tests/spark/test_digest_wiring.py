@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import io
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -347,8 +345,7 @@ def test_spark_plans_do_not_show_the_keys(spark: Any, tmp_path: Path) -> None:
 
 
 def test_the_command_refuses_a_bad_keyring_before_spark_starts(tmp_path: Path) -> None:
-    def command(*args: str) -> subprocess.CompletedProcess[str]:  # a real process: nothing imports the command
-        return subprocess.run([sys.executable, "-m", "reassembly", *args], capture_output=True, text=True, timeout=120)
+    from tests.support.command import reassemble as command
 
     ring = tmp_path / "ring.json"
     ring.write_text(f'{{"keys": {{"k1": "{K1.hex()}", "k2": "00"}}}}')  # k2 too short

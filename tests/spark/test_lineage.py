@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import subprocess
-import sys
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from reassembly.spark.schema import SOURCE, SOURCES
 from segmenter import Segmenter
 from segmenter.wire import decode_header, decode_segment
 from tests.spark.test_jvm_jar import hostile_rows
+from tests.support import command
 
 pytestmark = pytest.mark.spark
 
@@ -152,7 +152,7 @@ def test_the_input_file_is_kept_like_a_column(spark: Any, tmp_path: Path, landin
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "reassembly", *args], capture_output=True, text=True, timeout=600)
+    return command.reassemble(*args)
 
 
 def test_the_command_keeps_columns_and_refuses_what_it_cannot_keep(

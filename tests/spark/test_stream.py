@@ -209,6 +209,7 @@ def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.sweep
 def test_sigkill_mid_batch_then_restart_exactly_once(tmp_path: Path) -> None:
     ds = generate(n_messages=24, segments_per_message=3, segment_size=1024, seed=5)
     (tmp_path / "landing").mkdir()

@@ -28,7 +28,7 @@ import org.apache.spark.unsafe.types.BinaryView;
  * rules ({@link HeaderTable}, generated from segmenter/header_table.py like the Python decoder and the
  * SQL), and its keys: the columns {@code jvm.route} computes over {@code decode_segments}' SQL
  * (reassembly/spark/jvm.py), from one compiled function instead of some forty SQL expressions that a
- * fresh JVM generates, compiles and warms up per query (issue 14).
+ * fresh JVM generates, compiles and warms up per query.
  *
  * <p>Input: one binary column (the encoded segment, NULL allowed), read from the scan's column
  * batches when it has them (each value a view, no copy: {@link Plans#batches}), else from its rows.
@@ -246,13 +246,13 @@ public final class Decode implements java.io.Serializable {
             return;
         }
         boolean ok = verdict == 2;
-        int headerLength = (int) U.u(header, HeaderTable.AT_HEADER_LENGTH, HeaderTable.WIDTH_HEADER_LENGTH);
-        long algorithm = U.u(header, HeaderTable.AT_ALGORITHM, HeaderTable.WIDTH_ALGORITHM);
-        long msgFlags = U.u(header, HeaderTable.AT_MSG_FLAGS, HeaderTable.WIDTH_MSG_FLAGS);
-        long headerFlags = U.u(header, HeaderTable.AT_HEADER_FLAGS, HeaderTable.WIDTH_HEADER_FLAGS);
-        long seq = U.u(header, HeaderTable.AT_MSG_SEQ_NUMBER, HeaderTable.WIDTH_MSG_SEQ_NUMBER);
-        long dataChecksum = U.u(header, HeaderTable.AT_DATA_CHECKSUM, HeaderTable.WIDTH_DATA_CHECKSUM);
-        Long offset = signed(U.u(header, HeaderTable.AT_OFFSET, HeaderTable.WIDTH_OFFSET));
+        int headerLength = (int) Unsigned.u(header, HeaderTable.AT_HEADER_LENGTH, HeaderTable.WIDTH_HEADER_LENGTH);
+        long algorithm = Unsigned.u(header, HeaderTable.AT_ALGORITHM, HeaderTable.WIDTH_ALGORITHM);
+        long msgFlags = Unsigned.u(header, HeaderTable.AT_MSG_FLAGS, HeaderTable.WIDTH_MSG_FLAGS);
+        long headerFlags = Unsigned.u(header, HeaderTable.AT_HEADER_FLAGS, HeaderTable.WIDTH_HEADER_FLAGS);
+        long seq = Unsigned.u(header, HeaderTable.AT_MSG_SEQ_NUMBER, HeaderTable.WIDTH_MSG_SEQ_NUMBER);
+        long dataChecksum = Unsigned.u(header, HeaderTable.AT_DATA_CHECKSUM, HeaderTable.WIDTH_DATA_CHECKSUM);
+        Long offset = signed(Unsigned.u(header, HeaderTable.AT_OFFSET, HeaderTable.WIDTH_OFFSET));
         boolean last = HeaderTable.last(msgFlags);
         byte[] piece = bytes(segment, headerLength, length - headerLength);
         v[C_ROUTABLE] = true;
@@ -266,18 +266,18 @@ public final class Decode implements java.io.Serializable {
         v[C_SK] = sk;
         // SQL: CASE WHEN NOT header_ok THEN false WHEN algorithm = CRC-32 THEN crc32(data) = data_checksum END
         v[C_DATA_OK] = !ok ? Boolean.FALSE
-            : algorithm == crc32 ? (Object) (U.crc32(piece, 0, piece.length) == dataChecksum) : null;
+            : algorithm == crc32 ? (Object) (Unsigned.crc32(piece, 0, piece.length) == dataChecksum) : null;
         v[C_IS_LAST] = ok && last;
         v[C_IN_GROUP] = HeaderTable.inGroup(msgFlags);
-        v[C_CODEC] = U.u(header, HeaderTable.AT_CODEC, HeaderTable.WIDTH_CODEC);
+        v[C_CODEC] = Unsigned.u(header, HeaderTable.AT_CODEC, HeaderTable.WIDTH_CODEC);
         v[C_ALGORITHM] = algorithm;
         v[C_MSG_SEQ_NUMBER] = seq <= Integer.MAX_VALUE ? (Object) (int) seq : null;
         v[C_OFFSET] = offset;
-        v[C_DATA_LENGTH] = U.u(header, HeaderTable.AT_DATA_LENGTH, HeaderTable.WIDTH_DATA_LENGTH);
-        v[C_STORED_LENGTH] = signed(U.u(header, HeaderTable.AT_STORED_LENGTH, HeaderTable.WIDTH_STORED_LENGTH));
-        v[C_ORIGINAL_LENGTH] = signed(U.u(header, HeaderTable.AT_ORIGINAL_LENGTH, HeaderTable.WIDTH_ORIGINAL_LENGTH));
+        v[C_DATA_LENGTH] = Unsigned.u(header, HeaderTable.AT_DATA_LENGTH, HeaderTable.WIDTH_DATA_LENGTH);
+        v[C_STORED_LENGTH] = signed(Unsigned.u(header, HeaderTable.AT_STORED_LENGTH, HeaderTable.WIDTH_STORED_LENGTH));
+        v[C_ORIGINAL_LENGTH] = signed(Unsigned.u(header, HeaderTable.AT_ORIGINAL_LENGTH, HeaderTable.WIDTH_ORIGINAL_LENGTH));
         v[C_MESSAGE_CHECKSUM] = HeaderTable.hasMessageChecksum(headerFlags)
-            ? (Object) U.u(header, HeaderTable.AT_MESSAGE_CHECKSUM, HeaderTable.WIDTH_MESSAGE_CHECKSUM) : null;
+            ? (Object) Unsigned.u(header, HeaderTable.AT_MESSAGE_CHECKSUM, HeaderTable.WIDTH_MESSAGE_CHECKSUM) : null;
         v[C_LENGTH_DEFERRED] = HeaderTable.lengthDeferred(headerFlags);
         v[C_DATA_CHECKSUM] = dataChecksum;
         v[C_HEADER_LENGTH] = (long) headerLength;

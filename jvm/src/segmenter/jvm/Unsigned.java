@@ -4,8 +4,8 @@ import java.math.BigInteger;
 import java.util.zip.CRC32;
 
 /** The arithmetic {@link HeaderTable}'s generated rules use: unsigned 64-bit values, exact or refused. */
-final class U {
-    private U() {}
+final class Unsigned {
+    private Unsigned() {}
 
     /** The unsigned big-endian integer of {@code width} (at most 8) bytes at {@code at}, as its 64 bits. */
     static long u(byte[] b, int at, int width) {
