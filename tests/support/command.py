@@ -73,7 +73,7 @@ def reassemble(
 
 
 def _in_process(argv: list[str], env: dict[str, str], cwd: Path | None) -> subprocess.CompletedProcess[str]:
-    from reassembly._plumbing import INTERRUPTED
+    from reassembly._processes import INTERRUPTED
 
     from reassembly.cli.main import main
 
