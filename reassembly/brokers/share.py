@@ -44,7 +44,8 @@ class ShareGroupReceiver(MemberReceiver):
 
     ``config`` is the client's (``bootstrap.servers`` and ``group.id`` at least);
     ``share.acknowledgement.mode`` is set to ``explicit`` (a configuration naming another mode is
-    refused). :meth:`poll` handles one batch; :meth:`run` polls until ``stop()`` is true;
+    refused). :meth:`~reassembly.segstore.MemberReceiver.poll` handles one batch;
+    :meth:`~reassembly.segstore.MemberReceiver.run` polls until ``stop()`` is true;
     :meth:`close` leaves the group (unacknowledged records go back to it).
     """
 

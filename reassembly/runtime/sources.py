@@ -42,8 +42,7 @@ def _log_event(event: object) -> None:
 
 class PauseFlag:
     """Back-pressure as a flag the source's ``fetch`` reads (a queue or a share group has no
-    partitions to pause: the source stops reading and the broker stops sending once its prefetch
-    is full); ``pauses`` counts the pauses."""
+    partitions to pause: while paused the source does not read); ``pauses`` counts the pauses."""
 
     _paused = False
     pauses = 0
