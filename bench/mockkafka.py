@@ -6,7 +6,8 @@ but cannot create a topic with a chosen partition count on it), prints ``bootstr
 and then answers ``ok`` to each ``topic NAME PARTITIONS`` line on stdin; end of stdin destroys it.
 The group coordinator's first-rebalance delay is set to 0 (the mock's default waits 3 s).
 
-The minimal part of the tests' holder (tests/support/kafka_holder.py), kept here so that the
+The minimal holder: the tests' (tests/support/kafka_holder.py) loads librdkafka and creates its
+cluster with :func:`librdkafka` and :func:`new_cluster` and adds fault injection, so that the
 benches import nothing from ``tests``. Each partition of the mock keeps only its newest 5 MiB:
 spread a data set over enough partitions.
 """
@@ -25,7 +26,9 @@ from pathlib import Path
 RD_KAFKA_PRODUCER = 0
 
 
-def _librdkafka() -> ctypes.CDLL:
+def librdkafka(who: str) -> ctypes.CDLL:
+    """The librdkafka bundled in the confluent-kafka wheel (the one its ``Producer`` uses), else the
+    system's, with the mock-cluster calls typed; ``who`` names the caller in its errors."""
     spec = importlib.util.find_spec("confluent_kafka")
     candidates: list[str] = []
     if spec is not None and spec.origin is not None:
@@ -34,7 +37,7 @@ def _librdkafka() -> ctypes.CDLL:
     if not candidates and (found := ctypes.util.find_library("rdkafka")) is not None:
         candidates = [found]
     if not candidates:
-        raise SystemExit("bench.mockkafka: no librdkafka (pip install confluent-kafka)")
+        raise SystemExit(f"{who}: no librdkafka (pip install confluent-kafka)")
     lib = ctypes.CDLL(candidates[0])
     vp, cp = ctypes.c_void_p, ctypes.c_char_p
     lib.rd_kafka_conf_new.restype = vp
@@ -52,15 +55,24 @@ def _librdkafka() -> ctypes.CDLL:
     return lib
 
 
-def hold(brokers: int) -> int:
-    lib = _librdkafka()
+def new_cluster(lib: ctypes.CDLL, brokers: int, who: str) -> tuple[int, int]:
+    """A client handle and the mock cluster of ``brokers`` brokers it holds (the cluster lives as long
+    as the handle); ``who`` names the caller in its errors."""
     errstr = ctypes.create_string_buffer(512)
     conf = lib.rd_kafka_conf_new()
     lib.rd_kafka_conf_set(conf, b"log_level", b"4", errstr, len(errstr))
     handle = lib.rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, len(errstr))
     if not handle:
-        raise SystemExit(f"bench.mockkafka: rd_kafka_new: {errstr.value.decode()}")
+        raise SystemExit(f"{who}: rd_kafka_new: {errstr.value.decode()}")
     cluster = lib.rd_kafka_mock_cluster_new(handle, brokers)
+    if not cluster:
+        raise SystemExit(f"{who}: rd_kafka_mock_cluster_new failed")
+    return handle, cluster
+
+
+def hold(brokers: int) -> int:
+    lib = librdkafka("bench.mockkafka")
+    handle, cluster = new_cluster(lib, brokers, "bench.mockkafka")
     lib.rd_kafka_mock_group_initial_rebalance_delay_ms(cluster, 0)
     print("bootstrap " + lib.rd_kafka_mock_cluster_bootstraps(cluster).decode(), flush=True)
     for line in sys.stdin:

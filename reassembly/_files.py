@@ -30,6 +30,15 @@ from reassembly._processes import deferred_interrupts, process_alive, process_id
 logger = logging.getLogger(__name__)
 
 
+def fsync_path(path: Path) -> None:
+    """Flush a file's bytes, or a directory's entries (a rename in it), to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def inputs(pattern: str) -> list[str]:
     """The paths an input names (a file, a directory or a glob); JobError if none or unreadable."""
     paths = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]

@@ -18,15 +18,13 @@ A consumer killed before it settled has its deliveries redelivered by the broker
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from reassembly.segstore.core import Write
-from reassembly.segstore.member import MemberStats, StoreMember
+from reassembly.segstore.member import MemberReceiver, StoreMember
 from reassembly.segstore.store import Claim, OnMessage, SegmentStore
 from segmenter.brokers import Consumer, body_view
 
 
-class CompetingReceiver:
+class CompetingReceiver(MemberReceiver):
     """One competing consumer of a queue, feeding a shared segment store."""
 
     def __init__(
@@ -35,17 +33,6 @@ class CompetingReceiver:
         self.consumer = consumer
         self.member = StoreMember(store, on_message, take_over_every=take_over_every)
         self.redelivered = 0
-
-    @property
-    def stats(self) -> MemberStats:
-        return self.member.stats
-
-    def poll(self, timeout: float = 1.0) -> int:
-        """One fetch: write, settle, deliver what it completed, take over what is due. Deliveries read."""
-        read, claims = self.receive(timeout)
-        self.member.deliver(claims)
-        self.member.tick()
-        return read
 
     def receive(self, timeout: float = 1.0) -> tuple[int, list[Claim]]:
         """One fetch written and settled, nothing delivered: (deliveries read, the units the fetch
@@ -61,12 +48,6 @@ class CompetingReceiver:
             else:
                 d.accept()
         return len(deliveries), claims
-
-    def run(self, stop: Callable[[], bool], *, timeout: float = 0.5) -> MemberStats:
-        """Poll until ``stop()`` is true (checked between fetches)."""
-        while not stop():
-            self.poll(timeout)
-        return self.stats
 
     def close(self) -> None:
         """Write the settlements made and disconnect (unsettled deliveries go back to the queue)."""

@@ -32,6 +32,7 @@ from reassembly.assembler.core import Assembler
 from reassembly.brokers.receiver import BrokerReceiver, Delivered, Quarantined, ReceiverStats
 from reassembly.dispatcher import Outcome
 from reassembly.runtime.base import Offered
+from reassembly.runtime.sources import PauseFlag
 from segmenter.brokers import Consumer
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from reassembly.dispatcher import Dispatcher, Work
 
 
-class BrokerDispatchSource:
+class BrokerDispatchSource(PauseFlag):
     """A :class:`~reassembly.runtime.base.Source` of whole messages from an AMQP or STOMP queue.
 
     ``consumer``: from :func:`segmenter.brokers.open_consumer` (its ``prefetch`` bounds what the
@@ -62,16 +63,10 @@ class BrokerDispatchSource:
         if assembler is None:  # each message of an MQ group as it completes: the dispatcher orders them
             assembler = Assembler(unit_of_work=unit_of_work)
         self.receiver = BrokerReceiver(consumer, self._out.append, assembler, on_quarantine=on_quarantine, defer=True)
-        self._paused = False
-        self.pauses = 0
 
     @property
     def stats(self) -> ReceiverStats:
         return self.receiver.stats
-
-    @property
-    def paused(self) -> bool:
-        return self._paused
 
     def fetch(self, timeout: float) -> list[Offered]:
         """What arrived (waiting up to ``timeout`` s), whole messages out; nothing while paused."""
@@ -89,14 +84,6 @@ class BrokerDispatchSource:
 
     def commit(self, dispatcher: Dispatcher, force: bool = False) -> None:
         """Nothing to commit: a queue's deliveries are settled one by one (:meth:`settled`)."""
-
-    def pause(self) -> None:
-        if not self._paused:
-            self._paused = True
-            self.pauses += 1
-
-    def resume(self) -> None:
-        self._paused = False
 
     def held_bytes(self) -> int:
         return self.receiver.assembler.buffered_bytes

@@ -23,11 +23,11 @@ confluent-kafka is imported when a receiver is created: ``pip install "segment-r
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from reassembly.segstore.core import Write
-from reassembly.segstore.member import MemberStats, StoreMember
+from reassembly.segstore.member import MemberReceiver, StoreMember
 from reassembly.segstore.store import Claim, OnMessage, SegmentStore
 from segmenter.brokers import BrokerError
 from segmenter.brokers.kafka import confluent
@@ -39,12 +39,13 @@ DEFAULT_DELIVERY_LIMIT = 5
 """Kafka's default ``share.delivery.count.limit`` (a group setting; the client cannot read it)."""
 
 
-class ShareGroupReceiver:
+class ShareGroupReceiver(MemberReceiver):
     """One member of a share group feeding a shared segment store.
 
     ``config`` is the client's (``bootstrap.servers`` and ``group.id`` at least);
     ``share.acknowledgement.mode`` is set to ``explicit`` (a configuration naming another mode is
-    refused). :meth:`poll` handles one batch; :meth:`run` polls until ``stop()`` is true;
+    refused). :meth:`~reassembly.segstore.MemberReceiver.poll` handles one batch;
+    :meth:`~reassembly.segstore.MemberReceiver.run` polls until ``stop()`` is true;
     :meth:`close` leaves the group (unacknowledged records go back to it).
     """
 
@@ -73,17 +74,6 @@ class ShareGroupReceiver:
         self.member = StoreMember(store, on_message, take_over_every=take_over_every)
         self.delivery_limit = delivery_limit
         self.errors = 0  # record-level errors reported by the client (logged)
-
-    @property
-    def stats(self) -> MemberStats:
-        return self.member.stats
-
-    def poll(self, timeout: float = 1.0) -> int:
-        """One batch: write, acknowledge, deliver what it completed, take over what is due. Records read."""
-        read, claims = self.receive(timeout)
-        self.member.deliver(claims)
-        self.member.tick()
-        return read
 
     def receive(self, timeout: float = 1.0) -> tuple[int, list[Claim]]:
         """One batch written and acknowledged, nothing delivered: (records read, the units the
@@ -116,12 +106,6 @@ class ShareGroupReceiver:
         if records:
             self.consumer.commit_async()
         return len(records), claims
-
-    def run(self, stop: Callable[[], bool], *, timeout: float = 0.5) -> MemberStats:
-        """Poll until ``stop()`` is true (checked between batches)."""
-        while not stop():
-            self.poll(timeout)
-        return self.stats
 
     def close(self) -> None:
         """Send the acknowledgements made and leave the group."""

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from reassembly.assembler.events import GroupComplete
 from reassembly.runtime.base import Offered
+from reassembly.runtime.sources import PauseFlag
 from reassembly.segstore.member import MemberStats, StoreMember
 from reassembly.segstore.store import Claim, Opened, SegmentStore
 from segmenter.errors import Reason, SegmentationError
@@ -92,7 +93,7 @@ def _never(event: object) -> None:
     )
 
 
-class ShareDispatchSource:
+class ShareDispatchSource(PauseFlag):
     """A :class:`~reassembly.runtime.base.Source` of whole messages completed in a shared segment store.
 
     ``receiver`` wraps ``store`` (built with ``on_message=`` :data:`ON_MESSAGE`; the source owns
@@ -117,13 +118,7 @@ class ShareDispatchSource:
         self._next_renewal = clock() + self.renew_every
         self._held: dict[tuple[bytes, int], _Held] = {}
         self._unit_of: dict[int, tuple[bytes, int]] = {}  # id(message offered) -> its unit
-        self._paused = False
-        self.pauses = 0
         self.stats = ShareSourceStats(store.member, store=self.member.stats)
-
-    @property
-    def paused(self) -> bool:
-        return self._paused
 
     def fetch(self, timeout: float) -> list[Offered]:
         """One batch stored and acknowledged; the messages of the units it completed and of those
@@ -197,14 +192,6 @@ class ShareDispatchSource:
 
     def commit(self, dispatcher: Dispatcher, force: bool = False) -> None:
         """Nothing to commit: each record was acknowledged once the store kept it."""
-
-    def pause(self) -> None:
-        if not self._paused:
-            self._paused = True
-            self.pauses += 1
-
-    def resume(self) -> None:
-        self._paused = False
 
     def held_bytes(self) -> int:
         """Incomplete messages are held in the store, not in this process."""

@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import asyncio
 import queue
-import random as _random
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from reassembly.dispatcher import AfterDead, Budget, Ordering, RetryPolicy, Work
-from reassembly.runtime.base import DeadLetter, Failure, Result, Runner, Source
-from reassembly.runtime.metrics import Metrics
+from reassembly.dispatcher import Work
+from reassembly.runtime.base import Failure, Result, Runner, RunnerOptions, Source
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 AsyncHandler = Callable[[Any], Awaitable[object]]
 
@@ -100,39 +101,10 @@ class AsyncRunner(Runner):
         self,
         source: Source,
         handler: AsyncHandler,
-        *,
-        workers: int = 8,
-        ordering: Ordering = Ordering.GROUP,
-        retry: RetryPolicy | None = None,
-        after_dead: AfterDead = AfterDead.CONTINUE,
-        dead_letter: DeadLetter | None = None,
-        budget: Budget | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        random: Callable[[], float] = _random.random,
-        metrics: Metrics | None = None,
-        drain_timeout: float = 30.0,
-        prefetch: int = 256,
-        batch_seconds: float = 0.002,
-        commit_every: int = 1000,
-        commit_interval: float = 5.0,
-        fetch_wait: float = 0.05,
+        **options: Unpack[RunnerOptions],
     ) -> None:
         super().__init__(
             source,
             AsyncCarrier(handler),
-            workers=workers,
-            ordering=ordering,
-            retry=retry,
-            after_dead=after_dead,
-            dead_letter=dead_letter,
-            budget=budget,
-            clock=clock,
-            random=random,
-            metrics=metrics,
-            drain_timeout=drain_timeout,
-            prefetch=prefetch,
-            batch_seconds=batch_seconds,
-            commit_every=commit_every,
-            commit_interval=commit_interval,
-            fetch_wait=fetch_wait,
+            **options,
         )

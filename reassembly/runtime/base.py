@@ -46,7 +46,7 @@ import time
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 import reassembly.dispatcher
 from reassembly.dispatcher import (
@@ -62,6 +62,9 @@ from reassembly.dispatcher import (
 )
 from reassembly.runtime.metrics import Metrics
 from segmenter.errors import Reason, SegmentationError
+
+if TYPE_CHECKING:
+    pass
 
 log = logging.getLogger("reassembly.runtime")
 
@@ -225,6 +228,27 @@ DEFAULT_MESSAGES = 10_000  # the budget when none is given: messages held (waiti
 DEFAULT_BYTES = 256 << 20  # and bytes held (those and the segments in assembly)
 
 _WAKE = object()  # put on the results queue by stop(): the loop looks at its flags at once
+
+
+class RunnerOptions(TypedDict, total=False):
+    """The keyword arguments every runner passes on to :class:`Runner` (its defaults and meaning are
+    there): one list, so that a runner states only what it adds (its carrier, its handler)."""
+
+    workers: int
+    ordering: Ordering
+    retry: RetryPolicy | None
+    after_dead: AfterDead
+    dead_letter: DeadLetter | None
+    budget: Budget | None
+    clock: Callable[[], float]
+    random: Callable[[], float]
+    metrics: Metrics | None
+    drain_timeout: float
+    prefetch: int
+    batch_seconds: float
+    commit_every: int
+    commit_interval: float
+    fetch_wait: float
 
 
 class Runner:
@@ -424,31 +448,33 @@ class Runner:
         first (a fast handler: few workers woken, each with a large batch); then, while a turn of the
         loop outlasts such a batch, level by level up to what lasts two turns (every worker gets one
         more before any gets two more: a slow handler's work spreads over every worker)."""
-        d = self.dispatcher
         out = self._outstanding
         batches: dict[int, list[Work]] = {}
         fill = self._fill
         for w in sorted(range(self.workers), key=out.__getitem__):
             while out[w] < fill:
-                work = d.take(w, now)
-                if work is None:
+                if not self._take(w, now, batches):
                     self._send(batches)
                     return
-                batches.setdefault(w, []).append(work)
-                self._inflight[work.ticket] = (work, w, now)
-                out[w] += 1
         for level in range(fill, self._hold):
             for w in range(self.workers):
                 if out[w] != level:
                     continue
-                work = d.take(w, now)
-                if work is None:
+                if not self._take(w, now, batches):
                     self._send(batches)
                     return
-                batches.setdefault(w, []).append(work)
-                self._inflight[work.ticket] = (work, w, now)
-                out[w] += 1
         self._send(batches)
+
+    def _take(self, w: int, now: float, batches: dict[int, list[Work]]) -> bool:
+        """Adds the next work the dispatcher gives worker ``w`` to its batch and counts it as held;
+        False when the dispatcher has none to give (the hand-out stops there)."""
+        work = self.dispatcher.take(w, now)
+        if work is None:
+            return False
+        batches.setdefault(w, []).append(work)
+        self._inflight[work.ticket] = (work, w, now)
+        self._outstanding[w] += 1
+        return True
 
     def _send(self, batches: dict[int, list[Work]]) -> None:
         for w, batch in batches.items():

@@ -27,6 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from reassembly._files import fsync_path
 from reassembly.assembler import GroupComplete, MessageComplete, ScatteredPayload
 from reassembly.assembler.bodies import StoredBody
 from reassembly.runtime.base import DeadRecord
@@ -79,14 +80,6 @@ def positions_json(positions: Sequence[tuple[Hashable, int]]) -> str:
     return json.dumps([[plain(p), o] for p, o in positions], separators=(",", ":"))
 
 
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class ParquetDeadLetter:
     """Dead messages as Parquet files in ``folder`` (created if missing); :data:`COLUMNS`."""
 
@@ -137,11 +130,11 @@ class ParquetDeadLetter:
         tmp = self.folder / f"{TMP_PREFIX}{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}.tmp"
         try:
             pq.write_table(table, str(tmp), compression="zstd")
-            _fsync(tmp)
+            fsync_path(tmp)
             stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
             final = self.folder / f"part-{stamp}-{uuid.uuid4().hex[:12]}.parquet"
             os.rename(tmp, final)
-            _fsync(self.folder)
+            fsync_path(self.folder)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise

@@ -26,20 +26,20 @@ import multiprocessing
 import multiprocessing.context
 import pickle
 import queue
-import random as _random
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from multiprocessing import shared_memory
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reassembly.assembler import GroupComplete, MessageComplete, ScatteredPayload
-from reassembly.dispatcher import AfterDead, Budget, Ordering, RetryPolicy, Work
-from reassembly.runtime.base import DeadLetter, Failure, Handler, Result, Runner, Source
-from reassembly.runtime.metrics import Metrics
+from reassembly.dispatcher import Work
+from reassembly.runtime.base import Failure, Handler, Result, Runner, RunnerOptions, Source
 from segmenter.errors import Reason, SegmentationError
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 SHARED_MIN = 64 << 10  # payloads at least this large go through shared memory
 CHECK_EVERY = 0.2  # seconds between looks for dead workers
@@ -276,41 +276,13 @@ class ProcessRunner(Runner):
         source: Source,
         handler: str | Handler,
         *,
-        workers: int = 8,
-        ordering: Ordering = Ordering.GROUP,
-        retry: RetryPolicy | None = None,
-        after_dead: AfterDead = AfterDead.CONTINUE,
-        dead_letter: DeadLetter | None = None,
-        budget: Budget | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        random: Callable[[], float] = _random.random,
-        metrics: Metrics | None = None,
-        drain_timeout: float = 30.0,
-        prefetch: int = 256,
-        batch_seconds: float = 0.002,
-        commit_every: int = 1000,
-        commit_interval: float = 5.0,
-        fetch_wait: float = 0.05,
         shared_min: int = SHARED_MIN,
+        **options: Unpack[RunnerOptions],
     ) -> None:
         if isinstance(handler, str):
             resolve_handler(handler)  # a typo fails here, not in every worker
         super().__init__(
             source,
             ProcessCarrier(handler, shared_min),
-            workers=workers,
-            ordering=ordering,
-            retry=retry,
-            after_dead=after_dead,
-            dead_letter=dead_letter,
-            budget=budget,
-            clock=clock,
-            random=random,
-            metrics=metrics,
-            drain_timeout=drain_timeout,
-            prefetch=prefetch,
-            batch_seconds=batch_seconds,
-            commit_every=commit_every,
-            commit_interval=commit_interval,
-            fetch_wait=fetch_wait,
+            **options,
         )

@@ -40,6 +40,26 @@ def _log_event(event: object) -> None:
         log.warning("not a whole message, not dispatched: %s", str(event)[:500])
 
 
+class PauseFlag:
+    """Back-pressure as a flag the source's ``fetch`` reads (a queue or a share group has no
+    partitions to pause: while paused the source does not read); ``pauses`` counts the pauses."""
+
+    _paused = False
+    pauses = 0
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def pause(self) -> None:
+        if not self._paused:
+            self._paused = True
+            self.pauses += 1
+
+    def resume(self) -> None:
+        self._paused = False
+
+
 class IterableSource:
     """A finite :class:`~reassembly.runtime.base.Source` over ``items``.
 

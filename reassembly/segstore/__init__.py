@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from reassembly.segstore.core import GapReport, StoreStats, UnitReport, Write
-from reassembly.segstore.member import MemberStats, StoreMember
+from reassembly.segstore.member import MemberReceiver, MemberStats, StoreMember
 from reassembly.segstore.store import Claim, OnMessage, SegmentStore, Settled, Vacuumed, Written
 
 
@@ -31,6 +31,7 @@ def open_store(url: str, *, member: str, **options: Any) -> SegmentStore:
 __all__ = [
     "Claim",
     "GapReport",
+    "MemberReceiver",
     "MemberStats",
     "OnMessage",
     "SegmentStore",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -136,3 +137,32 @@ class StoreMember:
             log.info("taking over %d unit(s) from the store", len(claims))
         self.stats.taken_over += len(claims)
         return claims
+
+
+class MemberReceiver(ABC):
+    """The loop every store-fed receiver runs around its own fetch: :meth:`receive` (the adapter's:
+    fetch, :meth:`StoreMember.write`, acknowledge), then deliver what it completed and take over
+    what is due. One loop, so that an adapter writes only how it fetches and acknowledges."""
+
+    member: StoreMember
+
+    @abstractmethod
+    def receive(self, timeout: float = 1.0) -> tuple[int, list[Claim]]:
+        """One fetch written and acknowledged, nothing delivered: (records read, the units it completed)."""
+
+    @property
+    def stats(self) -> MemberStats:
+        return self.member.stats
+
+    def poll(self, timeout: float = 1.0) -> int:
+        """One fetch: write, acknowledge, deliver what it completed, take over what is due. Records read."""
+        read, claims = self.receive(timeout)
+        self.member.deliver(claims)
+        self.member.tick()
+        return read
+
+    def run(self, stop: Callable[[], bool], *, timeout: float = 0.5) -> MemberStats:
+        """Poll until ``stop()`` is true (checked between fetches)."""
+        while not stop():
+            self.poll(timeout)
+        return self.stats

@@ -10,12 +10,13 @@ server's own ``fsync`` and ``synchronous_commit``: leave them on in production).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from reassembly.assembler.model import Limits
-from reassembly.segstore.store import SegmentStore
+from reassembly.segstore.store import SegmentStore, StoreOptions
 from segmenter.errors import Reason, SegmentationError
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 _SCHEMA_LOCK = 0x5E65_7031  # pg_advisory_xact_lock key: members creating the schema at once take turns
 
@@ -45,22 +46,9 @@ class PostgresSegmentStore(SegmentStore):
     def __init__(
         self,
         url: str,
-        *,
-        member: str,
-        lease_seconds: float = 30.0,
-        limits: Limits | None = None,
-        unit_of_work: bool | None = None,
-        clock: Callable[[], float] | None = None,
+        **options: Unpack[StoreOptions],
     ) -> None:
-        kwargs = {} if clock is None else {"clock": clock}
-        super().__init__(
-            _connect(url),
-            member=member,
-            lease_seconds=lease_seconds,
-            limits=limits,
-            unit_of_work=unit_of_work,
-            **kwargs,
-        )
+        super().__init__(_connect(url), **options)
 
     def _schema_lock(self) -> None:
         self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))

@@ -11,11 +11,13 @@ returns, which is what makes acknowledging the records then safe. Processes on s
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from reassembly.assembler.model import Limits
-from reassembly.segstore.store import SegmentStore
+from reassembly.segstore.store import SegmentStore, StoreOptions
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 class SqliteSegmentStore(SegmentStore):
@@ -25,22 +27,15 @@ class SqliteSegmentStore(SegmentStore):
         self,
         path: str | Path,
         *,
-        member: str,
-        lease_seconds: float = 30.0,
-        limits: Limits | None = None,
-        unit_of_work: bool | None = None,
         busy_timeout: float = 30.0,
         synchronous: str = "FULL",
-        clock: Callable[[], float] | None = None,
+        **options: Unpack[StoreOptions],
     ) -> None:
         conn = sqlite3.connect(str(path), timeout=busy_timeout, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute(f"PRAGMA synchronous={synchronous}")
         conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
-        kwargs = {} if clock is None else {"clock": clock}
-        super().__init__(
-            conn, member=member, lease_seconds=lease_seconds, limits=limits, unit_of_work=unit_of_work, **kwargs
-        )
+        super().__init__(conn, **options)
 
     def _begin(self) -> None:
         self.conn.execute("BEGIN IMMEDIATE")

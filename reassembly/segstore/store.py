@@ -30,13 +30,16 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
 from reassembly.assembler.events import GroupComplete
 from reassembly.assembler.model import Limits
 from reassembly.segstore import core
 from reassembly.segstore.core import Delivered, Incoming, Lease, Row, StoreStats, UnitReport, Write
 from segmenter.errors import Reason, SegmentationError
+
+if TYPE_CHECKING:
+    from typing_extensions import Required
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +126,17 @@ CREATE TABLE IF NOT EXISTS seg_counters (
 """
 
 
+class StoreOptions(TypedDict, total=False):
+    """The keyword arguments every store passes on to :class:`SegmentStore` (their defaults and
+    meaning are there): a store states only how it connects."""
+
+    member: Required[str]
+    lease_seconds: float
+    limits: Limits | None
+    unit_of_work: bool | None
+    clock: Callable[[], float] | None
+
+
 class SegmentStore:
     """The store's operations; a subclass supplies the connection and the database's dialect.
 
@@ -147,13 +161,13 @@ class SegmentStore:
         lease_seconds: float = 30.0,
         limits: Limits | None = None,
         unit_of_work: bool | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.conn = conn
         self.member = member
         self.lease_seconds = lease_seconds
         self.limits = limits or Limits()
-        self.clock = clock
+        self.clock = clock if clock is not None else time.time
         self._pending: dict[str, int] = {}  # counters of the open transaction
         self._create()
         self.unit_of_work = (

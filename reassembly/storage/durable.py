@@ -49,6 +49,7 @@ from typing import NamedTuple
 from urllib.parse import quote
 
 from reassembly._errors import first_line
+from reassembly._files import fsync_path
 from reassembly.collector.core import BatchReady, Cause, Collector, Rule, batch_segments
 from reassembly.storage.collector import DeadBatch, RuleCache, Storage
 from segmenter.producer import Segmenter
@@ -70,14 +71,6 @@ def safe_name(text: str) -> str:
 
 def batch_path(output: Path, target: str, batch_id: str) -> Path:
     return output / safe_name(target) / f"{safe_name(batch_id)}.parquet"
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_batch(output: Path, batch: BatchReady, segmenter: Segmenter, *, sync_dir: bool = True) -> Path:
@@ -130,14 +123,14 @@ def _put(path: Path, write: Callable[[Path], None], sync_dir: bool) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         write(tmp)
-        _fsync(tmp)
+        fsync_path(tmp)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
     if sync_dir:
-        _fsync(path.parent)
+        fsync_path(path.parent)
 
 
 class DurableCollector:
@@ -329,7 +322,7 @@ class DurableCollector:
 
     def _sync_dirs(self) -> None:
         for directory in self._dirs:
-            _fsync(directory)
+            fsync_path(directory)
         self._dirs.clear()
 
     def settle(self) -> None:

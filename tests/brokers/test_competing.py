@@ -12,7 +12,6 @@ store empty; every segment used once or a duplicate.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,19 +19,22 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from segmenter.brokers import open_sender
-from tests.support.activemq_server import ActiveMQ, activemq, available
+from tests.support.activemq_server import ActiveMQ, available, broker_fixture  # noqa: F401
 from tests.support.competing import (
+    Restarts,
     Sent,
     check_sink,
     check_store,
     in_sink,
-    log_lines,
     messages,
     spread,
+    started,
     wait_for,
 )
 from tests.support.kafka_cluster import ClientProcess, ClientProcesses, kafka_clients_fixture  # noqa: F401
-from tests.support.pg_server import fresh_database, postgres_server
+from tests.support.pg_server import fresh_database, pg_url
+
+__all__ = ["pg_url"]  # the module-scoped server fixture
 
 pytestmark = [
     pytest.mark.skipif(not available(), reason="ActiveMQ (Debian package activemq) or java missing"),
@@ -42,20 +44,8 @@ MEMBER = ["-m", "tests.support.store_member_proc", "queue"]
 _queues = itertools.count()
 
 
-@pytest.fixture(scope="module")
-def broker() -> Iterator[ActiveMQ]:
-    with activemq() as b:
-        yield b
-
-
-@pytest.fixture(scope="module")
-def pg() -> Iterator[str]:
-    with postgres_server() as url:
-        yield url
-
-
-def store_for(kind: str, pg: str, tmp: Path, name: str) -> str:
-    return fresh_database(pg, name) if kind == "postgres" else f"sqlite://{tmp / 'segments.db'}"
+def store_for(kind: str, pg_url: str, tmp: Path, name: str) -> str:
+    return fresh_database(pg_url, name) if kind == "postgres" else f"sqlite://{tmp / 'segments.db'}"
 
 
 def send(url: str, queue: str, sent: Sent) -> None:
@@ -75,17 +65,13 @@ def start(clients: ClientProcesses, url: str, queue: str, store: str, name: str,
     )
 
 
-def started(log: Path, names: list[str]) -> bool:
-    return {w[1] for w in log_lines(log) if w[0] == "start"} >= set(names)
-
-
 @pytest.mark.parametrize("scheme", ["amqp", "stomp"])
-def test_three_consumers_share_every_message(broker: ActiveMQ, kafka_clients: ClientProcesses, pg: str,
+def test_three_consumers_share_every_message(broker: ActiveMQ, kafka_clients: ClientProcesses, pg_url: str,
                                              tmp_path: Path, scheme: str) -> None:  # fmt: skip
     """Most messages have segments on more than one consumer, one on all three; each message once,
     byte-identical; the store (PostgreSQL) empty after."""
     queue = f"q.competing.{next(_queues)}"
-    store = store_for("postgres", pg, tmp_path, queue.replace(".", "_"))
+    store = store_for("postgres", pg_url, tmp_path, queue.replace(".", "_"))
     (tmp_path / "sink").mkdir()
     names = ["c1", "c2", "c3"]
     for name in names:
@@ -113,14 +99,14 @@ POINTS = ("written", "claimed", "assembling")
 @settings(max_examples=2, deadline=None, phases=(Phase.explicit, Phase.generate),
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])  # fmt: skip
 @given(plan=st.lists(st.tuples(st.sampled_from(POINTS), st.integers(1, 4)), min_size=3, max_size=3))
-def test_consumers_killed_at_drawn_points_lose_nothing(broker: ActiveMQ, kafka_clients: ClientProcesses, pg: str,
+def test_consumers_killed_at_drawn_points_lose_nothing(broker: ActiveMQ, kafka_clients: ClientProcesses, pg_url: str,
                                                        tmp_path_factory: pytest.TempPathFactory, scheme: str,
                                                        kind: str, plan: list[tuple[str, int]]) -> None:  # fmt: skip
     """Each consumer SIGKILLed once at its drawn point and restarted: every message in the sink
     byte-identical, once; every segment used once or a duplicate; nothing left in the store."""
     tmp = tmp_path_factory.mktemp("competing-kill")
     queue = f"q.competing.kill.{next(_queues)}"
-    store = store_for(kind, pg, tmp, queue.replace(".", "_"))
+    store = store_for(kind, pg_url, tmp, queue.replace(".", "_"))
     (tmp / "sink").mkdir()
     url = broker.url(scheme)
     names = ["c1", "c2", "c3"]
@@ -128,26 +114,7 @@ def test_consumers_killed_at_drawn_points_lose_nothing(broker: ActiveMQ, kafka_c
     members = {name: start(kafka_clients, url, queue, store, name, tmp, *kill[name]) for name in names}
     wait_for("three consumers started", lambda: started(tmp / "log", names), 60)
     sent = messages(12, 30_000, 4096)
-    restarted: set[str] = set()
-
-    def restart_the_dead() -> bool:
-        for name, proc in list(members.items()):
-            if proc.returncode is not None and name not in restarted:
-                assert proc.returncode == -9, proc.errors()[-2000:]
-                restarted.add(name)
-                members[name] = start(kafka_clients, url, queue, store, f"{name}r", tmp)
-        return len(in_sink(tmp / "sink")) == len(sent.payloads)
-
+    restarts = Restarts(members, lambda name: start(kafka_clients, url, queue, store, name, tmp), tmp, sent)
     send(url, queue, sent)
-    wait_for("every message in the sink", restart_the_dead, 90)
-    for proc in members.values():
-        if proc.returncode is None:
-            assert proc.terminate() == 0, proc.errors()[-2000:]
-    kills = [w for w in log_lines(tmp / "log") if w[0] == "kill"]
-    check_sink(tmp / "sink", sent)
-    counters = check_store(store, sent, tmp / "log")
-    assert len([w for w in log_lines(tmp / "log") if w[0] == "sink"]) == len(sent.payloads)
-    # 12 claims over 3 consumers: one makes at least 4, so at least one drawn kill happens
-    assert kills and len(kills) == len(restarted)
-    if any(k[1] != "written" for k in kills):  # a claimant died holding its lease: another took the unit over
-        assert counters.get("leases_expired", 0) >= 1, counters
+    wait_for("every message in the sink", restarts, 90)
+    restarts.check(store)

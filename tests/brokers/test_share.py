@@ -26,13 +26,14 @@ pytest.importorskip("confluent_kafka")
 
 from tests.support.competing import (
     PROBE,
+    Restarts,
     Sent,
     check_sink,
     check_store,
     in_sink,
-    log_lines,
     messages,
     spread,
+    started,
     wait_for,
 )
 from tests.support.kafka_cluster import (  # noqa: F401
@@ -42,17 +43,13 @@ from tests.support.kafka_cluster import (  # noqa: F401
     kafka_clients_fixture,
     kafka_cluster_fixture,
 )
-from tests.support.pg_server import fresh_database, postgres_server
+from tests.support.pg_server import fresh_database, pg_url
+
+__all__ = ["pg_url"]  # the module-scoped server fixture
 
 PARTITIONS = 4
 MEMBER = ["-m", "tests.support.store_member_proc", "kafka"]
 _topics = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def pg() -> object:
-    with postgres_server() as url:
-        yield url
 
 
 def prime(bootstrap: str, topic: str, group: str) -> None:
@@ -99,10 +96,6 @@ def start_member(clients: ClientProcesses, cluster: MockCluster, topic: str, sto
     )
 
 
-def started(log: Path, names: list[str]) -> bool:
-    return {w[1] for w in log_lines(log) if w[0] == "start"} >= set(names)
-
-
 def send_paced(cluster: MockCluster, topic: str, sent: Sent, sink: Path, ahead: int = 2) -> None:
     """Each message once at most ``ahead`` before it are still missing from the sink: the members'
     assignment settles while the first messages flow, and later ones spread as it says."""
@@ -113,11 +106,11 @@ def send_paced(cluster: MockCluster, topic: str, sent: Sent, sink: Path, ahead: 
 
 @pytest.mark.servers
 def test_three_members_share_every_message(kafka_cluster: MockCluster, kafka_clients: ClientProcesses,
-                                           pg: str, tmp_path: Path) -> None:  # fmt: skip
+                                           pg_url: str, tmp_path: Path) -> None:  # fmt: skip
     """Most messages have segments on more than one member; a message whose segments reached all
     three is delivered byte-identical; each message once in the sink; the store empty after."""
     topic = kafka_cluster.create_topic(f"share-{next(_topics)}", PARTITIONS)
-    store = fresh_database(pg, f"share_{topic.replace('-', '_')}")
+    store = fresh_database(pg_url, f"share_{topic.replace('-', '_')}")
     (tmp_path / "sink").mkdir()
     prime(kafka_cluster.bootstrap, topic, f"sg-{topic}")
     names = ["m1", "m2", "m3"]
@@ -148,14 +141,14 @@ POINTS = ("written", "claimed", "assembling")
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])  # fmt: skip
 @given(plan=st.lists(st.tuples(st.sampled_from(POINTS), st.integers(1, 4)), min_size=3, max_size=3))
 def test_members_killed_at_drawn_points_lose_nothing(kafka_cluster: MockCluster, kafka_clients: ClientProcesses,
-                                                     pg: str, tmp_path_factory: pytest.TempPathFactory,
+                                                     pg_url: str, tmp_path_factory: pytest.TempPathFactory,
                                                      plan: list[tuple[str, int]]) -> None:  # fmt: skip
     """Each of three members SIGKILLed once at its drawn point (the Nth time it gets there) and
     restarted: every message in the sink byte-identical, once; every segment used once or a
     duplicate; nothing left in the store."""
     tmp = tmp_path_factory.mktemp("share-kill")
     topic = kafka_cluster.create_topic(f"share-kill-{next(_topics)}", PARTITIONS)
-    store = fresh_database(pg, f"share_{topic.replace('-', '_')}")
+    store = fresh_database(pg_url, f"share_{topic.replace('-', '_')}")
     (tmp / "sink").mkdir()
     prime(kafka_cluster.bootstrap, topic, f"sg-{topic}")
     names = ["m1", "m2", "m3"]
@@ -163,32 +156,14 @@ def test_members_killed_at_drawn_points_lose_nothing(kafka_cluster: MockCluster,
     members = {name: start_member(kafka_clients, kafka_cluster, topic, store, name, tmp, *kill[name]) for name in names}
     wait_for("three members started", lambda: started(tmp / "log", names), 60)
     sent = messages(12, 30_000, 4096)
-    restarted: set[str] = set()
-
-    def restart_the_dead() -> bool:
-        for name, proc in list(members.items()):
-            if proc.returncode is not None and name not in restarted:
-                assert proc.returncode == -9, proc.errors()[-2000:]
-                restarted.add(name)
-                members[name] = start_member(kafka_clients, kafka_cluster, topic, store, f"{name}r", tmp)
-        return len(in_sink(tmp / "sink")) == len(sent.payloads)
-
+    restarts = Restarts(
+        members, lambda name: start_member(kafka_clients, kafka_cluster, topic, store, name, tmp), tmp, sent
+    )
     for i, segs in enumerate(sent.segments.values()):
         produce(kafka_cluster.bootstrap, topic, segs, first_partition=i)
-        restart_the_dead()
-    wait_for("every message in the sink", restart_the_dead, 150)
-    kills = [w for w in log_lines(tmp / "log") if w[0] == "kill"]
-    for proc in members.values():
-        if proc.returncode is None:
-            assert proc.terminate() == 0, proc.errors()[-2000:]
-    check_sink(tmp / "sink", sent)
-    counters = check_store(store, sent, tmp / "log")
-    sinks = [w for w in log_lines(tmp / "log") if w[0] == "sink"]
-    assert len(sinks) == len(sent.payloads)  # exactly once to the sink keyed by message id
-    # 12 claims over 3 members: one member makes at least 4, so at least one drawn kill happens
-    assert kills and len(kills) == len(restarted)
-    if any(k[1] != "written" for k in kills):  # a claimant died holding its lease: another took the unit over
-        assert counters.get("leases_expired", 0) >= 1, counters
+        restarts()
+    wait_for("every message in the sink", restarts, 150)
+    restarts.check(store)
 
 
 @pytest.mark.servers

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,10 +26,10 @@ import pytest
 from reassembly.cli.summary import problems
 from reassembly.segstore import open_store
 from tests.brokers.test_share import PARTITIONS, prime, produce
-from tests.support.activemq_server import ActiveMQ, activemq, available
+from tests.support.activemq_server import ActiveMQ, available, broker_fixture  # noqa: F401
 from tests.support.command import reassemble
 from tests.support.competing import messages, wait_for
-from tests.support.pg_server import fresh_database, postgres_server
+from tests.support.pg_server import fresh_database, pg_url
 
 pytest.importorskip("confluent_kafka")
 
@@ -40,6 +39,8 @@ from tests.support.kafka_cluster import (  # noqa: F401
     kafka_clients_fixture,
     kafka_cluster_fixture,
 )
+
+__all__ = ["pg_url"]  # the module-scoped server fixture
 
 HANDLER = "tests.support.dispatch_handler:digest"
 _topics = itertools.count()
@@ -112,29 +113,17 @@ def test_three_consume_processes_share_one_group(kafka_cluster: MockCluster, kaf
     assert st.counters.get("delivered") == len(sent.payloads) and st.counters.get("used") == sent.total, st.counters
 
 
-@pytest.fixture(scope="module")
-def broker() -> Iterator[ActiveMQ]:
-    with activemq() as b:
-        yield b
-
-
-@pytest.fixture(scope="module")
-def pg() -> Iterator[str]:
-    with postgres_server() as url:
-        yield url
-
-
 @pytest.mark.servers
 @pytest.mark.skipif(not available(), reason="ActiveMQ (Debian package activemq) or java missing")
 def test_three_consume_processes_compete_on_a_stomp_queue(broker: ActiveMQ, kafka_clients: ClientProcesses,
-                                                          pg: str, tmp_path: Path) -> None:  # fmt: skip
+                                                          pg_url: str, tmp_path: Path) -> None:  # fmt: skip
     """The same over STOMP with the store on PostgreSQL: a queue without message groups, its segments
     spread by the broker over three ``reassemble consume --share`` processes (prefetch 2); each
     message handled once, intact."""
     from segmenter.brokers import open_sender
 
     url, queue = broker.url("stomp"), "q.consume.share"
-    store, log = fresh_database(pg, "consume_share_stomp"), tmp_path / "handled.log"
+    store, log = fresh_database(pg_url, "consume_share_stomp"), tmp_path / "handled.log"
     names = ["c1", "c2", "c3"]
     members = []
     for name in names:

@@ -24,6 +24,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 JARS = REPO / "third_party" / "activemq-amqp"
 HOME = Path("/usr/share/activemq")
@@ -148,6 +150,13 @@ def activemq(**kwargs: object) -> Iterator[ActiveMQ]:
         if broker is not None:
             broker.stop()
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module", name="broker")
+def broker_fixture() -> Iterator[ActiveMQ]:
+    """One broker per test module."""
+    with activemq() as b:
+        yield b
 
 
 def free_env() -> dict[str, str]:

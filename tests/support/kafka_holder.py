@@ -30,47 +30,22 @@ End of stdin (or ``quit``) destroys the cluster and exits 0.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
-import glob
-import importlib.util
-import os
 import sys
 
+from bench.mockkafka import librdkafka, new_cluster
+
 _PRODUCE_API_KEY = 0
-RD_KAFKA_PRODUCER = 0
 
 
 def _librdkafka() -> ctypes.CDLL:
-    """The librdkafka bundled in the confluent-kafka wheel (the one its ``Producer`` uses), else the system's."""
-    spec = importlib.util.find_spec("confluent_kafka")
-    candidates: list[str] = []
-    if spec is not None and spec.origin is not None:
-        site = os.path.dirname(os.path.dirname(spec.origin))
-        candidates = sorted(glob.glob(os.path.join(site, "confluent_kafka.libs", "librdkafka*.so*")))
-    if not candidates:
-        found = ctypes.util.find_library("rdkafka")
-        if found is None:
-            raise SystemExit("kafka_holder: no librdkafka (pip install confluent-kafka)")
-        candidates = [found]
-    lib = ctypes.CDLL(candidates[0])
-    vp, cp, i32 = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int32
-    lib.rd_kafka_conf_new.restype = vp
-    lib.rd_kafka_conf_set.argtypes = [vp, cp, cp, cp, ctypes.c_size_t]
-    lib.rd_kafka_new.restype = vp
-    lib.rd_kafka_new.argtypes = [ctypes.c_int, vp, cp, ctypes.c_size_t]
-    lib.rd_kafka_destroy.argtypes = [vp]
-    lib.rd_kafka_mock_cluster_new.restype = vp
-    lib.rd_kafka_mock_cluster_new.argtypes = [vp, ctypes.c_int]
-    lib.rd_kafka_mock_cluster_destroy.argtypes = [vp]
-    lib.rd_kafka_mock_cluster_bootstraps.restype = cp
-    lib.rd_kafka_mock_cluster_bootstraps.argtypes = [vp]
-    lib.rd_kafka_mock_topic_create.argtypes = [vp, cp, ctypes.c_int, ctypes.c_int]
+    """The bench holder's library (:func:`bench.mockkafka.librdkafka`) with the fault-injection calls typed."""
+    lib = librdkafka("kafka_holder")
+    vp, i32 = ctypes.c_void_p, ctypes.c_int32
     lib.rd_kafka_mock_push_request_errors_array.argtypes = [vp, ctypes.c_int16, ctypes.c_size_t, ctypes.c_void_p]
     lib.rd_kafka_mock_clear_request_errors.argtypes = [vp, ctypes.c_int16]
     lib.rd_kafka_mock_broker_set_down.argtypes = [vp, i32]
     lib.rd_kafka_mock_broker_set_up.argtypes = [vp, i32]
-    lib.rd_kafka_mock_group_initial_rebalance_delay_ms.argtypes = [vp, i32]
-    lib.rd_kafka_err2name.restype = cp
+    lib.rd_kafka_err2name.restype = ctypes.c_char_p
     lib.rd_kafka_err2name.argtypes = [ctypes.c_int]
     return lib
 
@@ -106,15 +81,7 @@ def _command(lib: ctypes.CDLL, cluster: int, words: list[str]) -> str:
 def main(argv: list[str]) -> int:
     brokers = int(argv[0]) if argv else 3
     lib = _librdkafka()
-    errstr = ctypes.create_string_buffer(512)
-    conf = lib.rd_kafka_conf_new()
-    lib.rd_kafka_conf_set(conf, b"log_level", b"4", errstr, len(errstr))
-    handle = lib.rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, len(errstr))
-    if not handle:
-        raise SystemExit(f"kafka_holder: rd_kafka_new: {errstr.value.decode()}")
-    cluster = lib.rd_kafka_mock_cluster_new(handle, brokers)
-    if not cluster:
-        raise SystemExit("kafka_holder: rd_kafka_mock_cluster_new failed")
+    handle, cluster = new_cluster(lib, brokers, "kafka_holder")
     _answer("bootstrap " + lib.rd_kafka_mock_cluster_bootstraps(cluster).decode())
     for line in sys.stdin:
         words = line.split()
