@@ -74,7 +74,6 @@ def reassemble(
 
 def _in_process(argv: list[str], env: dict[str, str], cwd: Path | None) -> subprocess.CompletedProcess[str]:
     from reassembly._processes import INTERRUPTED
-
     from reassembly.cli.main import main
 
     spark = shared_session() if argv[:1] and argv[0] in SPARK_COMMANDS else None
