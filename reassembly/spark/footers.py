@@ -167,10 +167,13 @@ def check_files(
         return
     files = _files(paths) or []
     heads: list[bytes] = []
-    for head in _heads(files, what.raw_column):
-        heads.append(head)
-        if len(heads) >= SAMPLE:
-            break
+    try:
+        for head in _heads(files, what.raw_column):
+            heads.append(head)
+            if len(heads) >= SAMPLE:
+                break
+    except (OSError, pa.ArrowException):
+        return  # a page that does not decode: the job reads it and names the file in its failure
     refuse_heads(heads, what, types)
 
 

@@ -81,6 +81,15 @@ def _committed(bootstrap: str, topic: str, group: str, partitions: int) -> dict[
         c.close()
 
 
+def _wait_started(log: Path, c: Any, timeout: float = 60.0) -> None:
+    """Until the consumer wrote its ``start`` line (its SIGTERM handler is set, its loop built), or exited."""
+    deadline = time.monotonic() + timeout
+    while c.returncode is None and time.monotonic() < deadline:
+        if log.exists() and any(line.startswith("start") for line in log.read_text().splitlines()):
+            return
+        time.sleep(0.05)
+
+
 def _scenario(cluster: MockCluster, tmp: Path, *, count: int, max_size: int, segment_size: int,
               producer_dies_after: int, c1_kill: int | None, c1_before_sink: bool, c2_kill_records: int | None,
               deadline_s: float = 90.0, parts: int = 4, check_log: bool = True) -> dict[str, Any]:  # fmt: skip
@@ -94,9 +103,12 @@ def _scenario(cluster: MockCluster, tmp: Path, *, count: int, max_size: int, seg
     logs: list[Path] = []
     clients = ClientProcesses(tmp)
 
+    log_of: dict[str, Path] = {}
+
     def consumer(name: str, *extra: str) -> Any:
         log = tmp / f"{name}-{len(logs)}.log"
         logs.append(log)
+        log_of[name] = log
         return clients.start([CONSUMER, cluster.bootstrap, topic, group, str(sink), str(log), *extra],
                              name=f"{name}-{len(logs)}")  # fmt: skip
 
@@ -132,7 +144,8 @@ def _scenario(cluster: MockCluster, tmp: Path, *, count: int, max_size: int, seg
                 if len([p for p in sink.iterdir() if not p.name.startswith(".")]) == len(expected):
                     break
             time.sleep(0.05)
-        for c in (c1, c2):
+        for name, c in (("c1", c1), ("c2", c2)):
+            _wait_started(log_of[name], c)  # a SIGTERM before its handler is set would kill it (-15)
             assert c.terminate(30) == 0, c.errors()
         # The last member leaving a group can always commit; one that leaves while another is still in
         # it may be refused (the mock answers REBALANCE_IN_PROGRESS): a last consumer, alone, reads
