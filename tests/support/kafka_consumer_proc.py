@@ -17,7 +17,7 @@ writing the Nth with ``--kill-before-sink``, after it otherwise: the gap between
 commit); ``--kill-after-records R`` SIGKILLs it once R records were read (wherever the loop is);
 ``--session-ms`` (2000), ``--expiry-offsets``, ``--commit-every`` (50 records), ``--poll-timeout``
 (0.2 s: the wait of one batch), and ``--idle-exit S`` (stop and close after S seconds without a
-record).
+record, counted while it holds every partition of the topic, from the last change of its assignment).
 
 ``--snapshot FILE`` hands the loop an ``on_snapshot`` that writes each snapshot to FILE atomically
 (temporary file, fsync, rename); with ``--resume`` the assembler is first restored from FILE and the
@@ -195,9 +195,24 @@ def main(argv: list[str]) -> int:
         state = {"time": time.time(), "records": r.stats.records, "assigned": sorted(now), "read": read}
         write_atomic(a.progress, json.dumps(state).encode(), durable=False)
 
+    held: list[frozenset[tuple[str, int]]] = [frozenset()]
+    everything: list[int] = []
+
+    def alone() -> bool:
+        """Whether this consumer holds every partition of the topic."""
+        if not everything:
+            everything.append(len(r.consumer.list_topics(a.topic, timeout=10).topics[a.topic].partitions))
+        return sum(1 for t, _ in r.assigned if t == a.topic) == everything[0]
+
     def stop() -> bool:
-        if r.stats.records != last[1]:
+        # The idle clock runs only while this consumer holds every partition, and restarts with every
+        # change of them: the last consumer of a test may join while a killed member is still in the
+        # group (until its session times out), and must not stop before it has read the partitions
+        # that member held.
+        now = frozenset(r.assigned)
+        if r.stats.records != last[1] or now != held[0] or (a.idle_exit is not None and not alone()):
             last[:] = [time.monotonic(), r.stats.records]
+            held[0] = now
         if a.progress is not None:
             report()
         return stopping.is_set() or (a.idle_exit is not None and time.monotonic() - last[0] > a.idle_exit)
