@@ -19,7 +19,9 @@ The conventions a page follows (the docs site's house rules):
 
 - A ```bash block runs only if the line before its fence is ``<!-- run -->``: then with
   ``bash -e`` in a fresh temporary directory holding ``landing/`` (as above), the venv's ``bin``
-  first on ``PATH``.
+  first on ``PATH``. Each ``reassemble`` the block calls runs in the test process, on the shared
+  session (``tests/support/command.py``'s ``shell``): the page shows what the command parses,
+  writes and prints, which needs no JVM of its own; the process itself is tested in ``tests/cli``.
 - Other fences (```text, ```json, ```console) are shown, not run.
 
 A case is named after its page and the block's place among the page's collected blocks (python
@@ -35,7 +37,6 @@ import importlib
 import os
 import re
 import shutil
-import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -43,6 +44,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support.command import shell
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
@@ -242,9 +245,7 @@ def _run_bash(block: Block, tmp_path: Path, landing: Path) -> None:
     shutil.copytree(landing, tmp_path / "landing")
     env = {**os.environ, "PATH": f"{_venv_bin()}{os.pathsep}{os.environ.get('PATH', '')}"}
     env.setdefault("PYSPARK_PYTHON", sys.executable)
-    done = subprocess.run(
-        ["bash", "-e", "-c", block.code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
-    )
+    done = shell(block.code, tmp_path, env)  # its `reassemble` runs in this process, on the shared session
     if done.returncode != 0:
         pytest.fail(
             f"{block.id} (line {block.line}) exited {done.returncode}\n"

@@ -139,11 +139,18 @@ def _restored(spark: Any | None, env: dict[str, str], cwd: Path | None) -> Itera
     saved_cwd = os.getcwd()
     settings = {} if spark is None else dict(spark.conf.getAll)
     os.environ.update(env)
+    local_fs, jvm_cwd = None, None
     if cwd is not None:
         os.chdir(cwd)
+        if spark is not None:  # the JVM's relative paths too: Hadoop's local file system has its own
+            local_fs = spark._jvm.org.apache.hadoop.fs.FileSystem.getLocal(spark._jsc.hadoopConfiguration())
+            jvm_cwd = local_fs.getWorkingDirectory()
+            local_fs.setWorkingDirectory(spark._jvm.org.apache.hadoop.fs.Path(str(Path(cwd).resolve())))
     try:
         yield
     finally:
+        if local_fs is not None and spark.sparkContext._jsc is not None:
+            local_fs.setWorkingDirectory(jvm_cwd)
         os.chdir(saved_cwd)
         os.environ.clear()
         os.environ.update(saved_env)
@@ -166,3 +173,75 @@ def _put_back(spark: Any, settings: dict[str, str]) -> None:
             with contextlib.suppress(Exception):  # a static setting: the run could not change it either
                 spark.conf.set(key, value)
     spark.sparkContext.setLogLevel("ERROR")
+
+
+# The shim a shell finds first on its PATH as ``reassemble``: it hands its arguments, working directory
+# and environment to the test process (``shell``) over a Unix socket and replays the answer.
+_SHIM = """\
+import json, os, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(os.environ["REASSEMBLE_IN_TEST"])
+s.sendall(json.dumps({"argv": sys.argv[1:], "cwd": os.getcwd(), "env": dict(os.environ)}).encode())
+s.shutdown(socket.SHUT_WR)
+answer = json.loads(b"".join(iter(lambda: s.recv(65536), b"")))
+sys.stdout.write(answer["stdout"]); sys.stdout.flush()
+sys.stderr.write(answer["stderr"]); sys.stderr.flush()
+sys.exit(answer["code"])
+"""
+
+
+def shell(code: str, cwd: Path, env: dict[str, str], timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` with ``bash -e`` in ``cwd``, each ``reassemble`` it calls run in this process.
+
+    A shim named ``reassemble`` first on the shell's PATH sends its arguments, working directory and
+    environment here over a Unix socket; this process runs them with :func:`reassemble` (the shared
+    session, no JVM start) and sends back the exit code and output, which the shim replays. The loop
+    waits on the socket and the shell's end (``selectors``), never on a clock: the shell waits for
+    the answer, so the command runs exactly where the script calls it."""
+    import json
+    import selectors
+    import socket
+
+    with tempfile.TemporaryDirectory(prefix="shell-") as d:
+        bin_dir = Path(d) / "bin"
+        bin_dir.mkdir()
+        shim = bin_dir / "reassemble"
+        shim.write_text(f"#!{sys.executable}\n{_SHIM}")
+        shim.chmod(0o755)
+        address = str(Path(d) / "s")
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(address)
+        server.listen()
+        shell_env = {**env, "PATH": f"{bin_dir}{os.pathsep}{env.get('PATH', '')}", "REASSEMBLE_IN_TEST": address}
+        out_file, err_file = Path(d) / "out", Path(d) / "err"
+        with server, out_file.open("w") as out, err_file.open("w") as err, selectors.DefaultSelector() as sel:
+            proc = subprocess.Popen(["bash", "-e", "-c", code], cwd=cwd, env=shell_env, stdout=out, stderr=err)
+            ended = os.pidfd_open(proc.pid)  # readable once the shell has exited
+            sel.register(server, selectors.EVENT_READ)
+            sel.register(ended, selectors.EVENT_READ)
+            try:
+                while proc.poll() is None:
+                    ready = sel.select(timeout=timeout)
+                    if not ready:
+                        raise subprocess.TimeoutExpired(code, timeout)
+                    if any(key.fileobj is server for key, _ in ready):
+                        conn, _addr = server.accept()
+                        with conn:
+                            ask = json.loads(_read_all(conn))
+                            ran = reassemble(*ask["argv"], env=ask["env"], cwd=Path(ask["cwd"]))
+                            answer = {"code": ran.returncode, "stdout": ran.stdout, "stderr": ran.stderr}
+                            conn.sendall(json.dumps(answer).encode())
+            finally:
+                os.close(ended)
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+        return subprocess.CompletedProcess(["bash", "-e", "-c", code], proc.returncode, out_file.read_text(),
+                                           err_file.read_text())  # fmt: skip
+
+
+def _read_all(conn: Any) -> bytes:
+    chunks = []
+    while chunk := conn.recv(65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
