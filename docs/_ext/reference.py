@@ -248,6 +248,11 @@ def reason_markdown() -> str:
 # --- Sphinx ---------------------------------------------------------------------------------------
 
 
+def _public_bases(app: Any, name: str, obj: Any, options: Any, bases: list[Any]) -> None:
+    """A class built on private parts (the assembler's judging and leaving steps) shows its public bases only."""
+    bases[:] = [b for b in bases if not getattr(b, "__name__", "").startswith("_")] or [object]
+
+
 def _no_return_type_for_exceptions(app: Any, domain: str, objtype: str, content: Any) -> None:
     """autodoc's type hints give an exception's ``__init__`` a "Return type: None" (a class gets none)."""
     from docutils import nodes  # type: ignore[import-untyped]
@@ -323,6 +328,7 @@ def setup(app: Any) -> dict[str, Any]:
     app.connect("env-get-outdated", _always_reread)
     app.connect("source-read", _source_read)
     app.connect("autodoc-process-docstring", _drop_inherited_docstring)
+    app.connect("autodoc-process-bases", _public_bases)
     app.connect("doctree-read", _builtins_are_builtins)
     app.connect("object-description-transform", _no_return_type_for_exceptions, priority=600)
     app.connect("missing-reference", _missing_reference)

@@ -1,10 +1,12 @@
 """The assembler: segments in, typed events out, no I/O (the sans-I/O core and its parts).
 
-``core`` holds :class:`Assembler`; ``model`` and ``_state`` its per-group state and the rules
-as data; ``rules`` the arbitration rule; ``build`` turns a decided group into bytes; ``events``
-the typed events; ``positions`` Kafka-style positions and the safe commit offset; ``bodies``
-where large message bodies live (memory or a file: the one adapter particular to this core);
-``snapshot`` the snapshot codec; ``reader`` a convenience driver over sources.
+``core`` holds :class:`Assembler` and its intake; ``judging`` turns verdicts into events;
+``leaving`` frees what a group held (delivered, ended, evicted, expired) and reports refused
+segments; ``model`` and ``_state`` its per-group state and the rules as data; ``rules`` the
+arbitration rule; ``build`` turns a decided group into bytes; ``events`` the typed events;
+``positions`` Kafka-style positions and the safe commit offset; ``bodies`` where large message
+bodies live (memory or a file: the one adapter particular to this core); ``snapshot`` the snapshot
+codec; ``reader`` a convenience driver over sources.
 """
 
 from reassembly.assembler.core import Assembler, LimitError, Limits, reassemble, reassemble_all

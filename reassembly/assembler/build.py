@@ -30,6 +30,8 @@ _WINDOW = 1 << 20  # bytes read or decompressed at a time for a body in a store
 _PREALLOCATE = 64 << 20
 _NOTHING_DECLARED = parse_extension(b"")  # what a last segment without extension declares (the usual case)
 
+Built = memoryview | StoredBody | ScatteredPayload  # a built payload: one buffer, a stored body, or views
+
 
 def build(
     key: MessageKey,
@@ -39,7 +41,7 @@ def build(
     bodies: BodyStore | None,
     digest: DigestPolicy = NO_POLICY,
     join: bool = True,
-) -> memoryview | StoredBody | ScatteredPayload:
+) -> Built:
     """The verified payload of a candidate (pieces tiling the stored body, facts agreeing); raises
     the first check that fails. ``join=False``: several uncompressed pieces stay as they are."""
     if facts.message_checksum is None or facts.original_length == UNKNOWN_LENGTH:

@@ -10,26 +10,27 @@ no copy); a message is copied exactly once, its pieces joined at its stored
 length, when it is judged. Declared lengths are checked against the
 limits before anything is allocated, and decompression never produces more
 than the declared original length.
+
+The assembler's parts: this module takes segments in (decoding, the in-order run, filing a piece
+in its group) and answers the public calls; :mod:`reassembly.assembler.judging` turns the rule's
+verdicts into events; :mod:`reassembly.assembler.leaving` frees what a group held when it is
+delivered, ends, or is pushed out by the limits.
 """
 
 from __future__ import annotations
 
-import heapq
 import itertools
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable
-from operator import attrgetter
 from typing import Any
 
 from reassembly.assembler import rules
 from reassembly.assembler import snapshot as codec
 from reassembly.assembler._state import GroupInput, GroupState, transition
-from reassembly.assembler.bodies import BodyStore, MessageKey, StoredBody, StoredOriginal
-from reassembly.assembler.build import build
+from reassembly.assembler.bodies import BodyStore, StoredBody
 from reassembly.assembler.events import (
     Cause,
     ChecksumMismatch,
-    ConflictingDuplicate,
     Duplicate,
     Event,
     GroupComplete,
@@ -38,12 +39,12 @@ from reassembly.assembler.events import (
     MessageComplete,
     MessageFailed,
     Rejected,
-    ScatteredPayload,
     Unfinished,
 )
+from reassembly.assembler.judging import _Judging
+from reassembly.assembler.leaving import _counts
 from reassembly.assembler.model import (
     Closed,
-    Facts,
     Fingerprint,
     Group,
     Limits,
@@ -51,12 +52,11 @@ from reassembly.assembler.model import (
     Piece,
     Run,
     fingerprint,
-    missing_numbers,
 )
 from reassembly.assembler.positions import Checkpoint, Ledger, Origin, Track
-from segmenter.coverage import Arbitration, Outcome, RangeSet
+from segmenter.coverage import Outcome, RangeSet
 from segmenter.errors import ChecksumError, ConflictError, IncompleteError, LimitError, Reason, SegmentationError
-from segmenter.flags import Codec, in_group, is_last_in_group
+from segmenter.flags import in_group, is_last_in_group
 from segmenter.sources import byte_view
 from segmenter.wire import (
     Buffer,
@@ -68,11 +68,8 @@ from segmenter.wire import (
     verify_data,
 )
 
-Verdict = Arbitration[Piece, Facts, memoryview | StoredBody | ScatteredPayload]
-_origin = attrgetter("origin")
 
-
-class Assembler:
+class Assembler(_Judging):
     """Reassembles segments of many interleaved messages and groups.
 
     ``unit_of_work=True`` (default) delivers a group only when every message
@@ -223,11 +220,6 @@ class Assembler:
                 exc.name_group(header.group_id)
             events.append(cls(exc.reason, exc, raw, header, () if origin is None else (origin,)))
             return None
-
-    @staticmethod
-    def _reject(events: list[Event], piece: Piece, exc: SegmentationError) -> None:
-        cls = ConflictingDuplicate if isinstance(exc, ConflictError) else Rejected
-        events.append(cls(exc.reason, exc.name_group(piece.header.group_id), piece.raw, piece.header, piece.positions))
 
     def _late(
         self, events: list[Event], piece: Piece, state: str, delivered: dict[tuple[int, int], Fingerprint]
@@ -407,21 +399,6 @@ class Assembler:
             self._watch(group, piece)
         return True
 
-    def _watch(self, group: Group, piece: Piece) -> None:
-        """Note a held piece for ``expiry_offsets`` (a piece without an int position: nothing to note)."""
-        origin = piece.origin
-        if origin is not None and _counts(origin.position):
-            partition = origin.partition
-            heap = self._behind.setdefault(partition, [])
-            heapq.heappush(heap, (origin.position, next(self._tie), group))
-            if len(heap) > self._compact_at.get(partition, _COMPACT_AT):
-                # Completed groups leave their entries behind until they fall past the gap: with a
-                # large gap that is many, so drop them now and then (amortised: the threshold doubles).
-                groups = self._groups
-                heap[:] = [e for e in heap if groups.get(e[2].group_id) is e[2]]
-                heapq.heapify(heap)
-                self._compact_at[partition] = max(_COMPACT_AT, 2 * len(heap))
-
     def _put(self, msg: Message, piece: Piece, placed: RangeSet) -> None:
         """Move a piece into the store: into the body when nothing held overlaps it, else aside."""
         assert self.bodies is not None
@@ -442,268 +419,6 @@ class Assembler:
             self._put(msg, p, placed)
             placed.add(p.offset, p.end)
 
-    # ------------------------------------------------------------ judging
-    def _decide(self, msg: Message) -> Verdict:
-        return rules.decide(msg, self._verify(msg.key, msg.stored))
-
-    def _verify(
-        self, key: MessageKey, stored: bool
-    ) -> Callable[[tuple[Piece, ...], Facts], memoryview | StoredBody | ScatteredPayload]:
-        """What checks a candidate and builds its payload (raising the first check that fails)."""
-        bodies = self.bodies if stored else None
-        limit, digest, join = self.limits.max_message_size, self.limits.digest, self.join
-        return lambda chain, facts: build(key, facts, chain, limit, bodies, digest, join)
-
-    def _progress(self, group: Group, msg: Message, events: list[Event]) -> None:
-        """Streaming: judge as soon as a complete candidate exists (Unit-of-Work: for every message)."""
-        if self.batch or group.state != GroupState.OPEN or not msg.search or not msg.ready or not msg.worth_searching:
-            return
-        if not group.grouped or not self.unit_of_work:
-            verdict = self._decide(msg)
-            if verdict.outcome != Outcome.INCOMPLETE:
-                self._conclude(group, [(msg, verdict)], events)
-        elif group.last_seq is not None and len(group.messages) == group.last_seq:
-            members = [group.messages[s] for s in range(1, group.last_seq + 1)]
-            if all(m.ready and rules.has_candidate(m) for m in members):
-                judged = [(m, self._decide(m)) for m in members]
-                if all(v.outcome != Outcome.INCOMPLETE for _, v in judged):
-                    self._conclude(group, judged, events)
-
-    def _judge_batch(self, group: Group, events: list[Event]) -> None:
-        """Batch: judge every message, then the group's rules over the winners in MsgSeqNumber order."""
-        verdicts = [(m, self._decide(m)) for _, m in sorted(group.messages.items())]
-        grouped: bool | None = None
-        admitted: list[int] = []
-        last: int | None = None
-        for m, v in verdicts:
-            if v.outcome != Outcome.COMPLETE:
-                continue
-            flags = v.winner[-1].header.msg_flags
-            if grouped is None:
-                grouped = in_group(flags)
-            err = rules.group_refusal(grouped, last, admitted, m.seq, flags)
-            if err is not None:
-                for p in sorted(m.pieces(), key=Piece.key):
-                    self._reject(events, p, err)
-                self._release(group, [m], delivered=False)
-                del group.messages[m.seq]
-                continue
-            admitted.append(m.seq)
-            if is_last_in_group(flags):
-                last = m.seq
-        if grouped is None:  # no winner to ask: grouped if any segment says so
-            grouped = any(in_group(p.header.msg_flags) for m in group.messages.values() for p in m.pieces())
-        for m, v in verdicts:  # messages without a winner answer to the winners' group rules too
-            if v.outcome != Outcome.COMPLETE and m.seq in group.messages:
-                self._refuse_unwon(group, m, grouped, last, admitted, events)
-        group.grouped = grouped
-        group.last_seq = last
-        judged = [(m, v) for m, v in verdicts if m.seq in group.messages and v.outcome != Outcome.INCOMPLETE]
-        # Length first: a forged last number (up to 999 999 999) must never size a list.
-        whole = last == len(judged) and all(m.seq == n for n, (m, _) in enumerate(judged, 1))
-        if not group.grouped or not self.unit_of_work or whole:
-            self._conclude(group, judged, events)
-
-    def _refuse_unwon(
-        self, group: Group, m: Message, grouped: bool, last: int | None, admitted: list[int], events: list[Event]
-    ) -> None:
-        """Batch: a message without a winner (incomplete, failed, in conflict) whose every segment
-        the group refuses by its own flags and number (one past the last message, a group flag
-        the group does not have) is rejected segment by segment; kept, it would leave unreported
-        with the group once the group's admitted messages conclude it. A message the group admits
-        in part stays whole: its outcome reports all of its segments."""
-        refusals = [(p, rules.group_refusal(grouped, last, admitted, m.seq, p.header.msg_flags)) for p in m.pieces()]
-        if not refusals or any(err is None for _, err in refusals):
-            return
-        for p, err in sorted(refusals, key=lambda pe: Piece.key(pe[0])):
-            assert err is not None
-            self._reject(events, p, err)
-        self._release(group, [m], delivered=False)
-        del group.messages[m.seq]
-
-    def _conclude(self, group: Group, judged: list[tuple[Message, Verdict]], events: list[Event]) -> None:
-        """Events for judged messages: deliver, fail, or fail the whole Unit-of-Work group."""
-        if not judged:
-            return
-        if group.grouped and not self.unit_of_work:
-            for m, v in judged:
-                if group.state != GroupState.OPEN:
-                    return
-                result = self._result(group, m, v, events)
-                try:
-                    self._release(group, [m], isinstance(result, MessageComplete))
-                except SegmentationError:  # the store could not put it in place: not delivered, still held
-                    for key in [k for k in group.fingerprints if k[0] == m.seq]:
-                        del group.fingerprints[key]
-                    raise
-                group.delivered.add(m.seq)
-                del group.messages[m.seq]
-                if isinstance(result, MessageFailed):
-                    raws, kept = group.originals()
-                    events.append(
-                        GroupFailed(
-                            group.group_id, result.reason, (result,), raws, group.positions(), kept, group.last_seq
-                        )
-                    )
-                    self._terminate(group, GroupInput.FAIL)  # after the raws: it discards stored bodies
-                    return
-                events.append(result)
-                if group.last_seq is not None and len(group.delivered) == group.last_seq:
-                    self._terminate(group, GroupInput.COMPLETE)
-            return
-        failed = [(m, v) for m, v in judged if v.outcome != Outcome.COMPLETE]
-        if failed:
-            results = [self._failure(m, v) for m, v in failed]
-            bad = {m.seq for m, _ in failed}
-            others = [m.originals() for m, _ in judged if m.seq not in bad]
-            raws, kept = tuple(r for o in others for r in o[0]), tuple(k for o in others for k in o[1])
-            at = [m.split_positions() for m, _ in judged if m.seq not in bad]
-            where = tuple(o for a in at for o in a[0]) + tuple(o for a in at for o in a[1])  # parallel to raws, kept
-            self._release(group, [m for m, _ in judged], delivered=False)
-            if group.grouped:
-                events.append(
-                    GroupFailed(group.group_id, results[0].reason, tuple(results), raws, where, kept, group.last_seq)
-                )
-            else:
-                events.append(results[0])
-            self._terminate(group, GroupInput.FAIL)
-            return
-        completes = [self._result(group, m, v, events) for m, v in judged]
-        self._release(group, [m for m, _ in judged], delivered=True)
-        if group.grouped:
-            events.append(GroupComplete(group.group_id, tuple(c for c in completes if isinstance(c, MessageComplete))))
-        else:
-            events.append(completes[0])
-        self._terminate(group, rules.OUTCOME_INPUT[Outcome.COMPLETE])
-
-    def _failure(self, m: Message, v: Verdict) -> MessageFailed:
-        assert v.error is not None
-        raws, kept = m.originals()
-        stored, original = m.declared()
-        return MessageFailed(m.group_id, m.seq, v.error.reason, v.error, raws, m.positions(), kept, stored, original)
-
-    def _result(self, group: Group, m: Message, v: Verdict, events: list[Event]) -> MessageComplete | MessageFailed:
-        """A complete message (its losing copies reported first), or its failure."""
-        if v.outcome != Outcome.COMPLETE:
-            return self._failure(m, v)
-        assert v.payload is not None
-        facts = v.facts
-        assert facts is not None
-        if sum(map(len, m.at.values())) > len(v.winner):  # copies or misfits held besides the winner
-            used = {id(p) for p in v.winner}
-            losers = sorted((p for p in m.pieces() if id(p) not in used), key=Piece.key)
-            for p in losers:
-                self._reject(events, p, rules.misfit(p, facts, v.winner))
-        group.fingerprints.update(((m.seq, p.offset), fingerprint(p.header)) for p in v.winner)
-        m.decoded = m.stored and facts.codec != Codec.NONE
-        return self._complete(m.group_id, m.seq, facts, v.winner, v.payload, m.duplicates)
-
-    @staticmethod
-    def _complete(
-        group_id: bytes,
-        seq: int,
-        facts: Facts,
-        winner: tuple[Piece, ...],
-        payload: memoryview | StoredBody | ScatteredPayload,
-        duplicates: int,
-    ) -> MessageComplete:
-        assert facts.stored_length is not None
-        return MessageComplete(
-            group_id=group_id,
-            msg_seq_number=seq,
-            payload=payload,
-            msg_flags=winner[-1].header.msg_flags,
-            segments=len(winner),
-            duplicates=duplicates,
-            stored_length=facts.stored_length,
-            original_length=facts.original_length,
-            checksum=facts.message_checksum,
-            positions=tuple(filter(None, map(_origin, winner))),  # an Origin is a non-empty tuple
-        )
-
-    # --------------------------------------------------- leaving the assembler
-    def _release(self, group: Group, messages: list[Message], delivered: bool) -> None:
-        for m in messages:
-            freed = m.held_bytes()
-            group.buffered -= freed
-            self._buffered -= freed
-            if m.stored and self.bodies is not None:
-                if delivered:
-                    self.bodies.finish(m.key, m.decoded)
-                else:
-                    self.bodies.discard(m.key)
-            for ps in m.at.values():
-                for p in ps:
-                    if p.track is not None:  # only pieces read at a position have one to settle
-                        p.release()
-            m.at.clear()
-            m.count = 0
-            m.forget_bytes()
-
-    def _terminate(self, group: Group, how: GroupInput) -> None:
-        group.state = transition(group.state, how)
-        for m in group.messages.values():
-            if m.stored and self.bodies is not None:
-                self.bodies.discard(m.key)  # not delivered: whatever the store kept goes
-            for p in m.pieces():
-                p.release()
-        self._buffered -= group.buffered
-        group.buffered = 0
-        self._groups.pop(group.group_id, None)
-        self._remember(
-            group.group_id,
-            Closed(group.state, group.fingerprints, group.last_seq, reopen=group.state == GroupState.REVOKED),
-        )
-
-    def _remember(self, group_id: bytes, closed: Closed) -> None:
-        """A group left: its record recognises its late segments (the oldest records go first)."""
-        self._closed[group_id] = closed
-        while len(self._closed) > self.limits.remember_closed:
-            self._closed.popitem(last=False)
-
-    def _report(
-        self,
-        group: Group,
-        cause: Cause,
-        segments: tuple[bytes, ...] = (),
-        positions: tuple[Origin, ...] = (),
-        stored: tuple[StoredOriginal, ...] = (),
-    ) -> Unfinished:
-        gaps = tuple(
-            m.gap_report() for _, m in sorted(group.messages.items()) if not (m.ready and rules.has_candidate(m))
-        )
-        present = set(group.messages) | group.delivered
-        top = group.last_seq if group.last_seq is not None else max(present, default=0)
-        missing = missing_numbers(present, top) if group.grouped else ()
-        return Unfinished(
-            group_id=group.group_id,
-            cause=cause,
-            reason=Reason.INCOMPLETE_MSG if gaps else Reason.INCOMPLETE_GROUP,
-            gaps=gaps,
-            missing_seq_numbers=missing,
-            last_seq_number=group.last_seq if group.last_seq is not None else _claimed_last(group),
-            segments=segments,
-            positions=positions,
-            stored=stored,
-            grouped=group.grouped,
-        )
-
-    def _unfinished(self, group: Group, cause: Cause, how: GroupInput) -> Unfinished:
-        raws, kept = group.originals()
-        event = self._report(group, cause, raws, group.positions(), kept)
-        self._terminate(group, how)
-        return event
-
-    def _enforce_limits(self, events: list[Event], current: bytes) -> None:
-        """Evict oldest groups first; the current group last, only if alone it is too big. Checked
-        after the segment was judged: a message complete within this call never held a group open."""
-        limits = self.limits
-        while self._groups and (
-            self._buffered > limits.max_buffered_bytes or len(self._groups) > limits.max_open_groups
-        ):
-            victim = next((g for k, g in self._groups.items() if k != current), None) or self._groups[current]
-            events.append(self._unfinished(victim, Cause.EVICTED, GroupInput.EVICT))
-
     def expire(self) -> list[Event]:
         """Expire groups strictly older than ``expiry_seconds`` (by the injected clock): a group
         whose age equals it is kept."""
@@ -719,20 +434,6 @@ class Assembler:
                 break
             events.append(self._unfinished(group, Cause.EXPIRED, GroupInput.EXPIRE))
         return events
-
-    def _expire_behind(self, partition: Hashable, newest: int, events: list[Event]) -> None:
-        """Expire every open group holding a piece of ``partition`` more than ``expiry_offsets``
-        positions behind ``newest`` (one ``Unfinished(cause=expired)`` each, as a time expiry).
-        Entries of pieces that left, or of groups that ended, are dropped when they reach the top."""
-        heap = self._behind.get(partition)
-        assert self.limits.expiry_offsets is not None
-        if not heap or not _counts(newest):
-            return
-        floor = newest - self.limits.expiry_offsets
-        while heap and heap[0][0] < floor:
-            position, _, group = heapq.heappop(heap)
-            if self._groups.get(group.group_id) is group and _holds(group, Origin(partition, position)):
-                events.append(self._unfinished(group, Cause.EXPIRED, GroupInput.EXPIRE))
 
     def close(self) -> list[Event]:
         """End of input: in batch mode, judge every group now; what is still open comes back as
@@ -854,35 +555,6 @@ class Assembler:
                 reason=Reason.STATE_ERROR,
                 events=len(events),
             )
-
-
-_COMPACT_AT = 1024  # entries of one partition's expiry_offsets heap before its first compaction
-
-
-def _counts(position: Any) -> bool:
-    """A position ``expiry_offsets`` measures: an int (a Kafka offset); others are only ordered."""
-    return isinstance(position, int) and not isinstance(position, bool)
-
-
-def _holds(group: Group, origin: Origin) -> bool:
-    """The group still holds a piece read at ``origin`` (asked only of a piece fallen too far behind)."""
-    return any(p.origin == origin for m in group.messages.values() for p in m.pieces())
-
-
-def _claimed_last(group: Group) -> int | None:
-    """The last MsgSeqNumber the held segments of an MQ group claim (flagged LAST_MSG_IN_GROUP), when
-    they name one. A batch assembler admits a last number only from a complete message (the rules
-    trust nothing less); a report of what is missing may still say which number the pieces declare.
-    Held pieces only: never above the highest number held, so no missing number comes of it."""
-    if not group.grouped:
-        return None
-    claimed = {
-        p.header.msg_seq_number
-        for m in group.messages.values()
-        for p in m.pieces()
-        if is_last_in_group(p.header.msg_flags)
-    }
-    return claimed.pop() if len(claimed) == 1 else None
 
 
 def _own(data: Buffer) -> Buffer:

@@ -2,8 +2,8 @@
 
 ``receiver`` holds :class:`BrokerReceiver` (deliveries in, settled once their message or group
 is decided); ``kafka`` holds :class:`KafkaReassembler` (records in, only safe offsets committed)
-and :class:`KafkaSource` (the drain's Kafka consumer; confluent-kafka imported when one is
-created); ``drain`` lands a queue's or a topic's segments as Parquet files for the Spark job;
+and ``kafka_source`` :class:`KafkaSource` (the drain's Kafka consumer; confluent-kafka imported
+when one is created); ``drain`` lands a queue's or a topic's segments as Parquet files for the Spark job;
 ``share`` (:class:`ShareGroupReceiver`, Kafka share groups) and ``competing`` (:class:`CompetingReceiver`,
 a queue without message groups) feed a shared segment store (:mod:`reassembly.segstore`) when the
 segments of one message reach different processes.

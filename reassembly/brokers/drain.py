@@ -32,7 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from reassembly.brokers.kafka import landing_fields, landing_values
+from reassembly.brokers.kafka_source import landing_fields, landing_values
 from segmenter.brokers import Consumer, Delivery, body_view
 
 _TMP_PREFIX = ".drain-"

@@ -1,6 +1,6 @@
 """Kafka for the group dispatcher: whole messages out, commits that never pass an unsettled one.
 
-:class:`KafkaDispatchSource` is the runners' :class:`~reassembly.runtime.base.Source` over the
+:class:`KafkaDispatchSource` is the runners' :class:`~reassembly.runtime.Source` over the
 consumer loop :class:`~reassembly.brokers.kafka.KafkaReassembler`. The loop reassembles; the
 dispatcher (:class:`~reassembly.dispatcher.Dispatcher`) decides who handles what; this module only
 connects their positions:
@@ -45,11 +45,11 @@ from reassembly.assembler.events import GroupComplete, MessageComplete
 from reassembly.brokers.kafka import (
     DEFAULT_EXPIRY_OFFSETS,
     DEFAULT_EXPIRY_SECONDS,
-    TP,
     KafkaEvent,
     KafkaReassembler,
     LoopHooks,
 )
+from reassembly.brokers.kafka_config import TP
 from reassembly.dispatcher import offsets
 from reassembly.runtime.base import Offered
 
@@ -115,7 +115,7 @@ def _merge(ranges: Sequence[tuple[int, int]], above: int) -> list[tuple[int, int
 
 
 class KafkaDispatchSource:
-    """A :class:`~reassembly.runtime.base.Source` of whole messages from Kafka topics.
+    """A :class:`~reassembly.runtime.Source` of whole messages from Kafka topics.
 
     ``config``: librdkafka consumer settings (``bootstrap.servers``, ``group.id``, ...). Each
     message is offered with its Kafka record key (that of the record that completed it; our producer

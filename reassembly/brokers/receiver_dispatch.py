@@ -1,6 +1,6 @@
 """AMQP and STOMP for the group dispatcher: a message's deliveries settled when a worker settles it.
 
-:class:`BrokerDispatchSource` is the runners' :class:`~reassembly.runtime.base.Source` over
+:class:`BrokerDispatchSource` is the runners' :class:`~reassembly.runtime.Source` over
 :class:`~reassembly.brokers.receiver.BrokerReceiver` (``defer=True``). The receiver reassembles and
 settles everything that is not a whole message exactly as it does alone (duplicates accepted, bad
 segments and failed or expired groups rejected to the broker's dead-letter queue); a whole message
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 
 class BrokerDispatchSource(PauseFlag):
-    """A :class:`~reassembly.runtime.base.Source` of whole messages from an AMQP or STOMP queue.
+    """A :class:`~reassembly.runtime.Source` of whole messages from an AMQP or STOMP queue.
 
     ``consumer``: from :func:`segmenter.brokers.open_consumer` (its ``prefetch`` bounds what the
     broker sends ahead, and must exceed the segments of the messages held at once: every delivery of

@@ -1,7 +1,7 @@
 """Competing consumers for the group dispatcher: a Kafka share group (or a queue read without message
 groups) through the shared segment store, whole messages handed to the runners' workers.
 
-:class:`ShareDispatchSource` is the runners' :class:`~reassembly.runtime.base.Source` over a
+:class:`ShareDispatchSource` is the runners' :class:`~reassembly.runtime.Source` over a
 :class:`~reassembly.brokers.share.ShareGroupReceiver` (or a
 :class:`~reassembly.brokers.competing.CompetingReceiver`: anything with ``receive``, ``member`` and
 ``close``). Each :meth:`~ShareDispatchSource.fetch`:
@@ -94,7 +94,7 @@ def _never(event: object) -> None:
 
 
 class ShareDispatchSource(PauseFlag):
-    """A :class:`~reassembly.runtime.base.Source` of whole messages completed in a shared segment store.
+    """A :class:`~reassembly.runtime.Source` of whole messages completed in a shared segment store.
 
     ``receiver`` wraps ``store`` (built with ``on_message=`` :data:`ON_MESSAGE`; the source owns
     both and closes them). Each message is offered with its GroupId as key and no positions (the

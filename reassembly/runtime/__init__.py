@@ -2,7 +2,8 @@
 
 The :class:`~reassembly.dispatcher.Dispatcher` (sans-I/O) decides who may take what; a runner
 carries its decisions out: ``base`` holds the control loop the three share (the only caller of
-the dispatcher and of the :class:`Source`), ``threads``, ``aio`` and ``processes`` the carriers,
+the dispatcher and of the :class:`Source`), ``contracts`` the shapes of what the loop meets
+(source, carrier, dead letter), ``threads``, ``aio`` and ``processes`` the carriers,
 ``sources`` the :class:`IterableSource` (any iterable of messages or segments), ``deadletter``
 where messages go after their last attempt, ``metrics`` the gauges, log line and Prometheus
 endpoint.

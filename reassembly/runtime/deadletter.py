@@ -1,6 +1,6 @@
 """Dead letters: where a message goes after its last failed attempt, durably, before it is settled.
 
-The runner writes a batch of :class:`~reassembly.runtime.base.DeadRecord` and settles them DEAD
+The runner writes a batch of :class:`~reassembly.runtime.DeadRecord` and settles them DEAD
 only after :meth:`write` returned: the commit passes a dead message only once it is safe
 elsewhere. A write that raises keeps the messages unsettled (the runner tries again).
 

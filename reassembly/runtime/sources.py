@@ -1,7 +1,7 @@
-"""IterableSource: a runner's :class:`~reassembly.runtime.base.Source` over any iterable (tests, files).
+"""IterableSource: a runner's :class:`~reassembly.runtime.Source` over any iterable (tests, files).
 
 Items are whole messages (``MessageComplete``, ``GroupComplete``, or an
-:class:`~reassembly.runtime.base.Offered` carrying a key, a size or positions of its own) or any
+:class:`~reassembly.runtime.Offered` carrying a key, a size or positions of its own) or any
 other assembler event, which goes to ``on_event`` (default: logged at WARNING, a ``Duplicate`` at
 DEBUG): nothing is dropped without a word. :meth:`IterableSource.from_segments` runs an
 :class:`~reassembly.assembler.Assembler` over encoded segments first, so a file of segments (or a
@@ -61,7 +61,7 @@ class PauseFlag:
 
 
 class IterableSource:
-    """A finite :class:`~reassembly.runtime.base.Source` over ``items``.
+    """A finite :class:`~reassembly.runtime.Source` over ``items``.
 
     ``on_event``: where items that are not whole messages go. ``on_settled(work, outcome)``:
     called when a message is settled DONE or DEAD (what a broker would be told).

@@ -31,7 +31,8 @@ standard library only) over :mod:`.stomp_client` (a sans-I/O STOMP 1.2 frame par
 connection), :mod:`.recycle` (the pool of reused receive buffers STOMP bodies land in), and
 :mod:`.kafka` (:class:`KafkaSegmentProducer`: payloads segmented into the records of a Kafka topic,
 one key per message, through confluent-kafka, imported only when a producer is created:
-``pip install segment-reassembly[kafka]``).
+``pip install segment-reassembly[kafka]``) with :mod:`.kafka_record` (a record's key, headers and
+size) and :mod:`.kafka_send` (:class:`KafkaSend`, a sent message's deliveries).
 This package is the transport only (connect, send with broker confirmation, fetch and settle
 deliveries); what a receiver does with a delivery is :mod:`reassembly.brokers.receiver`.
 """

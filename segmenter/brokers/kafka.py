@@ -25,7 +25,7 @@ success: :meth:`KafkaSegmentProducer.send` returns a :class:`KafkaSend` whose :m
 (or the producer's :meth:`~KafkaSegmentProducer.flush`) raises :class:`~segmenter.brokers.BrokerError`
 naming the message (GroupId, key) and each failed segment with librdkafka's error.
 
-DeliveredSegment limit: a Kafka broker refuses a record *batch* larger than the topic's
+Record limit: a Kafka broker refuses a record *batch* larger than the topic's
 ``max.message.bytes`` (default 1,048,588: 1 MiB and the 12-byte log overhead). One segment in a
 batch of its own must fit it: :func:`kafka_segment_size_for` subtracts the batch header (61
 bytes), the record's framing (36 bytes at most: seven varints and the attributes byte), the key and
@@ -38,6 +38,9 @@ pre-cut one given to :meth:`~KafkaSegmentProducer.send_segments`, or an explicit
 ``max_segment_size`` too large) is refused here (2218 MSG_TOO_BIG_FOR_CHANNEL) before it is
 produced, never left to the broker's MSG_SIZE_TOO_LARGE.
 
+The record's layout and size (:mod:`.kafka_record`) and the handle of a message sent
+(:mod:`.kafka_send`) are modules of their own; their names are importable from here too.
+
 confluent-kafka is the optional extra ``segment-reassembly[kafka]``: it is imported when a
 producer is created, never when this module is, so ``import segmenter.brokers`` works without it.
 """
@@ -48,10 +51,9 @@ import concurrent.futures
 import functools
 import logging
 import os
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ..checksum import DEFAULT_ALGORITHM, ChecksumAlgorithm
 from ..digest import NO_POLICY, DigestPolicy
@@ -59,35 +61,28 @@ from ..errors import Reason, SegmentationError
 from ..flags import Codec, MsgFlags
 from ..producer import Payload, Segmenter, _checked_group_id
 from ..sources import argument_error
-from ..wire import GROUP_ID_LENGTH, UNKNOWN_LENGTH, Segment
+from ..wire import GROUP_ID_LENGTH, Segment
 from .base import BrokerError
+from .kafka_record import DEFAULT_MAX_RECORD_BYTES as DEFAULT_MAX_RECORD_BYTES
+from .kafka_record import HEADER_OVERHEAD as HEADER_OVERHEAD
+from .kafka_record import KEY_LENGTH as KEY_LENGTH
+from .kafka_record import MQ_HEADER_BYTES as MQ_HEADER_BYTES
+from .kafka_record import MQ_HEADERS as MQ_HEADERS
+from .kafka_record import RECORD_BATCH_OVERHEAD as RECORD_BATCH_OVERHEAD
+from .kafka_record import RECORD_OVERHEAD as RECORD_OVERHEAD
+from .kafka_record import Headers as Headers
+from .kafka_record import _as_key, _encoded_headers, _mq_headers
+from .kafka_record import group_id_for as group_id_for
+from .kafka_record import kafka_segment_size_for as kafka_segment_size_for
+from .kafka_send import DeliveredSegment as DeliveredSegment
+from .kafka_send import FailedSegment as FailedSegment
+from .kafka_send import KafkaSend as KafkaSend
 
 if TYPE_CHECKING:
-    from confluent_kafka import KafkaError, Message, Producer
+    from confluent_kafka import Producer
 
 log = logging.getLogger(__name__)
 
-# A topic's max.message.bytes when neither the caller nor the cluster says otherwise: Kafka's
-# default (broker message.max.bytes = 1 MiB + 12, the log overhead of offset and length).
-DEFAULT_MAX_RECORD_BYTES = 1_048_588
-# DeliveredSegment batch v2 header: base offset 8, length 4, leader epoch 4, magic 1, CRC 4, attributes 2,
-# last offset delta 4, first and max timestamps 8 + 8, producer id 8, epoch 2, base sequence 4, count 4.
-RECORD_BATCH_OVERHEAD = 61
-# One record's framing at its largest: length, timestamp delta (a 64-bit zigzag varint: 10 bytes),
-# offset delta, key length, value length and header count as varints (5 bytes each), attributes 1.
-RECORD_OVERHEAD = 5 + 1 + 10 + 5 + 5 + 5 + 5
-HEADER_OVERHEAD = 10  # per record header: its key length and value length varints
-KEY_LENGTH = 2 * GROUP_ID_LENGTH  # the default key: the GroupId in hex
-# The MQ fields carried as headers (headers=True) and the longest text each value can be.
-MQ_HEADERS = (
-    ("GroupId", 2 * GROUP_ID_LENGTH),
-    ("MsgSeqNumber", 9),
-    ("Offset", 20),
-    ("MsgFlags", 10),
-    ("OriginalLength", 20),
-)
-MQ_HEADER_BYTES = sum(HEADER_OVERHEAD + len(name) + size for name, size in MQ_HEADERS)
-_MIN_SEGMENT = 1024  # the smallest max_segment_size worth sending (segment_size_for's floor too)
 _CLIENT_MAX_MSG_BYTES = 1_000_000  # librdkafka's message.max.bytes and batch.size defaults
 _FALSE = {"false", "0", "no", "off"}
 _SEGMENT = MsgFlags.SEGMENT.value  # set on every segment but the last of a message
@@ -95,132 +90,6 @@ _SEGMENT = MsgFlags.SEGMENT.value  # set on every segment but the last of a mess
 # finds reports waiting costs a GIL round trip and a queue lock whatever their number, and a
 # message's wait() or flush() serves the rest.
 _POLL_EVERY = 16
-
-Headers = Sequence[tuple[str, bytes | str]]
-
-
-def kafka_segment_size_for(max_record_bytes: int, *, key_length: int = KEY_LENGTH, header_bytes: int = 0) -> int:
-    """The ``max_segment_size`` (encoded segment, header included) whose record fits ``max_record_bytes``.
-
-    ``max_record_bytes`` is the topic's ``max.message.bytes`` (the largest record batch the broker
-    takes); ``key_length`` the record key's length; ``header_bytes`` the record headers' keys and
-    values together plus :data:`HEADER_OVERHEAD` each (:data:`MQ_HEADER_BYTES` for ``headers=True``).
-    The default topic limit, 1,048,588, gives 1,048,443 with the default key and no headers.
-    """
-    size = max_record_bytes - RECORD_BATCH_OVERHEAD - RECORD_OVERHEAD - key_length - header_bytes
-    if size < _MIN_SEGMENT:
-        raise SegmentationError(
-            "Kafka record limit too small for segments",
-            reason=Reason.MSG_TOO_BIG_FOR_CHANNEL,
-            limit=max_record_bytes,
-            reserve=max_record_bytes - size,
-        )
-    return size
-
-
-class FailedSegment(NamedTuple):
-    """A segment whose delivery failed: its place in the message and librdkafka's error."""
-
-    msg_seq_number: int
-    offset: int  # the segment's Offset in its message
-    code: str  # librdkafka's error name, e.g. MSG_TIMED_OUT, TOPIC_AUTHORIZATION_FAILED
-    error: str  # librdkafka's error text
-
-
-class DeliveredSegment(NamedTuple):
-    """Where an acknowledged segment was written."""
-
-    msg_seq_number: int
-    offset: int  # the segment's Offset in its message
-    partition: int
-    kafka_offset: int
-
-
-class KafkaSend:
-    """One message (or MQ group) handed to the producer: done when every segment's delivery is reported.
-
-    ``segments`` counts the records produced; ``records`` (acknowledged, in delivery order) and
-    ``failed`` fill in as librdkafka reports deliveries, which happens inside the producer's calls
-    (:meth:`KafkaSegmentProducer.poll`, :meth:`wait`, ``flush``).
-    """
-
-    def __init__(self, owner: KafkaSegmentProducer, topic: str, key: bytes, group_id: bytes) -> None:
-        self._owner = owner
-        self.topic = topic
-        self.key = key
-        self.group_id = group_id
-        self.segments = 0
-        self.records: list[DeliveredSegment] = []
-        self.failed: list[FailedSegment] = []
-        self.sealed = False  # every segment produced (no more to come)
-        self.reported = False  # its failure was raised once (by wait or flush)
-
-    @property
-    def message_id(self) -> str:
-        return self.group_id.hex()
-
-    def done(self) -> bool:
-        """Every segment produced and its delivery reported (success or failure)."""
-        return self.sealed and len(self.records) + len(self.failed) == self.segments
-
-    @property
-    def ok(self) -> bool:
-        """Done, and every segment acknowledged by the cluster."""
-        return self.done() and not self.failed
-
-    @property
-    def partitions(self) -> set[int]:
-        """The partitions its acknowledged segments were written to: one, unless partitions were added mid-send."""
-        return {r.partition for r in self.records}
-
-    def wait(self, timeout: float | None = None) -> None:
-        """Serve delivery reports until this message is done; raise :class:`BrokerError` if a segment
-        failed, or if it is not done within ``timeout`` seconds (None: librdkafka's own
-        ``message.timeout.ms`` bounds it)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not self.done():
-            left = 0.1 if deadline is None else min(0.1, deadline - time.monotonic())
-            if left <= 0:
-                waiting = self.segments - len(self.records) - len(self.failed)
-                raise BrokerError(
-                    f"message {self.message_id} (key {self.key!r}): {waiting} of {self.segments} segments not"
-                    f" acknowledged within {timeout} s",
-                    group_id=self.message_id,
-                    topic=self.topic,
-                )
-            self._owner.poll(left)
-        if self.failed:
-            self.reported = True
-            raise self.error()
-
-    def error(self) -> BrokerError:
-        """The error naming this message and its failed segments (librdkafka's words)."""
-        shown = "; ".join(
-            f"MsgSeqNumber {f.msg_seq_number} Offset {f.offset}: {f.error} ({f.code})" for f in self.failed[:5]
-        )
-        more = f"; and {len(self.failed) - 5} more" if len(self.failed) > 5 else ""
-        too_big = any(f.code == "MSG_SIZE_TOO_LARGE" for f in self.failed)
-        return BrokerError(
-            f"message {self.message_id} (key {self.key!r}) not sent to {self.topic}: {len(self.failed)} of"
-            f" {self.segments} segments failed: {shown}{more}",
-            reason=Reason.MSG_TOO_BIG_FOR_CHANNEL if too_big else Reason.CONNECTION_BROKEN,
-            group_id=self.message_id,
-            topic=self.topic,
-            failed=[f._asdict() for f in self.failed],
-        )
-
-    def _delivered(self, seq: int, offset: int, err: KafkaError | None, msg: Message[Any, Any]) -> None:
-        if err is None:
-            self.records.append(DeliveredSegment(seq, offset, msg.partition() or 0, msg.offset() or 0))
-        else:
-            self.failed.append(FailedSegment(seq, offset, err.name(), err.str()))
-        if self.done():
-            self._owner._finished(self)
-
-    def __repr__(self) -> str:
-        state = "ok" if self.ok else "failed" if self.done() else "pending"
-        return f"KafkaSend({self.message_id}, {self.topic}, {len(self.records)}/{self.segments} acknowledged, {state})"
-
 
 INSTALL = 'pip install "confluent-kafka>=2.4" (the extra kafka: pip install -e ".[kafka]" in the source)'
 
@@ -272,34 +141,6 @@ def _client_int(conf: Mapping[str, Any], name: str) -> int | None:
         return int(conf[name])
     except (TypeError, ValueError):
         raise argument_error(f"{name} must be a whole number of bytes, not {conf[name]!r}") from None
-
-
-def _as_key(key: bytes | str | None, group_id: bytes) -> bytes:
-    if key is None:
-        return group_id.hex().encode("ascii")
-    if isinstance(key, str):
-        return key.encode("utf-8")
-    if isinstance(key, (bytes, bytearray, memoryview)):
-        return bytes(key)
-    raise argument_error(f"a record key must be bytes or str, not {type(key).__name__}")
-
-
-def group_id_for(msg_id: bytes | str) -> bytes:
-    """The 24-byte GroupId of a caller's message id: the first 24 bytes of its SHA-256 (of the
-    UTF-8 text for a ``str``). Deterministic, so a producer restarted after a crash that sends the
-    message again under the same id sends the same segments, which the consumer's assembler
-    recognises as duplicates."""
-    import hashlib
-
-    if isinstance(msg_id, str):
-        raw = msg_id.encode("utf-8")
-    elif isinstance(msg_id, (bytes, bytearray, memoryview)):
-        raw = bytes(msg_id)
-    else:
-        raise argument_error(f"msg_id must be bytes or str, not {type(msg_id).__name__}")
-    if not raw:
-        raise argument_error("msg_id must not be empty")
-    return hashlib.sha256(raw).digest()[:GROUP_ID_LENGTH]
 
 
 @dataclass(frozen=True)
@@ -660,36 +501,6 @@ class KafkaSegmentProducer:
             self.flush()
         else:  # an error is on its way out: wait for what is in flight, do not replace the error
             self._client.flush(10.0)
-
-
-def _encoded_headers(headers: Headers) -> list[tuple[str, bytes]]:
-    out = []
-    for item in headers:
-        try:
-            name, value = item
-        except (TypeError, ValueError):
-            raise argument_error(f"a record header is a (name, value) pair, not {item!r}"[:120]) from None
-        if not isinstance(name, str):
-            raise argument_error(f"a record header name is a str, not {type(name).__name__}")
-        if isinstance(value, str):
-            value = value.encode("utf-8")
-        elif not isinstance(value, bytes):
-            raise argument_error(f"a record header value is bytes or str, not {type(value).__name__}")
-        out.append((name, value))
-    return out
-
-
-def _mq_headers(seg: Segment) -> list[tuple[str, bytes]]:
-    h = seg.header
-    out = [
-        ("GroupId", h.group_id.hex().encode()),
-        ("MsgSeqNumber", str(h.msg_seq_number).encode()),
-        ("Offset", str(h.offset).encode()),
-        ("MsgFlags", str(int(h.msg_flags)).encode()),
-    ]
-    if h.original_length != UNKNOWN_LENGTH:
-        out.append(("OriginalLength", str(h.original_length).encode()))
-    return out
 
 
 class _Opened:
