@@ -46,7 +46,8 @@ def shared_session() -> Any:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from reassembly.spark.session import get_session
 
-    return get_session(SESSION_MASTER, app_name=SESSION_APP)
+    # No web UI: nobody looks at it, and its listener and port search cost every job and session.
+    return get_session(SESSION_MASTER, app_name=SESSION_APP, conf={"spark.ui.enabled": "false"})
 
 
 def reassemble(
