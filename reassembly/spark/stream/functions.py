@@ -417,16 +417,22 @@ class BatchWriter:
 
 
 def _counts(tmp: Path) -> Counter[str]:
-    """Rows of one written batch by kind and status (read back from its Parquet: the batch is not recomputed)."""
+    """Rows of one written batch by kind and status (read back from its Parquet: the batch is not
+    recomputed); ``used`` and ``message_duplicates``: the segments its messages used and the identical
+    copies they counted (with the ``duplicate`` rows, every copy: the batch job's ``duplicates``)."""
     import pyarrow.parquet as pq
 
-    counts: Counter[str] = Counter()
+    counts: Counter[str] = Counter({"used": 0, "message_duplicates": 0})
     for kind in FOLDERS:
         for f in sorted((tmp / f"kind={kind}").glob("*.parquet")):
-            cols = pq.read_table(f, columns=["status", "reason_name"]).to_pydict()
-            for status, reason in zip(cols["status"], cols["reason_name"], strict=True):
+            cols = pq.read_table(f, columns=["status", "reason_name", "segments_used", "duplicates"]).to_pydict()
+            for status, reason, used, copies in zip(
+                cols["status"], cols["reason_name"], cols["segments_used"], cols["duplicates"], strict=True
+            ):
                 if kind == "message":
                     counts[f"message:{status}"] += 1
+                    counts["used"] += used or 0
+                    counts["message_duplicates"] += copies or 0
                 elif kind == "quarantine":
                     counts["quarantine"] += 1
                     counts["late"] += reason == "LATE_SEGMENT"
