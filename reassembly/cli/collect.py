@@ -164,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
         )
     if collector.dead:
         raise JobError(
-            f"{counted(len(collector.dead), 'batch', 'batches')} went to the dead letter after their last attempt, e.g."
+            f"{counted(len(collector.dead), 'batch', 'batches')} went to the dead letter after the last attempt, e.g."
             f" {collector.dead[0].batch_id} (reassemble collect --rules DB --list-dead lists them)"
         )
     if left.replaced:

@@ -149,17 +149,21 @@ def _reassemble(
     # Read the keyring before Spark starts: a bad file is a usage error, reported at once.
     digest = digest_policy(getattr(args, "require_sha256", False), getattr(args, "hmac_keyring", None))
     check_summary_path(args, inputs(pattern), output)
-    with record.phase("spark_start"):
-        job = open_job(
-            pattern,
-            output,
-            overwrite=overwrite,
-            column=column,
-            settings=spark_settings(args),
-            segments=SegmentInput(encoded, raw_column),  # refused (exit 2) when it cannot be what was meant
-        )
+    job = open_job(
+        pattern,
+        output,
+        overwrite=overwrite,
+        column=column,
+        settings=spark_settings(args),
+        segments=SegmentInput(encoded, raw_column),  # refused (exit 2) when it cannot be what was meant
+        phase=record.phase,
+    )
     record.fields["spark"] = getattr(job.spark, "version", None)
     from reassembly.spark import ReassemblyOptions, reassemble
+    from reassembly.spark.jar import reassembler
+
+    with record.phase("jar"):
+        reassembler(job.spark)  # the bundled jar into the session (the job takes the SQL path without it)
     from reassembly.spark.pipeline import INPUT_FILE, check_keep_columns, keep_input_file
 
     keep = tuple(getattr(args, "keep_columns", ()))

@@ -783,7 +783,11 @@ def run_incremental(
     """One incremental run (module doc): the rows of the new files and of the carry reassembled, the
     run committed and published; or nothing at all when there is nothing to do (``run`` None).
 
-    ``reassembly``: how to reassemble (its ``payload_dir`` is the run's own). ``encoded=False``: the
+    ``pattern``: the landing table (a Parquet file, directory or glob); ``output``: the directory the
+    runs are published to (``run=N`` folders); ``options``: the checkpoint and the carry's bounds
+    (:class:`IncrementalOptions`); ``settings``: the Spark session to start (master, partitions,
+    ``--conf`` settings). ``raw_column``: the binary column of encoded segments.
+    ``reassembly``: how to reassemble (its ``payload_dir`` is the run's own). ``encoded`` False: the
     landing rows hold segments as columns (:class:`~reassembly.spark.schema.ColumnNames`' defaults);
     they are encoded first, and carried encoded. Lineage (``reassembly.keep_columns``) works across
     runs: a carried row keeps every column it landed with, and ``keep_input_file`` takes each new

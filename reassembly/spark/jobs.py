@@ -18,8 +18,8 @@ import socket
 import threading
 import time
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -27,8 +27,8 @@ from typing import Any, NamedTuple
 from reassembly._errors import JobError, counted, first_line
 from reassembly._files import atomic_dir, claim_output, hadoop_literal, inputs
 from reassembly._processes import INTERRUPTED, descendants, on_interrupt, process_alive
-from reassembly.spark.footers import check_files, footer_rows
-from reassembly.spark.inputs import InputRefused, SegmentInput, check_binary_column, check_input
+from reassembly.spark.footers import Footers, check_files, footer_rows
+from reassembly.spark.inputs import InputRefused, SegmentInput, check_binary_column, check_input, check_schema
 
 logger = logging.getLogger(__name__)
 
@@ -225,21 +225,43 @@ def open_job(
     column: str | None,
     settings: SparkSettings,
     segments: SegmentInput | None = None,
+    phase: Callable[[str], AbstractContextManager[Any]] = lambda name: nullcontext(),
 ) -> Job:
     """Check input and output, start Spark, read the input and refuse it (:class:`InputRefused`, a
     UsageError: exit code 2, nothing written) when it cannot be what was meant: with ``segments``,
     by :func:`~reassembly.spark.inputs.check_input` (the columns, their types, and whether the
-    first values frame as segments); else a ``column`` that is missing or not binary."""
+    first values frame as segments); else a ``column`` that is missing or not binary. ``phase(name)``
+    times each step (``footers``: the checks before Spark starts, ``spark_start``: the session,
+    ``input``: the input read and checked; the command's ``--summary-json`` durations)."""
     paths = inputs(pattern)
     out = claim_output(output, overwrite, pattern, paths)
     strict = not skipping(settings.conf)
-    check_files(paths, pattern, segments, column=column, strict=strict)  # from the footers, before Spark starts
-    spark = open_session(settings)
+    with phase("footers"):
+        footers = check_files(paths, pattern, segments, column=column, strict=strict)  # before Spark starts
+    with phase("spark_start"):
+        spark = open_session(settings)
+    with phase("input"):
+        df = _checked_input(spark, pattern, paths, footers, column, segments)
+    return Job(pattern, paths, out, spark, df, settings)
+
+
+def _checked_input(
+    spark: Any,
+    pattern: str,
+    paths: Sequence[str],
+    footers: Footers | None,
+    column: str | None,
+    segments: SegmentInput | None,
+) -> Any:
+    """The input read by Spark and refused as :func:`open_job` says; Spark samples the first values only
+    where the footers' check could not."""
     try:
-        df = spark.read.parquet(*map(hadoop_literal, paths))
+        df = _read_parquet(spark, paths, footers)
     except Exception as exc:
         raise JobError(f"cannot read {pattern}: {first_line(exc)}") from None
-    if segments is not None:
+    if segments is not None and footers is not None and footers.sampled:
+        check_schema(df.schema, segments)  # the values were sampled from the files already: no Spark job
+    elif segments is not None:
         try:
             check_input(df, segments)
         except InputRefused:
@@ -248,7 +270,20 @@ def open_job(
             logger.debug("the input's first values could not be read", exc_info=True)
     elif column is not None:
         check_binary_column(df.schema, column)
-    return Job(pattern, paths, out, spark, df, settings)
+    return df
+
+
+def _read_parquet(spark: Any, paths: Sequence[str], footers: Footers | None) -> Any:
+    """``paths`` read by Spark; with the schema the footers gave (the one Spark would infer), so that
+    Spark's job inferring it is not run (a first job on a fresh JVM costs seconds). A schema Spark's
+    DDL cannot say (nested names it would need quoted) is left to Spark to infer."""
+    literal = list(map(hadoop_literal, paths))
+    if footers is not None:
+        try:
+            return spark.read.schema(footers.ddl()).parquet(*literal)
+        except Exception:
+            logger.debug("the footers' schema was not taken; Spark infers it", exc_info=True)
+    return spark.read.parquet(*literal)
 
 
 # Spark's settings that make a read skip, without failing, a file it cannot read or that is gone.

@@ -92,7 +92,8 @@ def test_the_summary_json_of_a_run_matches_the_schema_the_printed_summary_and_fa
     assert doc["output"]["messages"] == str(out / "messages") and doc["output"]["payloads"] is None
     assert doc["input"]["pattern"] == str(faulty) and doc["input"]["bytes"] > 0
     assert doc["versions"]["spark"] and doc["versions"]["python"] == ".".join(map(str, sys.version_info[:3]))
-    assert set(doc["durations_seconds"]) >= {"total", "spark_start", "read", "reassemble", "summary"}
+    phases = {"total", "footers", "spark_start", "input", "jar", "read", "reassemble", "summary"}
+    assert set(doc["durations_seconds"]) >= phases
     assert doc["durations_seconds"]["total"] >= doc["durations_seconds"]["reassemble"] > 0
     assert doc["started_at"] < doc["ended_at"] and doc["started_at"].endswith("+00:00")
 
@@ -182,7 +183,8 @@ def test_incremental_runs_write_their_summary_with_what_they_carried(tmp_path: P
     assert second["counts"]["rows_in"] == len(parts[1]) + carried
     assert first["counts"]["messages"]["complete"] + second["counts"]["messages"]["complete"] == 10
     assert second["output"]["messages"] == str(out / "messages" / "run=2")
-    assert second["input"] == {"pattern": str(landing), "paths": 1, "bytes": (landing / "f1.parquet").stat().st_size}
+    size = (landing / "f1.parquet").stat().st_size
+    assert second["input"] == {"pattern": str(landing), "paths": 1, "bytes": size, "skipped_files": []}
     assert second["fail_on"] == {"requested": ["incomplete", "corrupt"], "held": []}
     idle = reassemble(*command)
     assert idle.returncode == EXIT_OK, idle.stderr

@@ -192,6 +192,9 @@ def reassemble_stream(
     """Reassemble a streaming DataFrame of segments (encoded, or as columns as for the batch
     :func:`~reassembly.spark.reassemble`: see :class:`ColumnNames`); returns the stream of output rows.
 
+    ``encoded``: each row holds one encoded segment in the binary column ``raw_column`` (True), or
+    its header fields and data as columns named by ``columns`` (False). ``options``: how to
+    reassemble and how long to wait (:class:`StreamOptions`).
     ``event_time`` names a timestamp column of ``df`` (for a file source, e.g.
     ``_metadata.file_modification_time`` selected as a column; for Kafka, the
     record ``timestamp``). Rows are the batch job's combined schema
@@ -552,21 +555,19 @@ def file_source(
     keep: tuple[str, ...] = (),
     input_file: str | None = None,
 ) -> Any:
-    """A landing directory of Parquet files as a stream, with ``event_time``: the named column, or by
-    default each file's modification time (its arrival, from the source's metadata). ``keep``: other
-    columns of the files to pass on (to keep them: ``ReassemblyOptions(keep_columns=...)``; their types
-    are read from the files that have landed, so at least one must have); ``input_file``: a column of
-    that name with each row's file path, too.
-
-    Encoded input (``raw_column``) comes as columns ``segment`` and ``event_time``; column input
-    (``encoded=False``, the columns ``columns`` names) as those columns and ``event_time``. The
-    schema is the files' own, read from those that have landed, and the input is checked before the
-    stream is set up (:func:`~reassembly.spark.inputs.check_input`): a named column missing or of
-    another type, or a segment column none of whose first 100 values frames as a segment, raises
-    :class:`~reassembly.spark.inputs.InputRefused` (a UsageError, one line naming the columns found)
-    and nothing is read. With no file yet there is nothing to check: the columns are taken as named
-    (the segment column binary), and a file landing later without them reads as NULLs (quarantined
-    as such); ``reassemble stream`` waits for the first file instead."""
+    """The landing directory ``path`` of Parquet files as a stream of ``spark``, with ``event_time``: the named column,
+    or by default each file's modification time (its arrival, from the source's metadata). ``keep``: other columns
+    of the files to pass on (to keep them: ``ReassemblyOptions(keep_columns=...)``; their types are read from the
+    files that have landed, so at least one must have); ``input_file``: a column of that name with each row's file
+    path, too. ``max_files``: files per micro-batch at most (None: every file that has landed). Encoded input
+    (``encoded``, the segments in ``raw_column``) comes as columns ``segment`` and ``event_time``; column input
+    (``encoded`` False, the columns ``columns`` names) as those columns and ``event_time``. The schema is the files'
+    own, read from those that have landed, and the input is checked before the stream is set up
+    (:func:`~reassembly.spark.inputs.check_input`): a named column missing or of another type, or a segment column
+    none of whose first 100 values frames as a segment, raises :class:`~reassembly.spark.inputs.InputRefused` (a
+    UsageError, one line naming the columns found) and nothing is read. With no file yet there is nothing to check:
+    the columns are taken as named (the segment column binary), and a file landing later without them reads as NULLs
+    (quarantined as such); ``reassemble stream`` waits for the first file instead."""
     from pyspark.sql import functions as F
 
     what = SegmentInput(encoded, raw_column, columns or ColumnNames())
@@ -626,11 +627,13 @@ def start(
     options: StreamOptions | None = None,
     halt: Halt | None = None,
 ) -> Any:
-    """Start writing ``stream`` (from :func:`reassemble_stream`) to ``out``; ``trigger`` is
+    """Start writing ``stream`` (from :func:`reassemble_stream`) to ``out``, its progress in Spark's
+    ``checkpoint`` directory (keep it: the stream resumes from it exactly once); ``trigger`` is
     ``available-now`` or a processing-time interval such as ``10 seconds``. Pass the stream's
     ``options`` when they set a ``payload_dir``: the sink removes committed messages' spool files.
     A checkpoint that the stream's state would be misread from is refused first (:func:`bind_checkpoint`;
-    pass ``options`` for its options to be checked too). ``halt``: see :class:`Halt`."""
+    pass ``options`` for its options to be checked too). ``on_batch(batch_id, counts)`` is called once
+    each batch is committed, with what its marker records. ``halt``: see :class:`Halt`."""
     bind_checkpoint(checkpoint, options)
     sink = BatchWriter(out, on_batch, spool_of(options) if options is not None else None, halt)
     writer = stream.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
