@@ -26,7 +26,8 @@ falls on every case alike), after a warm-up round that is run and not counted (k
   checkout, interleaved with the others (a before-and-after under the same load).
 
 ``wall`` is each process's whole life as the parent saw it (exit included: the command ends the
-JVM it started before it exits).
+JVM it started before it exits). A case that fails (on a loaded machine Spark may time out a Python
+worker starting) is kept in the JSON under ``failed`` and not counted.
 """
 
 from __future__ import annotations
@@ -214,13 +215,19 @@ def main(argv: list[str] | None = None) -> int:
         started = time.monotonic()
         runs: list[dict[str, Any]] = []
         warm: list[dict[str, Any]] = []
+        failed: list[dict[str, Any]] = []
         for r, names in enumerate(order(warmup + rounds, cases)):
             for case in names:
-                got = run_case(case, work, data, args.compare) | {"round": r}
+                try:
+                    got = run_case(case, work, data, args.compare) | {"round": r}
+                except RuntimeError as exc:  # kept in the JSON, not counted (a loaded machine times workers out)
+                    failed.append({"case": case, "round": r, "error": str(exc)[-2000:]})
+                    print(f"round {r} {case}: FAILED {str(exc)[:300]}", file=sys.stderr)
+                    continue
                 (warm if r < warmup else runs).append(got)
                 print(f"round {r}{' (warm-up)' if r < warmup else ''} {case}: {got['wall']:.2f} s", file=sys.stderr)
             if args.json:  # after every round: an interrupted run keeps what it measured
-                partial = {"rounds_done": r + 1, "runs": runs, "warmup": warm}
+                partial = {"rounds_done": r + 1, "runs": runs, "warmup": warm, "failed": failed}
                 Path(args.json).with_suffix(".partial.json").write_text(json.dumps(partial, indent=1) + "\n")
         result = {
             "machine": {
@@ -236,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
             "compare": args.compare,
             "runs": runs,
             "warmup": warm,
+            "failed": failed,
             "medians": medians(runs),
         }
     finally:

@@ -175,7 +175,7 @@ def _reassemble(
     record.fields["schema_version"] = getattr(output_schema, "SCHEMA_VERSION", None)
     with record.phase("read"):
         try:
-            rows_in, job.skipped = read_rows(job)  # the first read of every file: a damaged one fails here
+            rows_in, job.skipped = read_rows(job)  # every footer: an unreadable one fails here
         except Exception as exc:
             raise JobError(f"cannot read {pattern}: {first_line(exc)}") from None
     with record.phase("reassemble"), job.writing() as tmp:

@@ -653,10 +653,11 @@ def run(args: argparse.Namespace) -> int:
             _said_output(out, lines.out)
             lines.record(record, args, out, "no input")
             return fail_on(record, args.fail_on, lines.condition_counts())
+    footers = None  # what the footers told (a stream waiting for its first file has none to read)
     if not waiting:  # from the files' footers and first values, before Spark starts
         what = SegmentInput(encoded, args.raw_column, ColumnNames())
         strict = not skipping(spark_conf(args))  # a file Spark is told to skip is named once skipped
-        check_files([args.input], args.input, what, event_time=args.event_time, strict=strict)
+        footers = check_files([args.input], args.input, what, event_time=args.event_time, strict=strict)
     with record.phase("spark_start"):
         spark = open_session(SparkSettings(args.master, args.partitions, verbose=args.verbose, conf=spark_conf(args)))
     record.fields["spark"] = getattr(spark, "version", None)
@@ -675,6 +676,7 @@ def run(args: argparse.Namespace) -> int:
             encoded=encoded,
             keep=args.keep_columns,
             input_file="input_file" if args.keep_input_file else None,
+            footers=footers,  # no Spark job infers or samples what the footers told
         )
         rows = reassemble_stream(df, encoded=encoded, columns=ColumnNames(), options=options)
         query = start(rows, out, args.checkpoint, args.trigger, options=options, halt=halt)

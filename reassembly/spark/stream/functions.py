@@ -40,7 +40,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reassembly.spark.environment import check_worker_python, configure
 from reassembly.spark.inputs import InputRefused, SegmentInput, check_input, check_schema
@@ -53,6 +53,9 @@ from reassembly.spark.stream.spool import Spool
 from reassembly.spark.writer import parquet_writer, project_folder
 from segmenter.header_table import FIELD
 from segmenter.wire import GROUP_ID_LENGTH
+
+if TYPE_CHECKING:
+    from reassembly.spark.footers import Footers
 
 logger = logging.getLogger(__name__)
 
@@ -554,6 +557,7 @@ def file_source(
     columns: ColumnNames | None = None,
     keep: tuple[str, ...] = (),
     input_file: str | None = None,
+    footers: Footers | None = None,
 ) -> Any:
     """The landing directory ``path`` of Parquet files as a stream of ``spark``, with ``event_time``: the named column,
     or by default each file's modification time (its arrival, from the source's metadata). ``keep``: other columns
@@ -567,13 +571,17 @@ def file_source(
     none of whose first 100 values frames as a segment, raises :class:`~reassembly.spark.inputs.InputRefused` (a
     UsageError, one line naming the columns found) and nothing is read. With no file yet there is nothing to check:
     the columns are taken as named (the segment column binary), and a file landing later without them reads as NULLs
-    (quarantined as such); ``reassemble stream`` waits for the first file instead."""
+    (quarantined as such); ``reassemble stream`` waits for the first file instead.
+
+    ``footers``: what :func:`~reassembly.spark.footers.check_files` told of the landed files (the
+    command's check before Spark starts): their schema is taken from it instead of a Spark job
+    inferring it, and where it sampled the first values Spark does not sample them again."""
     from pyspark.sql import functions as F
 
     what = SegmentInput(encoded, raw_column, columns or ColumnNames())
     landed = None
     try:
-        landed = spark.read.parquet(path)
+        landed = _landed(spark, path, footers)
         schema = landed.schema
     except Exception as exc:
         if "UNABLE_TO_INFER_SCHEMA" not in str(exc):
@@ -583,7 +591,10 @@ def file_source(
         named = [f"`{c}` {types[kind]}" for c, kind in what.wanted().items()]
         schema = ", ".join(named + ([f"`{event_time}` timestamp"] if event_time else []))
     else:
-        check_input(landed, what, event_time=event_time)
+        if footers is not None and footers.sampled:
+            check_schema(landed.schema, what, event_time=event_time)  # the values were sampled from the files
+        else:
+            check_input(landed, what, event_time=event_time)
     if keep or input_file:
         _check_kept(landed, path, keep, input_file, raw_column if encoded else what.columns.data)
     # Spark's file source ignores, without a word, a file whose modification time is more than
@@ -601,6 +612,17 @@ def file_source(
     if encoded:
         return df.select(F.col(_quoted(raw_column)).alias("segment"), t, *kept)
     return df.select(*(F.col(_quoted(c)) for c in what.wanted()), t, *kept)
+
+
+def _landed(spark: Any, path: str, footers: Footers | None) -> Any:
+    """The files landed in ``path``, read with the footers' schema where it is given (no Spark job to
+    infer it; a schema Spark's DDL cannot say is left to Spark)."""
+    if footers is not None:
+        try:
+            return spark.read.schema(footers.ddl()).parquet(path)
+        except Exception:
+            logger.debug("the footers' schema was not taken; Spark infers it", exc_info=True)
+    return spark.read.parquet(path)
 
 
 def _check_kept(landed: Any, path: str, keep: tuple[str, ...], input_file: str | None, segment: str) -> None:
