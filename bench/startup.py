@@ -1,7 +1,7 @@
 """Where ``reassemble``'s start-up goes: ``run`` on a one-file table and the first micro-batch of
 ``stream``, split into phases.
 
-    python -m bench.startup --rounds 5 --json FILE     # about 10 min on 2 idle cores, more loaded
+    python -m bench.startup --rounds 5 --json FILE     # 16 min a round at a load average of 20-30
     python -m bench.startup --quick                    # one round, no warm-up: checks the harness
 
 Every case runs in a fresh process (its own interpreter, its own JVM), the cases of a round one
