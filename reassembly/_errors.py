@@ -2,7 +2,7 @@
 
 A :class:`JobError` is reported in one line (exit code 1); a :class:`UsageError` is one that must
 not run at all (exit code 2, nothing touched); :func:`first_line` makes that line from any
-exception, Java's and Python workers' included.
+exception, Java's and Python workers' included; :func:`counted` writes a count with its noun.
 """
 
 from __future__ import annotations
@@ -45,3 +45,7 @@ def first_line(exc: BaseException) -> str:
     return head[:400]
 
 
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """``count`` and ``noun``, plural unless one ("1 incomplete group", "3 rows", "2 copies" with
+    ``plural="copies"``): the command's lines read as sentences whatever the count."""
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"

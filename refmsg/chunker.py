@@ -57,14 +57,25 @@ class Chunker:
     """
 
     max_length: int = DEFAULT_MAX_LENGTH
+    """Bytes of bulk data per message (default 4 MiB, IBM MQ's default MAXMSGL)."""
     limit_includes_header: bool = False
+    """True: ``max_length`` bounds the whole message, MQRMH included (what a channel's MAXMSGL
+    enforces); False: the bulk data alone (IBM's worked example)."""
     algorithm: ChecksumAlgorithm = DEFAULT_ALGORITHM
+    """The checksum of the integrity block's per-block and whole-object checksums."""
     header_encoding: int = ENCODING_NATIVE
+    """The MQRMH's Encoding: the byte order its integers are written in (546: little-endian)."""
     ccsid: int = CCSID_UTF8
+    """The MQRMH's CodedCharSetId: the character set of its names (1208: UTF-8)."""
     object_type: str = DEFAULT_OBJECT_TYPE
+    """The MQRMH's ObjectType, up to 8 characters, for the receiving exit to recognise the object."""
     data_format: str = FORMAT_NONE
+    """The MQRMH's Format: the MQ format name of the bulk data (MQFMT_NONE: plain bytes)."""
     integrity: bool = True
+    """True: each message carries the integrity block (checksums, the object's length); False:
+    plain MQRMHs for peers that must see nothing but IBM's layout."""
     digest: DigestPolicy = NO_POLICY
+    """Adds a whole-object SHA-256 and/or an HMAC-SHA-256 to the LAST message's block (needs ``integrity``)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "algorithm", ChecksumAlgorithm.parse(self.algorithm))

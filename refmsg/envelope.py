@@ -103,7 +103,9 @@ class EncryptionKeys:
     """
 
     keys: Mapping[str, bytes]
+    """Every key-encryption key by its id: 32 bytes each; any of them decrypts what it encrypted."""
     current: str
+    """The id (one of ``keys``) new objects' data keys are encrypted under."""
 
     def __post_init__(self) -> None:
         for key_id, key in self.keys.items():

@@ -600,10 +600,17 @@ def decode_segment(
             extension,
         ),
     )
-    if (length - header_length) != data_length:
+    if (length - header_length) < data_length:
         raise HeaderError(
             f"header declares {data_length} data bytes, {length - header_length} present",
             reason=Reason.TRUNCATED,
+            declared=data_length,
+            present=length - header_length,
+        )
+    if (length - header_length) > data_length:
+        raise HeaderError(
+            f"{length - header_length - data_length} bytes after the {data_length} data bytes the header declares",
+            reason=Reason.TRAILING_BYTES,
             declared=data_length,
             present=length - header_length,
         )

@@ -79,6 +79,7 @@ static int verdict(const unsigned char *b, i128 length, i128 max_message_size, i
     if (!((f->original_length != ((i128)18446744073709551615ULL)) || f->length_deferred)) return 0;
     if (!((!last) || ((f->original_length != ((i128)18446744073709551615ULL)) && f->has_message_checksum))) return 0;
     if (!((f->codec != ((i128)0ULL)) || (f->original_length == ((i128)18446744073709551615ULL)) || (f->stored_length == ((i128)18446744073709551615ULL)) || (f->original_length == f->stored_length))) return 0;
-    if (!((length - f->header_length) == f->data_length)) return 0;
+    if (!((length - f->header_length) >= f->data_length)) return 0;
+    if (!((length - f->header_length) <= f->data_length)) return 0;
     return 1;
 }

@@ -52,6 +52,7 @@ class Reason(IntEnum):
     STORE_ERROR = 9018  # the object or body store failed (unreadable, purged, out of space)
     OBJECT_SIZE_ERROR = 9019  # a stored object's size is not the size its claim check declares
     ARGUMENT_ERROR = 9020  # a producer option or input the wire format cannot carry (segment size, codec, payload type)
+    TRAILING_BYTES = 9021  # more bytes than the header declares: bytes after the segment's declared data
     # Digests (9030 up, leaving room for other additions): see segmenter/digest.py.
     EXTENSION_ERROR = 9030  # a header extension (or its digest records) is malformed
     UNKNOWN_EXTENSION = 9031  # a critical extension record type this reader does not know

@@ -376,10 +376,19 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "data_present",
         "data",
-        eq(sub(n("length"), n("header_length")), n("data_length")),
+        ge(sub(n("length"), n("header_length")), n("data_length")),
         "TRUNCATED",
         "HeaderError",
         "header declares {data_length} data bytes, {length - header_length} present",
+        (("declared", "data_length"), ("present", "length - header_length")),
+    ),
+    Rule(
+        "data_ends",
+        "data",
+        le(sub(n("length"), n("header_length")), n("data_length")),
+        "TRAILING_BYTES",
+        "HeaderError",
+        "{length - header_length - data_length} bytes after the {data_length} data bytes the header declares",
         (("declared", "data_length"), ("present", "length - header_length")),
     ),
 )

@@ -127,11 +127,17 @@ class Segmenter:
     """
 
     max_segment_size: int = DEFAULT_SEGMENT_SIZE
+    """Bytes per segment, header included: what the pipe carries at most in one message."""
     codec: Codec = Codec.NONE
+    """How the whole message is compressed before it is split (``Codec.ZSTD``), or not at all."""
     level: int = 3
+    """The compression level of ``codec`` (zstd's, 1 to 22)."""
     algorithm: ChecksumAlgorithm = DEFAULT_ALGORITHM
+    """The checksum of every segment's data and of the whole message (CRC-32 by default, or CRC-32C)."""
     segmentation_allowed: bool = False
+    """MQ's MQMF_SEGMENTATION_ALLOWED: whether a queue manager on the way may segment the message again."""
     digest: DigestPolicy = NO_POLICY
+    """Adds a whole-message SHA-256 and/or an HMAC-SHA-256 to the last segment's header extension."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.digest, DigestPolicy):

@@ -42,10 +42,15 @@ _TMP_PREFIX = ".drain-"
 class Rolling:
     """When the current file is closed and published."""
 
-    max_bytes: int = 128 << 20  # segment bytes per file
-    max_seconds: float = 60.0  # age of the file's first segment
-    max_segments: int = 10_000  # keep at most the consumer's prefetch (STOMP caps unacked at it)
-    row_group_bytes: int = 16 << 20  # bodies buffered in memory before they go to the file
+    max_bytes: int = 128 << 20
+    """Segment bytes in one file: reaching it closes and publishes the file."""
+    max_seconds: float = 60.0
+    """Seconds after the file's first segment at which the file is closed and published."""
+    max_segments: int = 10_000
+    """Segments in one file; keep it at most the consumer's prefetch (STOMP caps unacknowledged
+    deliveries at it, and none is acknowledged before its file is published)."""
+    row_group_bytes: int = 16 << 20
+    """Segment bytes buffered in memory before they are written to the open file as a row group."""
 
 
 def _broker_fields() -> list[tuple[str, Any]]:

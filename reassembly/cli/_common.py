@@ -27,7 +27,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from reassembly._errors import UsageError
+from reassembly._errors import UsageError, counted
 from reassembly._files import overlap
 from reassembly._processes import INTERRUPTED, on_interrupt
 from reassembly.spark.jobs import SparkSettings, master_endpoints
@@ -64,7 +64,7 @@ EXIT_CODES: dict[int, str] = {
 CONDITIONS = ("incomplete", "corrupt", "quarantine", "skipped")
 """What ``--fail-on`` can name: an incomplete message, a corrupt message, a quarantined segment, an
 input file Spark skipped (``spark.sql.files.ignoreCorruptFiles`` or ``ignoreMissingFiles`` on)."""
-_COUNTED_IN = {"quarantine": "segments", "skipped": "files"}
+_COUNTED_IN = {"quarantine": "segment", "skipped": "file"}
 
 
 class Parser(argparse.ArgumentParser):
@@ -205,7 +205,7 @@ def fail_on(record: Record, requested: Sequence[str] | None, counts: dict[str, i
     )
     if not held:
         return EXIT_OK
-    what = ", ".join(f"{c} ({counts[c]} {_COUNTED_IN.get(c, 'messages')})" for c in held)
+    what = ", ".join(f"{c} ({counted(counts[c], _COUNTED_IN.get(c, 'message'))})" for c in held)
     print(f"reassemble: --fail-on: {what}", file=sys.stderr)
     return EXIT_CONDITION
 

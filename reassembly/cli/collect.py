@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from reassembly._errors import JobError, UsageError, first_line
+from reassembly._errors import JobError, UsageError, counted, first_line
 from reassembly._files import overlap
 from reassembly.cli._common import seconds
 from reassembly.collector.core import BatchReady
@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     def line(batch: BatchReady, path: Path) -> None:
         if not args.quiet:
             n, cause = len(batch.messages), batch.cause.value
-            print(f"batch {batch.batch_id} {batch.destination!r} {n} messages {cause} -> {path}")
+            print(f"batch {batch.batch_id} {batch.destination!r} {counted(n, 'message')} {cause} -> {path}")
             sys.stdout.flush()
 
     def dead(batch: DeadBatch) -> None:
@@ -156,19 +156,20 @@ def run(args: argparse.Namespace) -> int:
             collector.stop()
         finally:
             storage.close()
-    print(f"collect: {collector.emitted} batches written under {output}")
+    print(f"collect: {counted(collector.emitted, 'batch', 'batches')} written under {output}")
     if left.unreadable:
         raise JobError(
-            f"{len(left.unreadable)} input files could not be read, e.g. {left.unreadable[0]} (left in place)"
+            f"{counted(len(left.unreadable), 'input file')} could not be read, e.g. {left.unreadable[0]}"
+            " (left in place)"
         )
     if collector.dead:
         raise JobError(
-            f"{len(collector.dead)} batches went to the dead letter after their last attempt, e.g."
+            f"{counted(len(collector.dead), 'batch', 'batches')} went to the dead letter after the last attempt, e.g."
             f" {collector.dead[0].batch_id} (reassemble collect --rules DB --list-dead lists them)"
         )
     if left.replaced:
         raise JobError(
-            f"{len(left.replaced)} input files changed after they were collected under their name, e.g."
+            f"{counted(len(left.replaced), 'input file')} changed after they were collected under their name, e.g."
             f" {left.replaced[0]} (not collected again: land new content under a new name)"
         )
     return 0
@@ -177,8 +178,8 @@ def run(args: argparse.Namespace) -> int:
 def _dead_line(batch: DeadBatch) -> str:
     where = batch.path or "its messages kept in the database row (the dead-letter file could not be written)"
     return (
-        f"batch {batch.batch_id} {batch.destination!r} {batch.messages} messages dead after {batch.attempts}"
-        f" attempts: {batch.reason} -> {where}"
+        f"batch {batch.batch_id} {batch.destination!r} {counted(batch.messages, 'message')} dead after"
+        f" {counted(batch.attempts, 'attempt')}: {batch.reason} -> {where}"
     )
 
 
@@ -198,7 +199,8 @@ def _request_flush(args: argparse.Namespace) -> int:
         for destination in args.flush:
             n = storage.request_flush(destination)
             if n:
-                print(f"flush {destination!r}: requested for {n} messages; the collector holding it closes the batch")
+                said = counted(n, "message")
+                print(f"flush {destination!r}: requested for {said}; the collector holding it closes the batch")
             else:
                 print(f"flush {destination!r}: no message held, nothing requested")
     finally:
@@ -217,5 +219,5 @@ def _list_dead(args: argparse.Namespace) -> int:
     for batch in batches:
         at = datetime.datetime.fromtimestamp(batch.dead_at or 0.0, datetime.timezone.utc).isoformat(timespec="seconds")
         print(f"dead {at} {_dead_line(batch)}")
-    print(f"collect: {len(batches)} dead batches in {storage.url}")
+    print(f"collect: {counted(len(batches), 'dead batch', 'dead batches')} in {storage.url}")
     return 0

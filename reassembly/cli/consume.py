@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from reassembly._errors import UsageError, first_line
+from reassembly._errors import UsageError, counted, first_line
 from reassembly._processes import on_interrupt
 from reassembly.cli._common import at_least, seconds, summary_file
 
@@ -455,8 +455,8 @@ def run(args: argparse.Namespace) -> int:
             for s, h in old.items():
                 signal.signal(s, h)
         _record(args, runner, source, summary, "signal" if stopping else "idle")
-        print(f"consumed {summary.offered} messages: {summary.done} handled, {summary.dead} dead-lettered, "
-              f"{summary.retries} retries, {summary.unfinished} left unfinished")  # fmt: skip
+        print(f"consumed {counted(summary.offered, 'message')}: {summary.done} handled, {summary.dead} dead-lettered, "
+              f"{counted(summary.retries, 'retry', 'retries')}, {summary.unfinished} left unfinished")  # fmt: skip
     finally:
         try:
             if source is not None:

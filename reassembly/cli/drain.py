@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reassembly._errors import UsageError
+from reassembly._errors import UsageError, counted
 from reassembly._processes import on_interrupt
 from reassembly.brokers.drain import BROKER_LANDING, KAFKA_LANDING, Drain, Rolling
 from reassembly.cli._common import at_least
@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         kafka_source.before_revoke = drain.publish  # a rebalance: what was read lands and is committed first
 
     def landed(path: Path, n: int) -> None:
-        print(f"reassemble drain: {path.name}: {n} segments", file=sys.stderr)
+        print(f"reassemble drain: {path.name}: {counted(n, 'segment')}", file=sys.stderr)
 
     drain.on_file = landed
     try:
@@ -113,6 +113,6 @@ def run(args: argparse.Namespace) -> int:
         drain.close()
         for s, h in old.items():
             signal.signal(s, h)
-    print(f"drained {st.segments} segments ({st.bytes / (1 << 20):.1f} MiB, {st.redelivered} redelivered) "
-          f"into {st.files} files in {args.landing}")  # fmt: skip
+    print(f"drained {counted(st.segments, 'segment')} ({st.bytes / (1 << 20):.1f} MiB, {st.redelivered} redelivered) "
+          f"into {counted(st.files, 'file')} in {args.landing}")  # fmt: skip
     return 0

@@ -45,7 +45,7 @@ from reassembly.cli._common import (
     spark_jvm,
     stop_on_signals,
 )
-from reassembly.cli.summary import Record, library_version, pyspark_version
+from reassembly.cli.summary import Record, library_version, process_age, pyspark_version
 from segmenter.errors import SegmentationError
 
 if TYPE_CHECKING:
@@ -108,11 +108,14 @@ def _outcome(code: int) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse, run the subcommand, map what it raises to one line on stderr and an exit code, and write
     the ``--summary-json`` record (every outcome has one)."""
+    started = process_age() if argv is None else None  # a process of its own: its start-up is the command's
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)
     verbose = getattr(args, "verbose", False)
     configure_logging(verbose)
     args.record = Record(args.command, argv)
+    if started is not None:
+        args.record.durations["python_start"] = started
     stop_on_signals()
     jvm_before = spark_jvm()  # a JVM this process had before the command (a caller's session) is not the command's
     try:

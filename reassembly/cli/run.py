@@ -34,7 +34,17 @@ from reassembly.cli._common import (
 )
 from reassembly.cli.summary import IDENTITY, IDENTITY_CARRIED, Record
 from reassembly.spark.inputs import SegmentInput
-from reassembly.spark.jobs import Job, Summary, open_job, read_rows, skip_settings, summarize, tidy_payloads
+from reassembly.spark.jobs import (
+    Job,
+    Summary,
+    open_job,
+    read_rows,
+    skip_settings,
+    skipped_json,
+    skipped_line,
+    summarize,
+    tidy_payloads,
+)
 
 if TYPE_CHECKING:
     from reassembly.cli._common import Subparsers
@@ -98,9 +108,7 @@ def _record_summary(record: Record, job: Job, summary: Summary) -> None:
             "pattern": job.pattern,
             "paths": len(job.paths),
             "bytes": summary.input_bytes,
-            "skipped_files": [
-                {"path": f.path, "rows_expected": f.rows_expected, "rows_read": f.rows_read} for f in job.skipped
-            ],
+            "skipped_files": skipped_json(job.skipped),
         },
         output={
             "directory": str(out),
@@ -141,17 +149,21 @@ def _reassemble(
     # Read the keyring before Spark starts: a bad file is a usage error, reported at once.
     digest = digest_policy(getattr(args, "require_sha256", False), getattr(args, "hmac_keyring", None))
     check_summary_path(args, inputs(pattern), output)
-    with record.phase("spark_start"):
-        job = open_job(
-            pattern,
-            output,
-            overwrite=overwrite,
-            column=column,
-            settings=spark_settings(args),
-            segments=SegmentInput(encoded, raw_column),  # refused (exit 2) when it cannot be what was meant
-        )
+    job = open_job(
+        pattern,
+        output,
+        overwrite=overwrite,
+        column=column,
+        settings=spark_settings(args),
+        segments=SegmentInput(encoded, raw_column),  # refused (exit 2) when it cannot be what was meant
+        phase=record.phase,
+    )
     record.fields["spark"] = getattr(job.spark, "version", None)
     from reassembly.spark import ReassemblyOptions, reassemble
+    from reassembly.spark.jar import reassembler
+
+    with record.phase("jar"):
+        reassembler(job.spark)  # the bundled jar into the session (the job takes the SQL path without it)
     from reassembly.spark.pipeline import INPUT_FILE, check_keep_columns, keep_input_file
 
     keep = tuple(getattr(args, "keep_columns", ()))
@@ -163,7 +175,7 @@ def _reassemble(
     record.fields["schema_version"] = getattr(output_schema, "SCHEMA_VERSION", None)
     with record.phase("read"):
         try:
-            rows_in, job.skipped = read_rows(job)  # the first read of every file: a damaged one fails here
+            rows_in, job.skipped = read_rows(job)  # every footer: an unreadable one fails here
         except Exception as exc:
             raise JobError(f"cannot read {pattern}: {first_line(exc)}") from None
     with record.phase("reassemble"), job.writing() as tmp:
@@ -192,8 +204,7 @@ def _print_summary(job: Job, summary: Summary) -> None:
     """The summary table and the output's paths (once the progress bar has left the terminal)."""
     print(summary.report())
     if job.skipped:  # the identity holds for the rows read: these files' rows were never read
-        names, settings = ", ".join(f.line() for f in job.skipped), ", ".join(skip_settings(job.spark))
-        print(f"skipped: {len(job.skipped)} input files Spark did not read whole ({settings}): {names}")
+        print(skipped_line(job.skipped, skip_settings(job.spark)))
     out = job.out
     payloads = " " + str(out / "payloads") if (out / "payloads").exists() else ""
     print(f"output: {out}/messages  {out}/quarantine{payloads}")
@@ -356,6 +367,7 @@ def _incremental(args: argparse.Namespace) -> int | None:
         "incomplete": report.statuses.get("incomplete", 0),
         "corrupt": report.statuses.get("corrupt", 0),
         "quarantine": report.accounting.quarantined if report.accounting else 0,
+        "skipped": len(report.summary.get("skipped_files", [])),
     }
     return fail_on(record, args.fail_on, counts)
 
@@ -384,7 +396,12 @@ def _record_incremental(record: Record, args: argparse.Namespace, report: Increm
         return
     out = report.output
     record.fields.update(
-        input={"pattern": args.input, "paths": s["files"], "bytes": s["input_bytes"]},
+        input={
+            "pattern": args.input,
+            "paths": s["files"],
+            "bytes": s["input_bytes"],
+            "skipped_files": list(s.get("skipped_files", [])),
+        },
         output={
             "directory": str(out),
             "messages": str(out / "messages" / f"run={run}"),

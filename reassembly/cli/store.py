@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reassembly._errors import UsageError
+from reassembly._errors import UsageError, counted
 from reassembly.cli._common import seconds
 from reassembly.segstore import SegmentStore, UnitReport, open_store
 
@@ -115,7 +115,8 @@ def _line(r: dict[str, Any]) -> str:
     if r["missing_seq_numbers"]:
         gaps = "; ".join(filter(None, [gaps, "messages missing " + ",".join(map(str, r["missing_seq_numbers"]))]))
     unit = "" if r["unit"] == 0 else f" message {r['unit']}"
-    return f"{r['group_id']}{unit}  age {r['age_seconds']:.0f}s  {r['segments']} segments  {r['bytes']} bytes  {gaps}"
+    held = f"{counted(r['segments'], 'segment')}  {counted(r['bytes'], 'byte')}"
+    return f"{r['group_id']}{unit}  age {r['age_seconds']:.0f}s  {held}  {gaps}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -147,7 +148,8 @@ def run(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps({"dry_run": args.dry_run, "tombstones": v.tombstones, "quarantined": v.quarantined}))
             else:
-                print(f"{verb} {v.tombstones} tombstone(s) and {v.quarantined} quarantined segment(s)")
+                dropped = f"{counted(v.tombstones, 'tombstone')} and {counted(v.quarantined, 'quarantined segment')}"
+                print(f"{verb} {dropped}")
     finally:
         store.close()
     return 0

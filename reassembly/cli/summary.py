@@ -36,6 +36,12 @@ IDENTITY = "rows_in = used + quarantined + duplicates"
 """The accounting identity of a batch run: every landing row read is used, quarantined or a duplicate."""
 IDENTITY_CARRIED = "rows_in = used + quarantined + duplicates + carried_out"
 """An incremental run's: ``rows_in`` counts the rows carried in, and what is still incomplete is carried out."""
+IDENTITY_STREAM = "rows_in + held_before = used + quarantined + duplicates + dropped_by_watermark + held_after"
+"""A stream's, per batch and over an invocation's batches: segments held in state before the first
+batch and after the last (``held_before``, ``held_after``) belong to no batch's messages yet, and
+rows older than the watermark (``dropped_by_watermark``) to none."""
+_STREAM_TERMS = ("held_before", "dropped_by_watermark", "held_after")
+_TERMS = ("rows_in", "used", "quarantined", "duplicates", *_STREAM_TERMS)
 
 
 def _object(properties: dict[str, Any], *, nullable: bool = False, optional: Sequence[str] = ()) -> dict[str, Any]:
@@ -46,6 +52,10 @@ def _object(properties: dict[str, Any], *, nullable: bool = False, optional: Seq
         "additionalProperties": False,
     }
 
+
+_SKIPPED = _object({"path": {"type": "string"}, "rows_expected": _COUNT_OR_NULL, "rows_read": _COUNT})
+"""An input file Spark listed but did not read whole (``spark.sql.files.ignoreCorruptFiles`` or
+``ignoreMissingFiles``): its rows by its footer (null: no readable footer) and the rows read."""
 
 SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -75,12 +85,7 @@ SCHEMA: dict[str, Any] = {
                     "pattern": {"type": "string"},
                     "paths": _COUNT_OR_NULL,
                     "bytes": _COUNT_OR_NULL,
-                    "skipped_files": {
-                        "type": "array",
-                        "items": _object(
-                            {"path": {"type": "string"}, "rows_expected": _COUNT_OR_NULL, "rows_read": _COUNT}
-                        ),
-                    },
+                    "skipped_files": {"type": "array", "items": _SKIPPED},
                 },
                 nullable=True,
                 optional=["skipped_files"],
@@ -114,17 +119,18 @@ SCHEMA: dict[str, Any] = {
             ),
             "accounting": _object(
                 {
-                    "identity": {"enum": [IDENTITY, IDENTITY_CARRIED]},
+                    "identity": {"enum": [IDENTITY, IDENTITY_CARRIED, IDENTITY_STREAM]},
                     "rows_in": _COUNT,
                     "used": _COUNT,
                     "quarantined": _COUNT,
                     "duplicates": _COUNT,
                     "carried_in": _COUNT,
                     "carried_out": _COUNT,
+                    **dict.fromkeys(_STREAM_TERMS, _COUNT),
                     "holds": {"type": "boolean"},
                 },
                 nullable=True,
-                optional=["carried_in", "carried_out"],
+                optional=["carried_in", "carried_out", *_STREAM_TERMS],
             ),
             "durations_seconds": {
                 "type": "object",
@@ -173,7 +179,18 @@ SCHEMA: dict[str, Any] = {
                     "trigger": {"type": "string"},
                     "batches": {"type": "array", "items": _COUNT},
                     "late": _COUNT,
+                    "late_duplicates": _COUNT,
                     "dropped_by_watermark": _COUNT,
+                    "accounting_by_batch": {
+                        "type": "array",
+                        "items": _object(
+                            {
+                                "batch": _COUNT,
+                                **dict.fromkeys(_TERMS, _COUNT),
+                                "holds": {"type": "boolean"},
+                            }
+                        ),
+                    },
                     "held": _object(
                         {"groups": _COUNT, "segments": _COUNT, "held_bytes": _COUNT, "spooled_bytes": _COUNT},
                         nullable=True,
@@ -263,6 +280,17 @@ def pyspark_version() -> str:
         return "not installed"
 
 
+def process_age() -> float | None:
+    """Seconds since this process started (the interpreter's start and every import up to the call),
+    from ``/proc/self/stat`` (Linux; None elsewhere), to 10 ms."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime: clock ticks after boot
+        return round(max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - started), 3)
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
 class Record:
     """What a run learns as it goes, for ``--summary-json``: the subcommand sets fields, ``main`` writes it."""
 
@@ -339,11 +367,13 @@ def write_json(path: Path, doc: dict[str, Any]) -> None:
 __all__ = [
     "IDENTITY",
     "IDENTITY_CARRIED",
+    "IDENTITY_STREAM",
     "SCHEMA",
     "SUMMARY_VERSION",
     "Record",
     "library_version",
     "problems",
+    "process_age",
     "pyspark_version",
     "write_json",
 ]

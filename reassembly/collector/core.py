@@ -53,14 +53,25 @@ class Rule:
     """
 
     destination: str
+    """The value of the messages' destination column this rule batches; ``*`` is the default rule."""
     target: str
+    """Where the destination's batches go (``OUTPUT/<target>/`` for ``reassemble collect``)."""
     max_messages: int = 100
+    """A batch is full at this many members (1 .. 999,999,999: MsgSeqNumber's range)."""
     max_bytes: int = 4 << 20
+    """A batch is full at this many payload bytes."""
     max_wait: float = 60.0
+    """An incomplete batch is closed (cause ``timeout``) this long after its oldest member arrived."""
     stranded_after: float = 300.0
+    """A message an earlier collector left in the database is recycled once held this long."""
     enabled: bool = True
+    """A disabled rule counts as missing: its messages are batched under the default rule."""
     max_attempts: int = 5
+    """Times the durable collector tries to write one of the destination's batches before the batch
+    goes to the dead letter."""
     idle_timeout: float | None = None
+    """An incomplete batch is closed (cause ``idle``) once no message was added to it for this long
+    (None: never for that reason)."""
 
     def __post_init__(self) -> None:
         limits = {

@@ -23,9 +23,13 @@ class RetryPolicy:
     """
 
     max_attempts: int = 5
+    """Hand-outs of one message at most; after the last failure it is dead (dead-lettered)."""
     base: float = 0.5
+    """Seconds of delay after the first failed attempt; each later one doubles it."""
     cap: float = 60.0
+    """Seconds the delay never exceeds, however many attempts failed."""
     jitter: float = 0.5
+    """The fraction (0 to 1) of each delay by which it is shortened at random."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_attempts, int) or self.max_attempts < 1:

@@ -79,7 +79,12 @@ class Window:
 
 
 class BatchResequencer:
-    """Sorts each group's items within windows of size and/or time. See the module docstring."""
+    """Sorts each group's items within windows of size and/or time.
+
+    ``options``: the windows' size and timeout, the sort order, what a duplicate key does and the
+    memory bounds (:class:`~reassembly.resequencer.batch_model.BatchOptions`); ``clock``: a function
+    returning the time now, in the unit of ``batch_timeout`` (``time.monotonic``: seconds), injected
+    so that the resequencer itself reads no clock."""
 
     def __init__(self, options: BatchOptions | None = None, *, clock: Clock) -> None:
         self.options = opts = options or BatchOptions()

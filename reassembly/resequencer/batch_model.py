@@ -61,14 +61,26 @@ class BatchOptions:
     """
 
     batch_size: int | None = 100
+    """Items that release a window at once (None: no count, ``batch_timeout`` alone releases it)."""
     batch_timeout: float | None = 1.0
+    """Clock units after a window's first item at which :meth:`~reassembly.resequencer.batch.BatchResequencer.tick`
+    releases it (None: no deadline, ``batch_size`` alone releases it)."""
     reverse: bool = False
+    """Release each window in descending key order instead of ascending (ties keep arrival order)."""
     duplicates: DuplicatePolicy = DuplicatePolicy.KEEP
+    """What a window does with a second item of the same key: keep both, drop the later, or let the
+    later replace the earlier (:class:`DuplicatePolicy`; each one dropped or replaced is reported)."""
     key: Callable[[Any], Any] | None = None
+    """The function giving an item's sort key for ``offer_item`` (as ``sorted``'s ``key=``); None:
+    ``offer`` is given the key with each item."""
     max_window_items: int = 100_000
+    """A window holding more items than this is released at once (cause ``limit``)."""
     max_window_bytes: int = 64 << 20
+    """A window holding more bytes than this (sizes as given to ``offer``) is released at once."""
     max_items: int = 10_000_000
+    """Items held in all windows together at most: over it, the oldest window is released."""
     max_bytes: int = 1 << 30
+    """Bytes held in all windows together at most: over it, the oldest window is released."""
 
     def __post_init__(self) -> None:
         def refuse(why: str, **details: Any) -> SegmentationError:

@@ -94,7 +94,13 @@ def _predicate(p: Any, what: str) -> Callable[[int, Any], bool] | None:
 
 
 class Resequencer:
-    """Puts messages back in sequence-number order, per group. See the module docstring for the rules."""
+    """Puts messages back in sequence-number order, per group.
+
+    ``options``: where sequences start and end, how long a missing number is waited for, and the
+    memory bounds (:class:`~reassembly.resequencer.model.ResequenceOptions`); ``clock``: a function
+    returning the time now, in the unit of the options' durations (``time.monotonic``: seconds),
+    injected so that the resequencer itself reads no clock. The rules, event by event, are in the
+    resequencer how-to (docs/how-to/resequencer.md)."""
 
     def __init__(self, options: ResequenceOptions | None = None, *, clock: Clock) -> None:
         self.options = opts = options or ResequenceOptions()

@@ -25,6 +25,7 @@ class StartAt:
     """Literal start: nothing is released until ``seq`` arrives; lower numbers are failures."""
 
     seq: int = 0
+    """The first number of every group's sequence."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class StartWhen:
     """
 
     predicate: Predicate
+    """A function of a message (as offered) that is true for the message that starts its group's sequence."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class StartAuto:
     number below that start arriving later is a failure (9051), never reordered in."""
 
     gather: float
+    """Clock units from a group's first message to its start at the lowest number held."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,7 @@ class EndAt:
     """Literal end: ``seq`` (>= a literal start) is the last number; higher numbers are failures."""
 
     seq: int
+    """The last number of every group's sequence."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,7 @@ class EndWhen:
     higher number was already received it is a failure (9055); after it, higher numbers are (9052)."""
 
     predicate: Predicate
+    """A function of a message (as offered) that is true for the last message of its group's sequence."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,7 @@ class EndAuto:
     """Automatic end: the group closes once it has held nothing for ``idle`` (clock units)."""
 
     idle: float
+    """Clock units a group may hold nothing before it closes (its next message opens a new instance)."""
 
 
 Start = StartAt | StartWhen | StartAuto
@@ -77,13 +83,21 @@ End = EndAt | EndWhen | EndAuto | None  # None: never ends (closed only by a lim
 class ResequenceLimits:
     """Bounds. Passing one forces the resequencer on (Expire) rather than refusing or dropping."""
 
-    max_group_messages: int = 100_000  # held (waiting) messages per group
-    max_group_bytes: int = 64 << 20  # held bytes per group (sizes as given to ``offer``)
-    max_messages: int = 10_000_000  # held messages in all
-    max_bytes: int = 1 << 30  # held bytes in all
-    max_groups: int = 1_000_000  # open groups; opening one more closes the oldest (EVICTED)
-    max_gaps: int = 10_000  # skipped ranges remembered per group; older ones are forgotten (9056)
-    max_closed: int = 1_000_000  # closed groups remembered (for their instance number)
+    max_group_messages: int = 100_000
+    """Messages one group may hold waiting for a missing number; past it the group moves on (Expire)."""
+    max_group_bytes: int = 64 << 20
+    """Bytes one group may hold waiting (sizes as given to ``offer``); past it the group moves on."""
+    max_messages: int = 10_000_000
+    """Messages held waiting in all groups together; past it the group holding the oldest moves on."""
+    max_bytes: int = 1 << 30
+    """Bytes held waiting in all groups together; past it the group holding the oldest moves on."""
+    max_groups: int = 1_000_000
+    """Open groups at most: opening one more closes the oldest (cause ``EVICTED``)."""
+    max_gaps: int = 10_000
+    """Skipped ranges remembered per group (to tell a late message from a new one); older ones are
+    forgotten (9056)."""
+    max_closed: int = 1_000_000
+    """Closed groups remembered for their instance number (0: none, every group id opens afresh)."""
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():
@@ -120,11 +134,23 @@ class ResequenceOptions:
     """
 
     start: Start = field(default_factory=StartAt)
+    """Where a group's sequence starts: :class:`StartAt` a number (default 0), :class:`StartWhen` a
+    message a predicate picks, or :class:`StartAuto` the lowest number held after a gathering time."""
     end: End = field(default_factory=lambda: EndAuto(60.0))
+    """Where it ends: :class:`EndAt` a number, :class:`EndWhen` a message a predicate picks,
+    :class:`EndAuto` after an idle time (default 60), or None (never: closed only by a limit or ``close()``)."""
     missing_timeout: float | None = 30.0
+    """Clock units to wait for a missing number while later ones are held, before moving on past it
+    (None: for ever, only a limit moves on); after a known end with numbers skipped, how long the
+    group stays open for them."""
     keep_closed: float | None = 3600.0
+    """Clock units a closed group's instance number is remembered under its group id (None: as long as
+    ``limits.max_closed`` allows)."""
     limits: ResequenceLimits = field(default_factory=ResequenceLimits)
+    """The memory bounds (:class:`ResequenceLimits`): passing one moves a group on, never drops."""
     release_partial: bool = True
+    """True: every in-order prefix passes on at once; False: all or nothing, a group instance's
+    messages held until the whole sequence is there (needs :class:`EndAt` or :class:`EndWhen`)."""
 
     def __post_init__(self) -> None:
         s, e = self.start, self.end

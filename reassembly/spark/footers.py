@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -144,6 +145,21 @@ def _heads(files: Sequence[str], column: str) -> Iterator[bytes]:
                     yield value.as_buffer()[:MAX_HEADER_LENGTH].to_pybytes()
 
 
+@dataclass(frozen=True)
+class Footers:
+    """What :func:`check_files` could tell from the files: the input's columns and the names of their
+    Spark types (the schema Spark would infer, so a job can be given it instead of inferring it with a
+    job of its own), and whether the first values were read and found to frame (``sampled``: Spark
+    need not sample them again)."""
+
+    types: tuple[tuple[str, str], ...]
+    sampled: bool
+
+    def ddl(self) -> str:
+        """The schema as Spark's DDL (``spark.read.schema(...)``): every column nullable, as Spark reads Parquet."""
+        return ", ".join(f"`{name.replace('`', '``')}` {kind}" for name, kind in self.types)
+
+
 def check_files(
     paths: Sequence[str],
     pattern: str,
@@ -152,19 +168,21 @@ def check_files(
     column: str | None = None,
     event_time: str | None = None,
     strict: bool = True,
-) -> None:
+) -> Footers | None:
     """Refuse (:class:`~reassembly.spark.inputs.InputRefused`) the Parquet input ``paths`` as
     :func:`~reassembly.spark.inputs.check_input` would once Spark read it (``what``), or, without
     ``what``, a ``column`` that is missing or not binary (``event_time``: a stream's event-time
     column, which must exist too); JobError for a file that is not Parquet (``strict``, see
-    :func:`footer_types`).
-    Says nothing where it cannot be certain (module doc)."""
+    :func:`footer_types`). Says nothing where it cannot be certain (module doc); what it could
+    tell is returned (None: nothing, Spark checks it all)."""
     types = footer_types(paths, pattern, strict=strict)
-    if types is None or (what is None and column is None):
-        return
+    if types is None:
+        return None
+    if what is None and column is None:
+        return Footers(tuple(types), sampled=False)
     check_types(types, what if what is not None else SegmentInput(raw_column=str(column)), event_time=event_time)
     if what is None or not what.encoded:  # column input is encoded in Spark before it can frame
-        return
+        return Footers(tuple(types), sampled=False)
     files = _files(paths) or []
     heads: list[bytes] = []
     try:
@@ -173,8 +191,9 @@ def check_files(
             if len(heads) >= SAMPLE:
                 break
     except (OSError, pa.ArrowException):
-        return  # a page that does not decode: the job reads it and names the file in its failure
+        return Footers(tuple(types), sampled=False)  # a page that does not decode: the job reads it and names it
     refuse_heads(heads, what, types)
+    return Footers(tuple(types), sampled=True)
 
 
 def footer_rows(path: str) -> int | None:
@@ -185,4 +204,4 @@ def footer_rows(path: str) -> int | None:
         return None
 
 
-__all__ = ["check_files", "footer_rows", "footer_types", "spark_type"]
+__all__ = ["Footers", "check_files", "footer_rows", "footer_types", "spark_type"]

@@ -74,10 +74,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from reassembly._errors import JobError, UsageError, first_line
+from reassembly._errors import JobError, UsageError, counted, first_line
 from reassembly._files import claim_output, hadoop_literal, inputs, linked_overlap, overlap
 from reassembly._processes import INTERRUPTED, deferred_interrupts
-from reassembly.spark.jobs import SparkSettings, open_session, stop_spark, tidy_payloads, totals_by_status
+from reassembly.spark.jobs import (
+    SkippedFile,
+    SparkSettings,
+    count_rows,
+    open_session,
+    skip_settings,
+    skipped_json,
+    skipped_line,
+    stop_spark,
+    tidy_payloads,
+    totals_by_status,
+)
 from reassembly.spark.output import PAYLOADS, RUN_MARKERS
 from reassembly.spark.pipeline import ReassemblyOptions
 from reassembly.spark.schema import MANIFEST as SCHEMA_MANIFEST
@@ -86,11 +97,6 @@ from segmenter.header_table import FIELD
 from segmenter.wire import GROUP_ID_LENGTH
 
 log = logging.getLogger(__name__)
-
-
-def _n(count: int, noun: str) -> str:
-    """``count`` and ``noun``, plural unless one: "1 incomplete group", "3 rows"."""
-    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 LAYOUT = 1  # of the checkpoint and of the output's incremental files (raise it when either changes meaning)
@@ -737,7 +743,10 @@ def _report(
     by_status, by_reason = tables
     mib = sum(f.size for f in files) / (1 << 20)
     a = accounting
-    lines = [f"run {run}: {len(files)} new files ({mib:,.1f} MiB), {a.new} rows; {a.carried_in} rows carried in"]
+    lines = [
+        f"run {run}: {counted(len(files), 'new file')} ({mib:,.1f} MiB), {counted(a.new, 'row')};"
+        f" {counted(a.carried_in, 'row')} carried in"
+    ]
     lines.append("messages by status")
     lines.append(f"  {'status':<14}{'messages':>10}{'bytes':>16}")
     lines += [f"  {r.status:<14}{r.n:>10}{(r.bytes or 0):>16,}" for r in by_status]
@@ -747,9 +756,9 @@ def _report(
     f = carry.facts
     oldest = "" if f.oldest_ms is None else f", the oldest first read {_when(f.oldest_ms * 1_000_000, 3)}"
     lines.append(
-        f"carried over: {accounting.carried_in} rows in, {f.rows} rows out ({_n(f.groups, 'incomplete group')}, "
-        f"{f.bytes:,} bytes{oldest}); written as incomplete: {carry.expired_by_age} groups past --expire-after,"
-        f" {carry.expired_by_size} past --carry-max-bytes"
+        f"carried over: {counted(accounting.carried_in, 'row')} in, {counted(f.rows, 'row')} out"
+        f" ({counted(f.groups, 'incomplete group')}, {f.bytes:,} bytes{oldest}); written as incomplete:"
+        f" {counted(carry.expired_by_age, 'group')} past --expire-after, {carry.expired_by_size} past --carry-max-bytes"
     )
     lines.append(f"input {mib:,.1f} MiB in {seconds:,.1f} s: {mib / max(seconds, 1e-9):,.1f} MiB/s")
     lines.append(accounting.line())
@@ -774,7 +783,11 @@ def run_incremental(
     """One incremental run (module doc): the rows of the new files and of the carry reassembled, the
     run committed and published; or nothing at all when there is nothing to do (``run`` None).
 
-    ``reassembly``: how to reassemble (its ``payload_dir`` is the run's own). ``encoded=False``: the
+    ``pattern``: the landing table (a Parquet file, directory or glob); ``output``: the directory the
+    runs are published to (``run=N`` folders); ``options``: the checkpoint and the carry's bounds
+    (:class:`IncrementalOptions`); ``settings``: the Spark session to start (master, partitions,
+    ``--conf`` settings). ``raw_column``: the binary column of encoded segments.
+    ``reassembly``: how to reassemble (its ``payload_dir`` is the run's own). ``encoded`` False: the
     landing rows hold segments as columns (:class:`~reassembly.spark.schema.ColumnNames`' defaults);
     they are encoded first, and carried encoded. Lineage (``reassembly.keep_columns``) works across
     runs: a carried row keeps every column it landed with, and ``keep_input_file`` takes each new
@@ -799,7 +812,8 @@ def run_incremental(
         facts = _facts(record)
         now_ms = int(time.time() * 1000)
         if not fresh and not facts.due(now_ms, options):
-            held = f"; carrying {_n(facts.groups, 'incomplete group')} ({_n(facts.rows, 'row')})" if facts.rows else ""
+            said = f"{counted(facts.groups, 'incomplete group')} ({counted(facts.rows, 'row')})"
+            held = f"; carrying {said}" if facts.rows else ""
             line = f"idle: no new input (last run {last}{held})" if last else "idle: no input files"
             carried = {"rows": facts.rows, "groups": facts.groups, "bytes": facts.bytes, "oldest_ms": facts.oldest_ms}
             return IncrementalReport(None, (line,), None, out, ck, summary={"carried": carried})  # what it says
@@ -848,6 +862,7 @@ class _Run:
     now_ms: int
     options: IncrementalOptions
     column: str  # the binary column of encoded segments (of the new files once encoded, and of the carry)
+    skipped: list[SkippedFile] = field(default_factory=list)  # new files Spark did not read whole
 
     def execute(
         self,
@@ -884,6 +899,8 @@ class _Run:
                 raise JobError(f"job failed: {first_line(exc)}") from None
             raise
         lines = _report(self.run, self.fresh, tables, accounting, decided, time.monotonic() - start)
+        if self.skipped:  # recorded as read like the others: named here, in the record, and for --fail-on
+            lines.append(skipped_line(self.skipped, skip_settings(spark)))
         by_status, by_reason = tables
         summary: dict[str, Any] = {
             "run": self.run,
@@ -900,6 +917,7 @@ class _Run:
             "seconds": round(time.monotonic() - start, 3),
             "carried": vars(decided.facts),
             "expired_groups": {"age": decided.expired_by_age, "size": decided.expired_by_size},
+            "skipped_files": skipped_json(self.skipped),
         }
         record = {
             "run": self.run,
@@ -930,8 +948,8 @@ class _Run:
         from reassembly.spark.pipeline import reassemble
         from reassembly.spark.quarantine import prune_unreferenced
 
-        try:
-            new_rows = new.count() if new is not None else 0  # the first read of every file: a damaged one fails here
+        try:  # every file's footer: a damaged one fails here, or, where Spark skips it, is named
+            new_rows, self.skipped = count_rows(spark, new) if new is not None else (0, [])
         except Exception as exc:
             raise JobError(f"cannot read {pattern}: {first_line(exc)}") from None
         previous = self.ck / CARRY / f"run={self.run - 1}"

@@ -53,8 +53,11 @@ class SegmentInput:
     """Where a job finds its segments: ``raw_column`` (encoded) or the columns ``columns`` names."""
 
     encoded: bool = True
+    """True: each segment is encoded bytes in one binary column; False: its header fields are columns."""
     raw_column: str = "segment"
+    """The binary column of encoded segments (``encoded``)."""
     columns: ColumnNames = field(default_factory=ColumnNames)
+    """The columns of the header fields and the data (not ``encoded``)."""
 
     def wanted(self) -> dict[str, str]:
         """Each column the input must have -> the kind of type it must be (``binary`` or ``integer``)."""

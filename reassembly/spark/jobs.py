@@ -18,17 +18,17 @@ import socket
 import threading
 import time
 import warnings
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from reassembly._errors import JobError, first_line
+from reassembly._errors import JobError, counted, first_line
 from reassembly._files import atomic_dir, claim_output, hadoop_literal, inputs
 from reassembly._processes import INTERRUPTED, descendants, on_interrupt, process_alive
-from reassembly.spark.footers import check_files
-from reassembly.spark.inputs import InputRefused, SegmentInput, check_binary_column, check_input
+from reassembly.spark.footers import Footers, check_files, footer_rows
+from reassembly.spark.inputs import InputRefused, SegmentInput, check_binary_column, check_input, check_schema
 
 logger = logging.getLogger(__name__)
 
@@ -225,21 +225,43 @@ def open_job(
     column: str | None,
     settings: SparkSettings,
     segments: SegmentInput | None = None,
+    phase: Callable[[str], AbstractContextManager[Any]] = lambda name: nullcontext(),
 ) -> Job:
     """Check input and output, start Spark, read the input and refuse it (:class:`InputRefused`, a
     UsageError: exit code 2, nothing written) when it cannot be what was meant: with ``segments``,
     by :func:`~reassembly.spark.inputs.check_input` (the columns, their types, and whether the
-    first values frame as segments); else a ``column`` that is missing or not binary."""
+    first values frame as segments); else a ``column`` that is missing or not binary. ``phase(name)``
+    times each step (``footers``: the checks before Spark starts, ``spark_start``: the session,
+    ``input``: the input read and checked; the command's ``--summary-json`` durations)."""
     paths = inputs(pattern)
     out = claim_output(output, overwrite, pattern, paths)
     strict = not skipping(settings.conf)
-    check_files(paths, pattern, segments, column=column, strict=strict)  # from the footers, before Spark starts
-    spark = open_session(settings)
+    with phase("footers"):
+        footers = check_files(paths, pattern, segments, column=column, strict=strict)  # before Spark starts
+    with phase("spark_start"):
+        spark = open_session(settings)
+    with phase("input"):
+        df = _checked_input(spark, pattern, paths, footers, column, segments)
+    return Job(pattern, paths, out, spark, df, settings)
+
+
+def _checked_input(
+    spark: Any,
+    pattern: str,
+    paths: Sequence[str],
+    footers: Footers | None,
+    column: str | None,
+    segments: SegmentInput | None,
+) -> Any:
+    """The input read by Spark and refused as :func:`open_job` says; Spark samples the first values only
+    where the footers' check could not."""
     try:
-        df = spark.read.parquet(*map(hadoop_literal, paths))
+        df = _read_parquet(spark, paths, footers)
     except Exception as exc:
         raise JobError(f"cannot read {pattern}: {first_line(exc)}") from None
-    if segments is not None:
+    if segments is not None and footers is not None and footers.sampled:
+        check_schema(df.schema, segments)  # the values were sampled from the files already: no Spark job
+    elif segments is not None:
         try:
             check_input(df, segments)
         except InputRefused:
@@ -248,7 +270,20 @@ def open_job(
             logger.debug("the input's first values could not be read", exc_info=True)
     elif column is not None:
         check_binary_column(df.schema, column)
-    return Job(pattern, paths, out, spark, df, settings)
+    return df
+
+
+def _read_parquet(spark: Any, paths: Sequence[str], footers: Footers | None) -> Any:
+    """``paths`` read by Spark; with the schema the footers gave (the one Spark would infer), so that
+    Spark's job inferring it is not run (a first job on a fresh JVM costs seconds). A schema Spark's
+    DDL cannot say (nested names it would need quoted) is left to Spark to infer."""
+    literal = list(map(hadoop_literal, paths))
+    if footers is not None:
+        try:
+            return spark.read.schema(footers.ddl()).parquet(*literal)
+        except Exception:
+            logger.debug("the footers' schema was not taken; Spark infers it", exc_info=True)
+    return spark.read.parquet(*literal)
 
 
 # Spark's settings that make a read skip, without failing, a file it cannot read or that is gone.
@@ -281,35 +316,78 @@ class SkippedFile:
 
 
 def read_rows(job: Job) -> tuple[int, list[SkippedFile]]:
-    """The rows Spark reads from the input (the first read of every file) and the files it skipped.
+    """The rows Spark reads from the job's input and the files it skipped (:func:`count_rows`)."""
+    return count_rows(job.spark, job.df)
+
+
+def _local(uri: str) -> str | None:
+    """The local path a file URI names (None for another file system's)."""
+    from urllib.parse import unquote, urlparse
+
+    parsed = urlparse(uri)
+    return unquote(parsed.path) if parsed.scheme in ("", "file") else None
+
+
+def count_rows(spark: Any, df: Any) -> tuple[int, list[SkippedFile]]:
+    """The rows Spark reads from ``df``'s files (a batch read of Parquet, projected but not filtered)
+    and the files it skipped.
 
     Where the session skips unreadable or missing files (:data:`SKIP_SETTINGS`, by ``--conf`` or its
     own settings), a file skipped would vanish without a word: the rows are counted per file and
     every listed file that gave fewer rows than its footer holds (or none, without a readable
-    footer) is named. Otherwise Spark fails on such a file, and a plain count is enough."""
-    from urllib.parse import unquote, urlparse
-
+    footer) is named. Otherwise Spark fails on such a file, so its count is the sum of the files'
+    footers: read here, with no Spark job, when every file is local and its footer readable (Spark's
+    count reads the same footers), else counted by Spark (where an unreadable file fails the read)."""
     from pyspark.sql import functions as F
 
-    from reassembly.spark.footers import footer_rows
+    files = sorted(df.inputFiles())
+    if not skip_settings(spark):
+        local = [_local(uri) for uri in files]
+        footers = [footer_rows(p) if p is not None else None for p in local]
+        if files and all(n is not None for n in footers):
+            return sum(n for n in footers if n is not None), []
+        return int(df.count()), []
+    counted = df.select(F.input_file_name().alias("file")).groupBy("file").count().collect()
+    read = {_local(str(r["file"])) or str(r["file"]): int(r["count"]) for r in counted}
+    return sum(read.values()), short_files([_local(uri) or uri for uri in files], read)
 
-    if not skip_settings(job.spark):
-        return int(job.df.count()), []
-    counted = job.df.select(F.input_file_name().alias("file")).groupBy("file").count().collect()
 
-    def local(uri: str) -> str | None:
-        parsed = urlparse(uri)
-        return unquote(parsed.path) if parsed.scheme in ("", "file") else None
-
-    read = {local(str(r["file"])) or str(r["file"]): int(r["count"]) for r in counted}
+def short_files(paths: Sequence[str], read: Mapping[str, int]) -> list[SkippedFile]:
+    """The files of ``paths`` that gave fewer rows (``read``: path -> rows, absent: none) than their
+    footers hold, or none without a readable footer (local files; another file system's: by rows only)."""
     skipped = []
-    for uri in sorted(job.df.inputFiles()):
-        path = local(uri) or uri
-        expected = footer_rows(path) if local(uri) is not None else None
+    for path in paths:
+        expected = footer_rows(path) if os.path.isabs(path) else None
         got = read.get(path, 0)
         if (expected is None and got == 0) or (expected is not None and got < expected):
             skipped.append(SkippedFile(path, expected, got))
-    return sum(read.values()), skipped
+    return skipped
+
+
+def skipped_among(spark: Any, files: Sequence[str], rows_read: int) -> list[SkippedFile]:
+    """The files of ``files`` (read together, ``rows_read`` rows: a stream's micro-batch) that Spark
+    did not read whole: none when their footers add up to the rows read; those without a readable
+    footer when the others add up; else also those a per-file count by Spark (:func:`count_rows`,
+    one job, only then) finds short."""
+    paths = [_local(f) or f for f in files]
+    footers = {p: footer_rows(p) if os.path.isabs(p) else None for p in paths}
+    whole = sum(n for n in footers.values() if n is not None)
+    unreadable = [SkippedFile(p, None, 0) for p, n in footers.items() if n is None]
+    if whole == rows_read:
+        return unreadable
+    readable = [hadoop_literal(p) for p, n in footers.items() if n is not None]
+    return unreadable + count_rows(spark, spark.read.parquet(*readable))[1]
+
+
+def skipped_line(skipped: Sequence[SkippedFile], settings: Sequence[str]) -> str:
+    """The report's line naming every input file Spark did not read whole, and the settings that let it."""
+    names = ", ".join(f.line() for f in skipped)
+    return f"skipped: {counted(len(skipped), 'input file')} Spark did not read whole ({', '.join(settings)}): {names}"
+
+
+def skipped_json(skipped: Sequence[SkippedFile]) -> list[dict[str, Any]]:
+    """The summary JSON's ``input.skipped_files``."""
+    return [{"path": f.path, "rows_expected": f.rows_expected, "rows_read": f.rows_read} for f in skipped]
 
 
 def write_split(combined: Any, tmp: Path, folders: dict[str, str]) -> None:

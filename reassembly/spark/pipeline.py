@@ -142,7 +142,8 @@ class ReassemblyOptions:
 @dataclass(frozen=True)
 class ReassemblyResult:
     """The outputs of one reassembly. ``combined`` holds both kinds; compute it once with a write,
-    or :meth:`save` it (faster where the jar's one pass runs: see ``save.py``)."""
+    or :meth:`save` it: faster where the jar's one pass runs, since clean messages are then written
+    from the JVM and only the rest is judged in Python."""
 
     output: Output  # what save() writes, as planned
 
@@ -237,7 +238,14 @@ def reassemble(
     columns: ColumnNames | None = None,
     options: ReassemblyOptions | None = None,
 ) -> ReassemblyResult:
-    """Reassemble a DataFrame of segments (encoded, or as columns: see :class:`ColumnNames`)."""
+    """Reassemble a DataFrame of segments (encoded, or as columns: see :class:`ColumnNames`).
+
+    ``df``: the segments, one per row (a batch DataFrame: a landing table as read). ``encoded``:
+    True when each row holds one encoded segment in the binary column ``raw_column``; False when
+    its header fields and data are columns, named by ``columns``. ``options``: how to reassemble
+    (:class:`ReassemblyOptions`: limits, large messages, digests, the columns kept). Nothing runs
+    until the result is written: :meth:`ReassemblyResult.save` writes every kind of row in one pass.
+    """
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 

@@ -246,13 +246,25 @@ class ColumnNames:
     """Names of the input columns when segments arrive as columns instead of encoded bytes."""
 
     group_id: str = "group_id"
+    """The column of each segment's 24-byte GroupId (binary)."""
     msg_seq_number: str = "msg_seq_number"
+    """The column of its MsgSeqNumber, the message's number within its group (integer)."""
     offset: str = "offset"
+    """The column of its Offset: where its data starts in the message (integer)."""
     msg_flags: str = "msg_flags"
+    """The column of its MsgFlags (integer: the last-segment and last-message bits)."""
     original_length: str = "original_length"
-    stored_length: str | None = None  # None: equal to original_length (no codec)
+    """The column of the message's declared length before any codec (integer)."""
+    stored_length: str | None = None
+    """The column of the message's stored length after its codec (integer); None: equal to
+    ``original_length`` (no codec)."""
     data_checksum: str = "data_checksum"
+    """The column of the checksum of the segment's data (integer)."""
     message_checksum: str = "message_checksum"
+    """The column of the whole message's checksum (integer; NULL where a segment does not carry it)."""
     data: str = "data"
-    codec: str | None = None  # None: no codec
-    algorithm: str | None = None  # None: CRC-32/IEEE
+    """The column of the segment's data bytes (binary)."""
+    codec: str | None = None
+    """The column of the codec id (integer); None: no codec."""
+    algorithm: str | None = None
+    """The column of the checksum algorithm id (integer); None: CRC-32/IEEE."""

@@ -117,7 +117,8 @@ class Sender:
         self._send(header, data, size, self._group)
 
     def send_bytes(self, body: bytes, group: str | None = None) -> None:
-        """Send one broker message as is (the floor in ``bench/brokerbench.py``: no segment header)."""
+        """Send one broker message as is, with no segment header (for a message that needs none, or
+        to compare with the segmented path on the same connection)."""
         self._send(b"", body, len(body), group)
 
     def _send(self, header: bytes, data: Buffer, size: int, group: str | None) -> None:

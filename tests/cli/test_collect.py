@@ -31,7 +31,7 @@ def test_poison_batch_reported_listed_and_the_rest_written(tmp_path: Path) -> No
     attempts = [x for x in lines if "not written, attempt 1 of 2" in x]
     dead = [x for x in lines if "dead after 2 attempts" in x]
     assert len(attempts) == 1 and len(dead) == 1 and "FileExistsError" in dead[0], run.stderr
-    assert "1 batches went to the dead letter" in lines[-1] and len(lines) == 3, run.stderr
+    assert "1 batch went to the dead letter after the last attempt" in lines[-1] and len(lines) == 3, run.stderr
     assert "'fine' 2 messages" in run.stdout  # the other destination was not held up
     assert sorted(m for ms in read_batches(out).values() for m in ms) == [b"f1", b"f2"]
     (dead_file,) = (tmp_path / "out.dead-letter" / "blocked").glob("*.parquet")
@@ -42,7 +42,7 @@ def test_poison_batch_reported_listed_and_the_rest_written(tmp_path: Path) -> No
     assert listed.returncode == 0 and listed.stderr == "", listed.stderr
     (line, total) = listed.stdout.splitlines()
     assert line.startswith("dead 20") and "'poison' 2 messages dead after 2 attempts" in line and str(dead_file) in line
-    assert total == f"collect: 1 dead batches in {db}"
+    assert total == f"collect: 1 dead batch in {db}"
 
     # Land the dead letter again once the cause is fixed: a new input name, collected as usual.
     (out / "blocked").unlink()

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from reassembly.cli._common import EXIT_CODES, EXIT_CONDITION, EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from reassembly.cli.summary import SCHEMA, problems
+from reassembly.cli.summary import IDENTITY_STREAM, SCHEMA, problems
 from reassembly.spark.testdata import generate, write_parquet
 from segmenter import segment
 from tests.support.command import reassemble
@@ -56,7 +56,7 @@ def test_the_summary_json_of_a_run_matches_the_schema_the_printed_summary_and_fa
     out, summary = tmp_path / "out", tmp_path / "summary.json"
     done = reassemble("run", str(faulty), str(out), "--summary-json", str(summary), "--fail-on", "incomplete")
     assert done.returncode == EXIT_CONDITION, done.stderr[-3000:]
-    assert re.fullmatch(r"reassemble: --fail-on: incomplete \(\d+ messages\)\n", done.stderr), done.stderr
+    assert re.fullmatch(r"reassemble: --fail-on: incomplete \(\d+ messages?\)\n", done.stderr), done.stderr
     assert (out / "messages").is_dir() and (out / "quarantine").is_dir()  # everything written first
     doc = json.loads(summary.read_text())
     assert problems(doc) == [], problems(doc)
@@ -92,7 +92,8 @@ def test_the_summary_json_of_a_run_matches_the_schema_the_printed_summary_and_fa
     assert doc["output"]["messages"] == str(out / "messages") and doc["output"]["payloads"] is None
     assert doc["input"]["pattern"] == str(faulty) and doc["input"]["bytes"] > 0
     assert doc["versions"]["spark"] and doc["versions"]["python"] == ".".join(map(str, sys.version_info[:3]))
-    assert set(doc["durations_seconds"]) >= {"total", "spark_start", "read", "reassemble", "summary"}
+    phases = {"total", "footers", "spark_start", "input", "jar", "read", "reassemble", "summary"}
+    assert set(doc["durations_seconds"]) >= phases
     assert doc["durations_seconds"]["total"] >= doc["durations_seconds"]["reassemble"] > 0
     assert doc["started_at"] < doc["ended_at"] and doc["started_at"].endswith("+00:00")
 
@@ -182,7 +183,8 @@ def test_incremental_runs_write_their_summary_with_what_they_carried(tmp_path: P
     assert second["counts"]["rows_in"] == len(parts[1]) + carried
     assert first["counts"]["messages"]["complete"] + second["counts"]["messages"]["complete"] == 10
     assert second["output"]["messages"] == str(out / "messages" / "run=2")
-    assert second["input"] == {"pattern": str(landing), "paths": 1, "bytes": (landing / "f1.parquet").stat().st_size}
+    size = (landing / "f1.parquet").stat().st_size
+    assert second["input"] == {"pattern": str(landing), "paths": 1, "bytes": size, "skipped_files": []}
     assert second["fail_on"] == {"requested": ["incomplete", "corrupt"], "held": []}
     idle = reassemble(*command)
     assert idle.returncode == EXIT_OK, idle.stderr
@@ -209,7 +211,7 @@ def test_a_stream_writes_its_summary_and_fails_on_what_its_batches_did(faulty: P
     command = ("stream", str(landing), str(out), "--checkpoint", str(ck), "--summary-json", str(summary))
     done = reassemble(*command, "--fail-on", "quarantine")
     assert done.returncode == EXIT_CONDITION, done.stderr[-3000:]
-    assert re.fullmatch(r"reassemble: --fail-on: quarantine \(\d+ segments\)\n", done.stderr), done.stderr
+    assert re.fullmatch(r"reassemble: --fail-on: quarantine \(\d+ segments?\)\n", done.stderr), done.stderr
     doc = json.loads(summary.read_text())
     assert problems(doc) == [], problems(doc)
     assert doc["command"] == "stream" and doc["outcome"] == "completed" and doc["exit_code"] == EXIT_CONDITION
@@ -222,11 +224,53 @@ def test_a_stream_writes_its_summary_and_fails_on_what_its_batches_did(faulty: P
     for status in ("complete", "incomplete", "corrupt"):
         assert doc["counts"]["messages"][status] == sum(m["status"] == status for m in messages), status
     assert stream["held"] is not None and doc["fail_on"]["held"] == ["quarantine"]
+    # duplicates mean what they mean in run: every identical copy, the late ones (after their message left) apart
+    late = sum(len(pq.read_table(p)) for p in (out / "duplicates").rglob("*.parquet"))
+    assert doc["counts"]["duplicates"] == sum(m["duplicates"] or 0 for m in messages) + late > 0
+    assert stream["late_duplicates"] == late and doc["counts"]["used"] == sum(m["segments_used"] or 0 for m in messages)
+    # the accounting identity, per batch and over them, as run has it
+    a = doc["accounting"]
+    assert a["identity"] == IDENTITY_STREAM
+    assert a["holds"] and a["held_before"] == 0 and a["held_after"] == stream["held"]["segments"]
+    assert (a["rows_in"], a["used"], a["quarantined"], a["duplicates"]) == tuple(
+        doc["counts"][k] for k in ("rows_in", "used", "quarantined", "duplicates")
+    )
+    per_batch = stream["accounting_by_batch"]
+    assert [b["batch"] for b in per_batch] == stream["batches"] and all(b["holds"] for b in per_batch)
+    assert sum(b["rows_in"] for b in per_batch) == rows
+    said = (
+        f"segments: {rows} in + 0 held before = {a['used']} used + {a['quarantined']} quarantined +"
+        f" {a['duplicates']} duplicates + {a['dropped_by_watermark']} dropped by watermark + {a['held_after']}"
+        " held after: holds"
+    )
+    assert said in done.stdout, done.stdout
     again = reassemble(*command, "--fail-on", "quarantine")
     assert again.returncode == EXIT_OK, again.stderr[-3000:]
     doc = json.loads(summary.read_text())
     assert problems(doc) == [] and doc["stream"]["batches"] == [] and doc["counts"]["rows_in"] == 0
     assert doc["stream"]["held"] == stream["held"]  # known from the last committed batch: nothing changed it
+    held = stream["held"]["segments"]  # and so is the identity over no batch: what was held still is
+    assert doc["accounting"] | {"identity": ""} == {
+        "identity": "", "rows_in": 0, "used": 0, "quarantined": 0, "duplicates": 0,
+        "held_before": held, "dropped_by_watermark": 0, "held_after": held, "holds": True,
+    }  # fmt: skip
+
+
+def test_a_stream_that_never_ran_a_batch_says_state_holds_nothing(tmp_path: Path) -> None:
+    """An available-now stream over a landing directory with nothing in it yet starts no Spark; what
+    state holds is known all the same (nothing), and so is the identity."""
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    summary = tmp_path / "s.json"
+    done = reassemble(
+        "stream", str(landing), str(tmp_path / "out"), "--checkpoint", str(tmp_path / "ck"),
+        "--summary-json", str(summary),
+    )  # fmt: skip
+    assert done.returncode == EXIT_OK, done.stderr
+    doc = json.loads(summary.read_text())
+    assert problems(doc) == [] and doc["stream"]["stopped"] == "no input" and doc["versions"]["spark"] is None
+    assert doc["stream"]["held"] == {"groups": 0, "segments": 0, "held_bytes": 0, "spooled_bytes": 0}
+    assert doc["stream"]["tombstones"] == 0 and doc["accounting"]["holds"] is True
 
 
 @pytest.mark.parametrize(

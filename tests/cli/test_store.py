@@ -63,9 +63,9 @@ def test_list_expire_vacuum(sqlite_store: str) -> None:
         assert "message 1 missing [1000, 2000), [3000, 4000)" in quarantined[0][4]
 
     dry = reassemble("store", "vacuum", "--store", sqlite_store, "--retention", "30m", "--dry-run", timeout=120)
-    assert dry.stdout.strip() == "would drop 1 tombstone(s) and 0 quarantined segment(s)"
+    assert dry.stdout.strip() == "would drop 1 tombstone and 0 quarantined segments"
     vac = reassemble("store", "vacuum", "--store", sqlite_store, "--retention", "30m", "--quarantine", timeout=120)
-    assert vac.returncode == 0 and vac.stdout.strip() == "dropped 1 tombstone(s) and 0 quarantined segment(s)"
+    assert vac.returncode == 0 and vac.stdout.strip() == "dropped 1 tombstone and 0 quarantined segments"
 
 
 def test_a_missing_sqlite_file_is_refused_and_not_created(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from segmenter import ChecksumAlgorithm, Codec, Segmenter, wire
 from segmenter.checksum import checksum
+from segmenter.errors import Reason, SegmentationError
 from segmenter.header_render import c_source
 from segmenter.header_table import FIELDS
 
@@ -177,6 +178,20 @@ def test_cut_segments_decode_the_same_and_every_bit_flip_and_truncation_too(
 def test_garbage_is_refused_alike(junk: bytes) -> None:
     same(junk)
     same(b"SGMT\x01" + junk)
+
+
+def test_bytes_after_the_declared_data_are_named_alike_by_both_decoders() -> None:
+    """Too few data bytes are a truncation; bytes after the declared data are their own reason,
+    in the compiled decoder's error as in the Python one's."""
+    raw = _raw()
+    same(raw + b"\0\0\0")
+    for decode in (PY, COMPILED) if COMPILED is not None else (PY,):
+        with pytest.raises(SegmentationError) as info:
+            decode(raw + b"\0\0\0")
+        assert info.value.reason == Reason.TRAILING_BYTES and "3 bytes after the 2" in str(info.value)
+        with pytest.raises(SegmentationError) as info:
+            decode(raw[:-1])
+        assert info.value.reason == Reason.TRUNCATED
 
 
 def _raw() -> bytes:

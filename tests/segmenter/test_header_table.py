@@ -110,7 +110,10 @@ def test_each_rule_rejects_with_its_own_reason() -> None:
             decode_segment(bad, verify=False, max_message_size=1 << 30)
         assert info.value.reason.name == reason
     with pytest.raises(SegmentationError) as info:
-        decode_segment(raw + b"z")
+        decode_segment(raw + b"zz")  # bytes after the declared data: named for what happened
+    assert info.value.reason.name == "TRAILING_BYTES" and "2 bytes after the " in str(info.value)
+    with pytest.raises(SegmentationError) as info:
+        decode_segment(raw[:-1])
     assert info.value.reason.name == "TRUNCATED"
     with pytest.raises(SegmentationError) as info:
         decode_segment(raw, max_segment_size=len(raw) - 1)

@@ -37,13 +37,24 @@ OUTPUT_DDL = "target string, destination string, batch_id string, cause string, 
 
 @dataclass(frozen=True)
 class SparkCollectOptions:
-    rules: str  # SQLite path or postgresql:// URL, readable from every executor
+    """How :func:`collect_stream` batches a stream of messages by destination (the collector's rules,
+    read from a database every executor reaches), and how the batches are cut into segments."""
+
+    rules: str
+    """The rules database (a SQLite path or a ``postgresql://`` URL) that every executor can read:
+    how each destination is batched (:class:`~reassembly.collector.Rule`)."""
     max_segment_size: int = DEFAULT_SEGMENT_SIZE
-    watermark: float = 60.0  # seconds event time may run behind the newest seen
+    """Bytes per segment (header included) of the batches written out as segments."""
+    watermark: float = 60.0
+    """Seconds event time may run behind the newest seen; older rows are dropped by Spark."""
 
 
 def collect_stream(df: Any, options: SparkCollectOptions) -> Any:
-    """A stream of (destination, payload, event_time) rows in; the stream of batch segments out."""
+    """A stream of (destination, payload, event_time) rows in; the stream of batch segments out.
+
+    ``df``: the streaming DataFrame of messages, with columns ``destination``, ``payload`` and
+    ``event_time``; ``options``: the rules database, the segment size and the watermark
+    (:class:`SparkCollectOptions`)."""
     from pyspark.sql import functions as F
 
     from reassembly.spark.collect.processor import Batcher

@@ -186,9 +186,10 @@ def resequence_stream(
     ``group``, ``seq``, ``event_time`` (a timestamp) and ``size`` (optional,
     counted toward the byte limits) name columns of ``df``; ``watermark`` is
     how far (seconds) event time may run behind the newest seen (Spark drops
-    older rows before they reach the state). With
-    :class:`~reassembly.resequencer.batch_model.BatchOptions` (batch mode) ``key`` names the
-    column to sort by instead of ``seq``. The session must use the RocksDB state store provider
+    older rows before they reach the state). ``options``: how to resequence,
+    :class:`~reassembly.resequencer.model.ResequenceOptions` (by sequence number, the default) or
+    :class:`~reassembly.resequencer.batch_model.BatchOptions` (batch mode: ``key`` names the
+    column to sort by instead of ``seq``). The session must use the RocksDB state store provider
     (:data:`reassembly.spark.state_store.ROCKSDB`).
     """
     from reassembly.spark.resequence.processor import BatchResequenceProcessor, ResequenceProcessor
@@ -228,8 +229,12 @@ def resequence(
     key: str | None = None,
 ) -> Any:
     """Resequence a finished table (batch): every group from its first row to the end of its input.
-    With :class:`~reassembly.resequencer.batch_model.BatchOptions`, sort windows by the ``key``
-    column (batch mode) instead of ordering by ``seq``."""
+
+    ``df``: the table; ``group``, ``seq``, ``event_time`` (a timestamp: the resequencer's clock) and
+    ``size`` (optional, counted toward the byte limits) name its columns. ``options``: how to
+    resequence, :class:`~reassembly.resequencer.model.ResequenceOptions` (by ``seq``, the default) or
+    :class:`~reassembly.resequencer.batch_model.BatchOptions` (batch mode: windows sorted by the
+    ``key`` column instead)."""
     import pyarrow as pa
 
     opts, column = _mode(options, seq, key)

@@ -61,7 +61,7 @@ class Footprint(NamedTuple):
     ``spooled_bytes`` the data bytes of held segments kept in spool files instead. A tombstone's
     bytes are its value (the assembler snapshot, how it ended, four longs: its times), not
     RocksDB's key and encoding overhead. Kept as per-batch changes (``kind = state`` rows, summed by
-    the sink in ``reassemble.py``): exact.
+    the stream's sink, :class:`~reassembly.spark.stream.functions.BatchWriter`): exact.
     """
 
     groups: int = 0  # keys still open (segments held, undecided)

@@ -40,7 +40,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reassembly.spark.environment import check_worker_python, configure
 from reassembly.spark.inputs import InputRefused, SegmentInput, check_input, check_schema
@@ -53,6 +53,9 @@ from reassembly.spark.stream.spool import Spool
 from reassembly.spark.writer import parquet_writer, project_folder
 from segmenter.header_table import FIELD
 from segmenter.wire import GROUP_ID_LENGTH
+
+if TYPE_CHECKING:
+    from reassembly.spark.footers import Footers
 
 logger = logging.getLogger(__name__)
 
@@ -192,6 +195,9 @@ def reassemble_stream(
     """Reassemble a streaming DataFrame of segments (encoded, or as columns as for the batch
     :func:`~reassembly.spark.reassemble`: see :class:`ColumnNames`); returns the stream of output rows.
 
+    ``encoded``: each row holds one encoded segment in the binary column ``raw_column`` (True), or
+    its header fields and data as columns named by ``columns`` (False). ``options``: how to
+    reassemble and how long to wait (:class:`StreamOptions`).
     ``event_time`` names a timestamp column of ``df`` (for a file source, e.g.
     ``_metadata.file_modification_time`` selected as a column; for Kafka, the
     record ``timestamp``). Rows are the batch job's combined schema
@@ -417,16 +423,22 @@ class BatchWriter:
 
 
 def _counts(tmp: Path) -> Counter[str]:
-    """Rows of one written batch by kind and status (read back from its Parquet: the batch is not recomputed)."""
+    """Rows of one written batch by kind and status (read back from its Parquet: the batch is not
+    recomputed); ``used`` and ``message_duplicates``: the segments its messages used and the identical
+    copies they counted (with the ``duplicate`` rows, every copy: the batch job's ``duplicates``)."""
     import pyarrow.parquet as pq
 
-    counts: Counter[str] = Counter()
+    counts: Counter[str] = Counter({"used": 0, "message_duplicates": 0})
     for kind in FOLDERS:
         for f in sorted((tmp / f"kind={kind}").glob("*.parquet")):
-            cols = pq.read_table(f, columns=["status", "reason_name"]).to_pydict()
-            for status, reason in zip(cols["status"], cols["reason_name"], strict=True):
+            cols = pq.read_table(f, columns=["status", "reason_name", "segments_used", "duplicates"]).to_pydict()
+            for status, reason, used, copies in zip(
+                cols["status"], cols["reason_name"], cols["segments_used"], cols["duplicates"], strict=True
+            ):
                 if kind == "message":
                     counts[f"message:{status}"] += 1
+                    counts["used"] += used or 0
+                    counts["message_duplicates"] += copies or 0
                 elif kind == "quarantine":
                     counts["quarantine"] += 1
                     counts["late"] += reason == "LATE_SEGMENT"
@@ -545,28 +557,31 @@ def file_source(
     columns: ColumnNames | None = None,
     keep: tuple[str, ...] = (),
     input_file: str | None = None,
+    footers: Footers | None = None,
 ) -> Any:
-    """A landing directory of Parquet files as a stream, with ``event_time``: the named column, or by
-    default each file's modification time (its arrival, from the source's metadata). ``keep``: other
-    columns of the files to pass on (to keep them: ``ReassemblyOptions(keep_columns=...)``; their types
-    are read from the files that have landed, so at least one must have); ``input_file``: a column of
-    that name with each row's file path, too.
+    """The landing directory ``path`` of Parquet files as a stream of ``spark``, with ``event_time``: the named column,
+    or by default each file's modification time (its arrival, from the source's metadata). ``keep``: other columns
+    of the files to pass on (to keep them: ``ReassemblyOptions(keep_columns=...)``; their types are read from the
+    files that have landed, so at least one must have); ``input_file``: a column of that name with each row's file
+    path, too. ``max_files``: files per micro-batch at most (None: every file that has landed). Encoded input
+    (``encoded``, the segments in ``raw_column``) comes as columns ``segment`` and ``event_time``; column input
+    (``encoded`` False, the columns ``columns`` names) as those columns and ``event_time``. The schema is the files'
+    own, read from those that have landed, and the input is checked before the stream is set up
+    (:func:`~reassembly.spark.inputs.check_input`): a named column missing or of another type, or a segment column
+    none of whose first 100 values frames as a segment, raises :class:`~reassembly.spark.inputs.InputRefused` (a
+    UsageError, one line naming the columns found) and nothing is read. With no file yet there is nothing to check:
+    the columns are taken as named (the segment column binary), and a file landing later without them reads as NULLs
+    (quarantined as such); ``reassemble stream`` waits for the first file instead.
 
-    Encoded input (``raw_column``) comes as columns ``segment`` and ``event_time``; column input
-    (``encoded=False``, the columns ``columns`` names) as those columns and ``event_time``. The
-    schema is the files' own, read from those that have landed, and the input is checked before the
-    stream is set up (:func:`~reassembly.spark.inputs.check_input`): a named column missing or of
-    another type, or a segment column none of whose first 100 values frames as a segment, raises
-    :class:`~reassembly.spark.inputs.InputRefused` (a UsageError, one line naming the columns found)
-    and nothing is read. With no file yet there is nothing to check: the columns are taken as named
-    (the segment column binary), and a file landing later without them reads as NULLs (quarantined
-    as such); ``reassemble stream`` waits for the first file instead."""
+    ``footers``: what :func:`~reassembly.spark.footers.check_files` told of the landed files (the
+    command's check before Spark starts): their schema is taken from it instead of a Spark job
+    inferring it, and where it sampled the first values Spark does not sample them again."""
     from pyspark.sql import functions as F
 
     what = SegmentInput(encoded, raw_column, columns or ColumnNames())
     landed = None
     try:
-        landed = spark.read.parquet(path)
+        landed = _landed(spark, path, footers)
         schema = landed.schema
     except Exception as exc:
         if "UNABLE_TO_INFER_SCHEMA" not in str(exc):
@@ -576,7 +591,10 @@ def file_source(
         named = [f"`{c}` {types[kind]}" for c, kind in what.wanted().items()]
         schema = ", ".join(named + ([f"`{event_time}` timestamp"] if event_time else []))
     else:
-        check_input(landed, what, event_time=event_time)
+        if footers is not None and footers.sampled:
+            check_schema(landed.schema, what, event_time=event_time)  # the values were sampled from the files
+        else:
+            check_input(landed, what, event_time=event_time)
     if keep or input_file:
         _check_kept(landed, path, keep, input_file, raw_column if encoded else what.columns.data)
     # Spark's file source ignores, without a word, a file whose modification time is more than
@@ -594,6 +612,17 @@ def file_source(
     if encoded:
         return df.select(F.col(_quoted(raw_column)).alias("segment"), t, *kept)
     return df.select(*(F.col(_quoted(c)) for c in what.wanted()), t, *kept)
+
+
+def _landed(spark: Any, path: str, footers: Footers | None) -> Any:
+    """The files landed in ``path``, read with the footers' schema where it is given (no Spark job to
+    infer it; a schema Spark's DDL cannot say is left to Spark)."""
+    if footers is not None:
+        try:
+            return spark.read.schema(footers.ddl()).parquet(path)
+        except Exception:
+            logger.debug("the footers' schema was not taken; Spark infers it", exc_info=True)
+    return spark.read.parquet(path)
 
 
 def _check_kept(landed: Any, path: str, keep: tuple[str, ...], input_file: str | None, segment: str) -> None:
@@ -620,11 +649,13 @@ def start(
     options: StreamOptions | None = None,
     halt: Halt | None = None,
 ) -> Any:
-    """Start writing ``stream`` (from :func:`reassemble_stream`) to ``out``; ``trigger`` is
+    """Start writing ``stream`` (from :func:`reassemble_stream`) to ``out``, its progress in Spark's
+    ``checkpoint`` directory (keep it: the stream resumes from it exactly once); ``trigger`` is
     ``available-now`` or a processing-time interval such as ``10 seconds``. Pass the stream's
     ``options`` when they set a ``payload_dir``: the sink removes committed messages' spool files.
     A checkpoint that the stream's state would be misread from is refused first (:func:`bind_checkpoint`;
-    pass ``options`` for its options to be checked too). ``halt``: see :class:`Halt`."""
+    pass ``options`` for its options to be checked too). ``on_batch(batch_id, counts)`` is called once
+    each batch is committed, with what its marker records. ``halt``: see :class:`Halt`."""
     bind_checkpoint(checkpoint, options)
     sink = BatchWriter(out, on_batch, spool_of(options) if options is not None else None, halt)
     writer = stream.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)

@@ -93,7 +93,8 @@ final class HeaderTable {
         if (!((!(original_length == -1L)) || length_deferred)) return 1;
         if (!((!last) || ((!(original_length == -1L)) && has_message_checksum))) return 1;
         if (!((!(codec == 0L)) || (original_length == -1L) || (stored_length == -1L) || (original_length == stored_length))) return 1;
-        if (!(Unsigned.sub(length, header_length) == data_length)) return 1;
+        if (!(Long.compareUnsigned(Unsigned.sub(length, header_length), data_length) >= 0)) return 1;
+        if (!(Long.compareUnsigned(Unsigned.sub(length, header_length), data_length) <= 0)) return 1;
         return 2;
     }
 
@@ -151,7 +152,8 @@ final class HeaderTable {
         if (!((!(original_length.compareTo(new BigInteger("18446744073709551615")) == 0)) || length_deferred)) return 1;
         if (!((!last) || ((!(original_length.compareTo(new BigInteger("18446744073709551615")) == 0)) && has_message_checksum))) return 1;
         if (!((!(codec.compareTo(BigInteger.valueOf(0L)) == 0)) || (original_length.compareTo(new BigInteger("18446744073709551615")) == 0) || (stored_length.compareTo(new BigInteger("18446744073709551615")) == 0) || (original_length.compareTo(stored_length) == 0))) return 1;
-        if (!(length.subtract(header_length).compareTo(data_length) == 0)) return 1;
+        if (!(length.subtract(header_length).compareTo(data_length) >= 0)) return 1;
+        if (!(length.subtract(header_length).compareTo(data_length) <= 0)) return 1;
         return 2;
     }
 
