@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -189,7 +190,8 @@ def _reassemble(
             driver_judge_bytes=args.driver_judge_bytes,
         )
         result = reassemble(job.df, encoded=encoded, raw_column=raw_column, options=options)
-        result.save(tmp)  # clean messages from the JVM; the rest judged in the driver or by a second job
+        saved = result.save(tmp)  # clean messages from the JVM; the rest judged in the driver or by a second job
+        record.fields["scan_tasks"] = scan_tasks(saved.metrics)
         from reassembly.spark.quarantine import prune_unreferenced
 
         prune_unreferenced(tmp / "payloads", tmp / "quarantine")  # files of attempts whose output was discarded
@@ -200,9 +202,20 @@ def _reassemble(
     return job, summary
 
 
-def _print_summary(job: Job, summary: Summary) -> None:
+def scan_tasks(metrics: Mapping[str, int]) -> dict[str, int] | None:
+    """The summary's ``scan_tasks``: the staged plan's scan tasks by their choice (staged: they walked all
+    their rows; passed through: nothing was confined in their first rows), or None where nothing was
+    staged (no staged plan ran, or Spark gave no counts)."""
+    staged, through = metrics.get("scan_tasks_staged", 0), metrics.get("scan_tasks_passed_through", 0)
+    return {"staged": staged, "passed_through": through} if staged or through else None
+
+
+def _print_summary(job: Job, summary: Summary, record: Record | None = None) -> None:
     """The summary table and the output's paths (once the progress bar has left the terminal)."""
     print(summary.report())
+    tasks = None if record is None else record.fields.get("scan_tasks")
+    if tasks:
+        print(f"scan tasks: {tasks['staged']} staged, {tasks['passed_through']} passed their rows through")
     if job.skipped:  # the identity holds for the rows read: these files' rows were never read
         print(skipped_line(job.skipped, skip_settings(job.spark)))
     out = job.out
@@ -234,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
     record: Record = args.record
     with Progress(progress_wanted(args)):
         job, summary = _reassemble(args, record, args.input, args.output, args.overwrite)
-    _print_summary(job, summary)
+    _print_summary(job, summary, record)
     return _verdict(record, job, summary, args.fail_on)
 
 
@@ -260,7 +273,7 @@ def demo(args: argparse.Namespace) -> int:
             with record.phase("check"):
                 out = job.out
                 rows = job.spark.read.parquet(str(out / "messages")).collect()
-        _print_summary(job, summary)
+        _print_summary(job, summary, record)
         got = {(bytes(r.group_id), r.msg_seq_number): r for r in rows}
 
         def payload(row: Any) -> bytes:

@@ -200,8 +200,9 @@ SCHEMA: dict[str, Any] = {
                 }
             ),
             "consume": {"type": "object"},
+            "scan_tasks": _object({"staged": _COUNT, "passed_through": _COUNT}, nullable=True),
         },
-        optional=["demo", "incremental", "stream", "consume"],
+        optional=["demo", "incremental", "stream", "consume", "scan_tasks"],
     ),
 }
 """The JSON Schema of the ``--summary-json`` document (docs/reference/command-line.md explains each field)."""

@@ -43,6 +43,7 @@ leaving the JVM; anything else goes to the assembler itself.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from reassembly.assembler.core import Limits
@@ -186,6 +187,7 @@ def fast_aggregate(
     side: str | None = None,
     large_message_bytes: int | None = None,
     stage: str | None = None,
+    tally: ScanTally | None = None,
 ) -> Any:
     """:func:`aggregate` plus the clean test's verdict (column ``clean``), in one JVM pass.
 
@@ -208,7 +210,10 @@ def fast_aggregate(
     ``stage`` (with ``side``, without kept columns): a directory every executor sees, where each scan
     task stages the messages complete and clean among its own consecutive rows and sends one
     reference row per message across the shuffle instead of its rows (``Stage.java``; runs of more
-    than :data:`STAGE_CAP` bytes are not staged).
+    than :data:`STAGE_CAP` bytes are not staged). A scan task that has staged nothing in its first
+    :data:`STAGE_PROBE_ROWS` rows (or :data:`STAGE_PROBE_BYTES` bytes) passes the rest straight
+    through, as the plan without staging sends them; ``tally`` (:class:`ScanTally`) counts the tasks
+    by that choice.
     """
     from pyspark.sql import DataFrame
 
@@ -220,7 +225,10 @@ def fast_aggregate(
     if stage is not None:
         if side is None or kept:
             raise ValueError("staging needs a side folder and no kept columns")
-        selected = DataFrame(reassembler.stage(selected._jdf, stage, max_message_size, STAGE_CAP), routed.sparkSession)
+        staged, passed = (None, None) if tally is None else (tally.staged, tally.passed_through)
+        probe = (STAGE_PROBE_ROWS, STAGE_PROBE_BYTES)
+        jdf = reassembler.stage(selected._jdf, stage, max_message_size, STAGE_CAP, *probe, staged, passed)
+        selected = DataFrame(jdf, routed.sparkSession)
     sorted_ = selected.repartition(partitions, "pk").sortWithinPartitions("pk", "routable", "bk", "m.sk", "m.plen")
     if side is None:
         jdf = reassembler.run(sorted_._jdf, max_message_size, clean, dirty)
@@ -231,8 +239,40 @@ def fast_aggregate(
     return DataFrame(jdf, routed.sparkSession)
 
 
-# The largest message a scan task stages: its buffer holds one run (Stage.java); a larger one crosses the shuffle.
+# The largest message a scan task stages (Stage.java); a larger one crosses the shuffle.
 STAGE_CAP = 64 << 20
+
+# A scan task that has staged no message among its first this many rows, or this many bytes of pieces,
+# passes the rest straight through (Stage.java): on a lander-shaped table the first rows hold whole
+# messages (8-segment messages of 64 KiB segments: 32 in 256 rows; of 1 MiB segments: one or two in 16
+# MiB), on a scattered one none, and a message still open at that point decides first.
+STAGE_PROBE_ROWS = 256
+STAGE_PROBE_BYTES = 16 << 20
+
+
+@dataclass(frozen=True)
+class ScanTally:
+    """The staged plan's scan tasks by their choice (Stage.java), as Spark accumulators the tasks add
+    to (named ``reassembly_scan_tasks_*``: Spark's UI shows them with the stage). A task run twice (a
+    retry, a speculative copy) counts twice."""
+
+    staged: Any  # the JVM LongAccumulator of the tasks that walked all their rows
+    passed_through: Any  # of those that passed their rows through after their first ones
+
+    @classmethod
+    def create(cls, spark: Any) -> ScanTally:
+        sc = spark.sparkContext._jsc.sc()
+        return cls(
+            sc.longAccumulator("reassembly_scan_tasks_staged"),
+            sc.longAccumulator("reassembly_scan_tasks_passed_through"),
+        )
+
+    def counts(self) -> dict[str, int]:
+        """``scan_tasks_staged`` and ``scan_tasks_passed_through`` so far."""
+        return {
+            "scan_tasks_staged": int(self.staged.value()),
+            "scan_tasks_passed_through": int(self.passed_through.value()),
+        }
 
 
 # The last row's header extension: header bytes [FIXED_LENGTH, header_length - 4), read from its sk.

@@ -55,7 +55,11 @@ conflicting copy, a forged sibling, a far row's stub, a second whole copy) is re
 rows and judged with all of them, as if nothing had been staged. So the rows are the same as with
 ``assemble_in_splits=False`` (tests/spark/test_split_layouts.py), and on a lander-shaped table the
 shuffle carries the references and the few messages that straddle files
-(``python -m bench.splits``). Lineage (``keep_columns``) keeps the plan that shuffles every row.
+(``python -m bench.splits``). Where nothing is confined (a scattered table), a scan task stops
+walking after its first rows (``jvm.STAGE_PROBE_ROWS``) and passes the rest straight through, as
+``assemble_in_splits=False`` sends them; ``Saved.metrics`` counts the scan tasks by that choice
+(``scan_tasks_staged``, ``scan_tasks_passed_through``). Lineage (``keep_columns``) keeps the plan
+that shuffles every row.
 """
 
 from __future__ import annotations
@@ -121,7 +125,9 @@ class ReassemblyOptions:
     """``save()`` with the jar's one pass: each scan task assembles the messages complete and clean
     among its own consecutive rows, stages their bytes under the output's ``_side`` folder and sends
     only a reference across the shuffle; a message with any other row anywhere is judged with all its
-    rows. False: every row crosses the shuffle. Same rows either way; no effect with ``keep_columns``."""
+    rows. A task that finds nothing to stage in its first rows passes the rest through (``Saved.metrics``:
+    ``scan_tasks_staged``, ``scan_tasks_passed_through``). False: every row crosses the shuffle. Same
+    rows either way; no effect with ``keep_columns``."""
     driver_judge_bytes: int = 64 << 20
     """``save()``: the groups the one pass set aside are judged in the driver (no Spark job, no Python
     workers to start) when their side files total at most this many bytes and what they declare they
@@ -310,12 +316,25 @@ def reassemble(
         # Lineage keeps the plan that shuffles every row: a staged message's rows carry no kept columns.
         staging = opts.assemble_in_splits and not keep
 
+        tallies: list[jvm.ScanTally] = []  # the scan tasks' choices of the last clean job planned
+
         def clean_messages(side: str) -> Any:
             stage = f"{side}/{STAGE}" if staging else None
+            tallies[:] = [jvm.ScanTally.create(spark)] if staging else []
             agg = jvm.fast_aggregate(
-                routed, n, limits.max_message_size, one_pass, side=side, large_message_bytes=threshold, stage=stage
+                routed,
+                n,
+                limits.max_message_size,
+                one_pass,
+                side=side,
+                large_message_bytes=threshold,
+                stage=stage,
+                tally=tallies[0] if tallies else None,
             )
             return agg.selectExpr(*clean_columns)
+
+        def scan_tasks() -> dict[str, int]:
+            return tallies[0].counts() if tallies else {}
 
         def side_judge(pending: str) -> Any:  # the judge of the side files, in a Spark job or in the driver
             return make_side_judge(limits, opts.unit_of_work, opts.payload_dir, threshold, pending)
@@ -324,7 +343,7 @@ def reassemble(
             paths = spark.createDataFrame([(f,) for f in files], "path string").repartition(len(files))
             return paths.mapInArrow(side_judge(pending), judged_schema)
 
-        split = Split(clean_messages, judged, side_judge, opts.driver_judge_bytes)
+        split = Split(clean_messages, judged, side_judge, opts.driver_judge_bytes, scan_tasks)
     return ReassemblyResult(Output(df.sparkSession, plan, split, keep, lineage))
 
 

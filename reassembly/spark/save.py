@@ -38,7 +38,10 @@ The side folder is inside the output, so it is wherever the output is: on a clus
 Counts: every job publishes what it wrote as Spark observed metrics (``pyspark.sql.Observation``,
 named ``reassembly...``: Spark's UI, listeners and metrics sinks see them); what the driver
 judges or writes itself it counts as it goes (:class:`_Counted`); :class:`Saved` gives their sum as
-``metrics`` (:data:`METRICS`), the same counts wherever the rows were judged.
+``metrics`` (:data:`METRICS`), the same counts wherever the rows were judged. The staged plan's scan
+tasks add their choice (staged, or passed through after their first rows) to Spark accumulators
+(``jvm.ScanTally``), read after the first job: ``scan_tasks_staged`` and ``scan_tasks_passed_through``
+(both 0 where nothing is staged: lineage, ``assemble_in_splits=False``, no jar).
 """
 
 from __future__ import annotations
@@ -89,6 +92,8 @@ METRICS = (
     "messages",
     *(f"messages_{s}" for s in _STATUSES),
     "bytes_complete",
+    "scan_tasks_staged",
+    "scan_tasks_passed_through",
 )
 OBSERVED_WAIT = 10.0  # seconds to wait, after a job, for its observed metrics to arrive
 
@@ -108,6 +113,9 @@ class Split:
     # Side files (and pending quarantine files) totalling at most this many bytes are judged (written)
     # in the driver: no Spark job, no Python worker to start. 0: always a Spark job.
     driver_judge_bytes: int = 0
+    # After ``clean``'s job: its scan tasks by their choice (``scan_tasks_staged``,
+    # ``scan_tasks_passed_through``: Stage.java); {} where nothing was staged. None: no staging.
+    scan_tasks: Callable[[], dict[str, int]] | None = None
 
 
 @dataclass(frozen=True)
@@ -357,6 +365,8 @@ def save(output: Output, directory: str | Path) -> Saved:
             meter.observe(clean, "reassembly", [*_message_metrics(), "coalesce(sum(segments_used), 0) AS rows_in"]),
             messages,
         )
+        if output.split.scan_tasks is not None:  # Spark accumulators: read once the job has run
+            meter.observations.append(_Counted(output.split.scan_tasks()))
         files = side_files(side) if side.exists() else []
         here = bool(files) and _in_driver(output.split, files)
         if here:

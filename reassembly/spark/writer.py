@@ -24,7 +24,19 @@ logger = logging.getLogger(__name__)
 # ``python -m bench.sparkcase --stages`` on ``data-1024M-1024K-8``). Looking after every row bounds the
 # writer by one row group plus one message; a look is a sum over the columns, nothing next to what a
 # row costs.
-LARGE_ROWS = {"parquet.page.size.row.check.min": "1", "parquet.page.size.row.check.max": "1"}
+#
+# The columns that hold whole messages or segments (``payload``, ``raw``) are written without a
+# dictionary: Parquet tries one on every binary column, hashing each value whole (twice: a lookup, then
+# the insert) until the dictionary passes 1 MiB, in every task's writer; on those columns it never pays
+# (a value is a message), and with 8 MiB messages each reduce task hashed its first message twice: 16 %
+# of the executor threads' samples of a staged save (JFR, ``jdk.ExecutionSample``, over ``save()`` of
+# ``python -m bench.splits --gib 0.25 --segment-kib 1024``'s lander table).
+LARGE_ROWS = {
+    "parquet.page.size.row.check.min": "1",
+    "parquet.page.size.row.check.max": "1",
+    "parquet.enable.dictionary#payload": "false",
+    "parquet.enable.dictionary#raw": "false",
+}
 
 
 def parquet_writer(df: Any) -> Any:

@@ -80,7 +80,8 @@ def test_without_the_jar_save_writes_the_rows_of_combined(spark: Any, tmp_path: 
 def test_the_writer_holds_one_message_over_a_row_group_not_a_hundred(spark: Any, tmp_path: Path, use_jar: bool) -> None:
     """Parquet looks at what its writer holds after every row we write (``writer.LARGE_ROWS``), not
     after the first 100: with a 1 MiB row group, six 1.5 MiB messages in one file are six row groups,
-    where Parquet's defaults buffer all six (they would be 100 messages of up to max_message_size)."""
+    where Parquet's defaults buffer all six (they would be 100 messages of up to max_message_size); and
+    it writes the payloads without trying a dictionary."""
     payloads = [random.Random(i).randbytes(3 << 19) for i in range(6)]  # what Parquet counts is compressed
     rows = [s.encode() for p in payloads for s in Segmenter(1 << 18).segment(p)]
     path = write_parquet(Dataset(rows=rows), tmp_path / "in", files=2)
@@ -92,7 +93,10 @@ def test_the_writer_holds_one_message_over_a_row_group_not_a_hundred(spark: Any,
         spark.conf.unset("parquet.block.size")
     files = list((tmp_path / "out" / "messages").glob("*.parquet"))
     assert [pq.ParquetFile(f).metadata.num_rows for f in files] == [6]
-    assert pq.ParquetFile(files[0]).metadata.num_row_groups == 6
+    meta = pq.ParquetFile(files[0]).metadata
+    assert meta.num_row_groups == 6
+    payload = meta.schema.names.index("payload")  # a message is no dictionary entry (writer.LARGE_ROWS)
+    assert not any("DICTIONARY" in e for g in range(6) for e in meta.row_group(g).column(payload).encodings)
     assert sorted(bytes(r["payload"]) for r in saved_rows(spark, tmp_path / "out")) == sorted(payloads)
 
 

@@ -208,22 +208,21 @@ def test_hostile_messages_spread_over_splits_give_the_in_process_rows(
 
 
 def staged_group_ids(stage: Path) -> list[bytes]:
-    """The GroupIds of the messages in a save's stage files (format: ``Stage.java``), one per record."""
+    """The GroupIds of the messages in a save's stage files (format: ``Stage.java``), one per record,
+    read from each file's end (a record's trailer says how long its head and its bytes are)."""
     at = SK_HEADER + FIELD["group_id"].offset
     out = []
     for path in sorted(stage.glob("*.stage")):
-        data, pos = path.read_bytes(), 0
-        while pos < len(data):
-            n, pos = int.from_bytes(data[pos : pos + 4], "big"), pos + 4
-            lengths = []
-            for i in range(n):
-                k = int.from_bytes(data[pos : pos + 4], "big")
-                sk = data[pos + 4 : pos + 4 + k]
-                lengths.append(int.from_bytes(data[pos + 4 + k : pos + 8 + k], "big"))
-                if i == 0:
-                    out.append(sk[at : at + 24])
-                pos += 8 + k
-            pos += sum(lengths)
+        data = path.read_bytes()
+        end = len(data)
+        while end > 0:
+            blob = int.from_bytes(data[end - 12 : end - 4], "big")
+            head = int.from_bytes(data[end - 4 : end], "big")
+            pos = end - 12 - head
+            k = int.from_bytes(data[pos + 4 : pos + 8], "big")  # the first row's sort key
+            out.append(data[pos + 8 : pos + 8 + k][at : at + 24])
+            end = pos - blob
+        assert end == 0, f"{path.name} is not records back to back"
     return out
 
 
@@ -276,3 +275,85 @@ def test_runs_past_the_stage_cap_cross_the_shuffle_as_they_came(
     assert staged_group_ids(tmp_path / "side" / STAGE) == []  # every message is longer than the cap
     result.save(out)
     assert canonical(saved_rows(spark, out)) == in_process([r for f in files for r in f])
+
+
+def tally_of(saved: Any) -> tuple[int, int]:
+    return saved.metrics["scan_tasks_staged"], saved.metrics["scan_tasks_passed_through"]
+
+
+def test_a_scan_task_with_nothing_confined_in_its_first_rows_passes_them_through(
+    file_per_split: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the probe at 8 rows: the landing's files laid out as a lander writes them (each message's
+    rows together) are walked whole by every task and stage their messages; the same rows scattered
+    over the files pass through after the first 8 rows of each task (the tasks stage nothing); a table
+    with both kinds of files does each per task. The rows are the in-process ones every time (and,
+    scattered, those of every row shuffled: ``assemble_in_splits=False``), and the saved metrics count
+    the tasks."""
+    from reassembly.spark import jvm
+
+    monkeypatch.setattr(jvm, "STAGE_PROBE_ROWS", 8)
+    spark = file_per_split
+    files, _ = landing()
+    rows = [r for f in files for r in f]
+    expected = in_process(rows)
+    rng = random.Random(5)
+    shuffled = rows[:]
+    rng.shuffle(shuffled)
+    scattered = [shuffled[k::4] for k in range(4)]
+    rest = files[2] + files[3]  # files 0 and 1 as a lander wrote them, the rows of 2 and 3 scattered
+    rng.shuffle(rest)
+    mixed = [files[0], files[1], rest[::2], rest[1::2]]
+    assert sorted(map(repr, [r for f in mixed for r in f])) == sorted(map(repr, rows))
+    assert all(len(f) > 8 for f in files + scattered + mixed)
+    tallies = {}
+    for name, layout in (("lander", files), ("scattered", scattered), ("mixed", mixed)):
+        path = write_files(tmp_path / name / "landing", layout)
+        df = spark.read.parquet(str(path))
+        got = {False: expected}
+        for staging in (True, False) if name == "scattered" else (True,):
+            payloads, out = tmp_path / name / f"payloads-{staging}", tmp_path / name / f"out-{staging}"
+            opts = ReassemblyOptions(
+                max_message_size=MAX, partitions=3, payload_dir=str(payloads), assemble_in_splits=staging
+            )
+            saved = reassemble(df, options=opts).save(out)
+            got[staging] = canonical(saved_rows(spark, out), payloads)
+            if staging:
+                tallies[name] = tally_of(saved)
+            else:
+                assert tally_of(saved) == (0, 0), "nothing staged, nothing counted"
+        assert got[True] == got[False] == expected, name
+    assert tallies == {"lander": (4, 0), "scattered": (0, 4), "mixed": (2, 2)}
+
+
+def test_the_staged_plan_reads_what_it_staged_back_whatever_the_segment_size(
+    file_per_split: Any, tmp_path: Path
+) -> None:
+    """Pieces larger than the stage file's 1 MiB write buffer, messages whose rows straddle a buffer
+    flush, runs released after some of their bytes reached the file: every message is staged once,
+    read back whole, and the rows are the in-process ones."""
+    spark = file_per_split
+    rng = random.Random(11)
+    files: list[list[bytes | None]] = [[], []]
+    expected_staged = []
+    for k, size in ((0, 300 << 10), (0, 1500 << 10), (1, 700 << 10), (1, 2 << 20)):
+        seg = Segmenter(size)
+        for _ in range(3):
+            gid = rng.randbytes(24)
+            rows = [s.encode() for s in seg.segment(rng.randbytes(3 * size + 1000), group_id=gid)]
+            files[k] += rows
+            expected_staged.append(gid)
+        gid = rng.randbytes(24)  # a run that is released after its bytes were written: its LAST missing
+        files[k] += [s.encode() for s in seg.segment(rng.randbytes(3 * size), group_id=gid)][:-1]
+    path = write_files(tmp_path / "landing", files)
+    opts = ReassemblyOptions(max_message_size=32 << 20, partitions=2)
+    result = reassemble(spark.read.parquet(str(path)), options=opts)
+    assert result.split is not None
+    side = tmp_path / "side"
+    result.split.clean(str(side)).collect()
+    assert sorted(staged_group_ids(side / STAGE)) == sorted(expected_staged)
+    out = tmp_path / "out"
+    saved = reassemble(spark.read.parquet(str(path)), options=opts).save(out)
+    assert tally_of(saved) == (2, 0)
+    rows = [r for f in files for r in f]
+    assert canonical(saved_rows(spark, out)) == canonical(reassemble_group(rows, opts.limits()))

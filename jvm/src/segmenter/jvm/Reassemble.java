@@ -19,6 +19,7 @@ import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.Platform;
 import org.apache.spark.unsafe.types.BinaryView;
+import org.apache.spark.util.LongAccumulator;
 
 /**
  * One pass over each message's pieces, pre-sorted by key: what {@code listagg} + {@code collect_list}
@@ -37,8 +38,9 @@ import org.apache.spark.unsafe.types.BinaryView;
  *
  * <p>After {@link #stage} (the scan staged the messages complete and clean among its own rows): a
  * row with a {@code ref} stands for a staged message; alone under its key it is delivered as a
- * clean message, its bytes read back from the stage file; with any other row it is rebuilt into
- * its rows for the side file ({@link Stage}).
+ * clean message, its bytes read back from the stage file straight into the task's buffer (one read
+ * of the whole record; its rows' metadata is never made, a clean row needs none); with any other row
+ * it is rebuilt into its rows for the side file ({@link Stage}).
  *
  * <p>Why Catalyst's own rows ({@link InternalRow}), not {@code Dataset.mapPartitions} with a
  * {@code Row} encoder: the encoder turns every sorted row into a {@code Row} (each piece copied
@@ -158,10 +160,13 @@ public final class Reassemble implements FlatMapFunction<Iterator<InternalRow>, 
      * The scan's side of the staged plan ({@link Stage}): {@code selected} (this pass's input columns,
      * before the shuffle) with the messages complete and clean among a task's consecutive rows staged in
      * {@code stageDir}, each replaced by one reference row (column {@code ref}). Runs of more than
-     * {@code cap} bytes are not staged.
+     * {@code cap} bytes are not staged; a task that has staged nothing in its first {@code probe} rows
+     * (or {@code probeBytes} bytes) passes the rest straight through; each task adds one to {@code staged} or {@code passed} (either
+     * may be null) as it chose.
      */
-    public static Dataset<Row> stage(Dataset<Row> selected, String stageDir, long maxMessageSize, long cap) {
-        return Stage.run(selected, stageDir, maxMessageSize, cap);
+    public static Dataset<Row> stage(Dataset<Row> selected, String stageDir, long maxMessageSize, long cap, long probe,
+        long probeBytes, LongAccumulator staged, LongAccumulator passed) {
+        return Stage.run(selected, stageDir, maxMessageSize, cap, probe, probeBytes, staged, passed);
     }
 
     private static Dataset<Row> pass(Dataset<Row> sorted, long maxMessageSize, boolean emitClean, boolean emitDirty,
@@ -258,6 +263,18 @@ public final class Reassemble implements FlatMapFunction<Iterator<InternalRow>, 
             return java.nio.ByteBuffer.wrap(buffer, (int) at, (int) length);
         }
 
+        /** A staged message's rows, as the side file needs them, into the fold. */
+        private void unfold(Stage.Staged message) {
+            message.rows((key, length) -> {
+                GenericInternalRow m = new GenericInternalRow(metaFields);
+                m.update(sk, key);
+                m.update(far, false);
+                m.update(isNull, false);
+                m.update(plen, length);
+                fold.add(m, false, 0);
+            });
+        }
+
         /** Consumes one group; its output row, or null when its kind is not asked for. */
         private InternalRow group() {
             InternalRow row = ahead;
@@ -273,19 +290,16 @@ public final class Reassemble implements FlatMapFunction<Iterator<InternalRow>, 
             size = 0;
             int rows = 0, staged = 0;
             InternalRow stagedLast = null;
+            Stage.Staged held = null; // a staged message read back, its rows not made yet (alone, it needs none)
             while (true) {
                 rows++;
                 if (ref >= 0 && !row.isNullAt(ref)) { // a message staged by the scan (Stage.java)
                     staged++;
                     stagedLast = row.getStruct(5, metaFields).copy();
-                    Stage.Staged message = reader.read(row.getBinary(ref), this::reserve);
-                    for (int i = 0; i < message.keys.length; i++) { // its rows as the side file needs them
-                        GenericInternalRow m = new GenericInternalRow(metaFields);
-                        m.update(sk, message.keys[i]);
-                        m.update(far, false);
-                        m.update(isNull, false);
-                        m.update(plen, message.lengths[i]);
-                        fold.add(m, false, 0);
+                    held = reader.read(row.getBinary(ref), this::reserve);
+                    if (rows > 1) { // it meets the rows before it: judged with them
+                        unfold(held);
+                        held = null;
                     }
                 } else {
                     InternalRow m = row.getStruct(5, metaFields).copy(); // kept past the sorter's next row
@@ -301,9 +315,14 @@ public final class Reassemble implements FlatMapFunction<Iterator<InternalRow>, 
                     || !same(bkView, view(ahead, 2))) {
                     break;
                 }
+                if (held != null) { // it meets the rows after it
+                    unfold(held);
+                    held = null;
+                }
                 row = ahead;
             }
             List<InternalRow> metas = fold.metas();
+            int n = held != null ? held.n : metas.size();
             // A staged message alone under its key is the clean message the scan found; with any other
             // row it is judged with all of them, rebuilt (Stage.java's class doc).
             boolean ok = staged == 0 ? fold.clean() : staged == 1 && rows == 1;
@@ -317,7 +336,7 @@ public final class Reassemble implements FlatMapFunction<Iterator<InternalRow>, 
                 byte[] blob = size == buffer.length ? buffer : Arrays.copyOf(buffer, (int) size);
                 Object metaArray = ok ? null : new GenericArrayData(metas.toArray());
                 if (src < 0) {
-                    out = new GenericInternalRow(new Object[] {routable, pk, bk, blob, metas.size(), last, metaArray, ok});
+                    out = new GenericInternalRow(new Object[] {routable, pk, bk, blob, n, last, metaArray, ok});
                 } else { // a clean row's kept columns, row by row; the judge reads them from meta
                     Object sources = ok ? new GenericArrayData(metas.stream().map(m -> m.get(src, srcType)).toArray())
                         : null;
