@@ -92,9 +92,10 @@ def split(df: Any, partitions: int = 8) -> Any:
     """``reassemble(df).combined`` (default options) as two branches over one exchange (the ``split`` variant)."""
     from pyspark.sql import functions as F
 
-    from reassembly.spark import ReassemblyOptions, jvm
-    from reassembly.spark.decode import decode_segments
-    from reassembly.spark.judge import make_judge
+    from reassembly.spark import ReassemblyOptions
+    from reassembly.spark.batch import grouping as jvm
+    from reassembly.spark.batch.decode import decode_segments
+    from reassembly.spark.batch.judge import make_judge
     from reassembly.spark.schema import OUTPUT_FIELDS
     from segmenter.digest import NO_POLICY
 
@@ -118,8 +119,9 @@ def one_pass_split(df: Any, reassembler: Any, partitions: int = 8) -> Any:
     """
     from pyspark.sql import functions as F
 
-    from reassembly.spark import ReassemblyOptions, jvm
-    from reassembly.spark.judge import make_judge
+    from reassembly.spark import ReassemblyOptions
+    from reassembly.spark.batch import grouping as jvm
+    from reassembly.spark.batch.judge import make_judge
     from reassembly.spark.schema import OUTPUT_FIELDS
 
     limits = ReassemblyOptions().limits()
@@ -185,10 +187,11 @@ def profile(
     """
     from pyspark.sql import functions as F
 
-    from reassembly.spark import ReassemblyOptions, jvm, reassemble
-    from reassembly.spark.decode import decode_segments
-    from reassembly.spark.jar import reassembler
-    from reassembly.spark.session import get_session
+    from reassembly.spark import ReassemblyOptions, reassemble
+    from reassembly.spark.batch import grouping as jvm
+    from reassembly.spark.batch.decode import decode_segments
+    from reassembly.spark.engine.bridge import reassembler
+    from reassembly.spark.engine.session import get_session
     from segmenter.digest import NO_POLICY
 
     from .sparkbench import write_result

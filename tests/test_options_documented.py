@@ -13,8 +13,8 @@ import textwrap
 import pytest
 
 from reassembly.assembler.model import Limits
+from reassembly.spark.batch.pipeline import ReassemblyOptions
 from reassembly.spark.incremental import IncrementalOptions
-from reassembly.spark.pipeline import ReassemblyOptions
 from reassembly.spark.stream.functions import StreamOptions
 
 RECORDS = [ReassemblyOptions, StreamOptions, IncrementalOptions, Limits]

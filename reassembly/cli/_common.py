@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from reassembly._errors import UsageError
 from reassembly._files import overlap
 from reassembly._processes import INTERRUPTED, on_interrupt
-from reassembly.spark.jobs import SparkSettings, master_endpoints
+from reassembly.spark.batch.job import SparkSettings, master_endpoints
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -389,9 +389,9 @@ def spark_jvm() -> object | None:
 
 def end_spark() -> None:
     """End the Spark JVM the command launched, and its Python workers, before the command exits
-    (:func:`reassembly.spark.session.end_jvm`): nothing the command started outlives it."""
+    (:func:`reassembly.spark.engine.session.end_jvm`): nothing the command started outlives it."""
     if "pyspark.core.context" in sys.modules:  # a command that never started Spark does not import it
-        from reassembly.spark.session import end_jvm
+        from reassembly.spark.engine.session import end_jvm
 
         left = end_jvm()
         if left:

@@ -33,8 +33,8 @@ from reassembly.cli._common import (
     spark_settings,
 )
 from reassembly.cli.summary import IDENTITY, IDENTITY_CARRIED, Record
+from reassembly.spark.batch.job import Job, Summary, open_job, read_rows, skip_settings, summarize, tidy_payloads
 from reassembly.spark.inputs import SegmentInput
-from reassembly.spark.jobs import Job, Summary, open_job, read_rows, skip_settings, summarize, tidy_payloads
 
 if TYPE_CHECKING:
     from reassembly.cli._common import Subparsers
@@ -152,7 +152,7 @@ def _reassemble(
         )
     record.fields["spark"] = getattr(job.spark, "version", None)
     from reassembly.spark import ReassemblyOptions, reassemble
-    from reassembly.spark.pipeline import INPUT_FILE, check_keep_columns, keep_input_file
+    from reassembly.spark.batch.pipeline import INPUT_FILE, check_keep_columns, keep_input_file
 
     keep = tuple(getattr(args, "keep_columns", ()))
     if getattr(args, "keep_input_file", False):  # lineage: refused (exit 2) before any Spark job runs
@@ -178,7 +178,7 @@ def _reassemble(
         )
         result = reassemble(job.df, encoded=encoded, raw_column=raw_column, options=options)
         result.save(tmp)  # clean messages from the JVM; the rest judged in the driver or by a second job
-        from reassembly.spark.quarantine import prune_unreferenced
+        from reassembly.spark.batch.quarantine import prune_unreferenced
 
         prune_unreferenced(tmp / "payloads", tmp / "quarantine")  # files of attempts whose output was discarded
         tidy_payloads(tmp / "payloads")
@@ -320,8 +320,8 @@ def _incremental_options(q: argparse.ArgumentParser) -> None:
 def _incremental(args: argparse.Namespace) -> int | None:
     """``run --incremental`` (the job is :mod:`reassembly.spark.incremental`'s): its exit code, or None
     for a plain run. The accounting identity was checked before the run committed."""
+    from reassembly.spark.batch.pipeline import ReassemblyOptions
     from reassembly.spark.incremental import IncrementalOptions, run_incremental
-    from reassembly.spark.pipeline import ReassemblyOptions
 
     options = IncrementalOptions.from_flags(
         args.incremental, args.checkpoint, args.overwrite, args.expire_after, args.carry_max_bytes

@@ -42,7 +42,7 @@ from reassembly.cli._common import (
     spark_conf,
     spark_options,
 )
-from reassembly.spark.jobs import SparkSettings, master_endpoints, open_session
+from reassembly.spark.batch.job import SparkSettings, master_endpoints, open_session
 
 if TYPE_CHECKING:
     from reassembly.cli._common import Subparsers
@@ -445,9 +445,9 @@ def _said_output(out: Path, to: TextIO) -> None:
 def run(args: argparse.Namespace) -> int:
     """The ``stream`` command: exit code 0 (130 when Ctrl-C stopped it), or JobError / UsageError."""
     from reassembly._keyring import digest_policy
+    from reassembly.spark.batch.pipeline import ReassemblyOptions
     from reassembly.spark.footers import check_files
     from reassembly.spark.inputs import InputRefused, SegmentInput
-    from reassembly.spark.pipeline import ReassemblyOptions
     from reassembly.spark.schema import ColumnNames
     from reassembly.spark.stream.functions import (
         BatchWriter,

@@ -2,7 +2,7 @@
 
 ``messages`` (:data:`MESSAGE_SCHEMA`) and ``quarantine`` (:data:`QUARANTINE_SCHEMA`) are what
 ``result.messages``, ``result.quarantine``, the folders ``reassemble run`` and
-:meth:`~reassembly.spark.pipeline.ReassemblyResult.save` write, and the streaming job's committed
+:meth:`~reassembly.spark.batch.pipeline.ReassemblyResult.save` write, and the streaming job's committed
 ``messages`` / ``quarantine`` batches hold: exactly these columns, in this order, plus ``sources``
 (messages) / ``source`` (quarantine) when input columns are kept (lineage: see
 :func:`lineage_fields`). Each column carries a one-line description: ``docs/reference/output-schema.md``

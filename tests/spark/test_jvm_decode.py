@@ -19,9 +19,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
-from reassembly.spark import ReassemblyOptions, jvm
-from reassembly.spark.decode import decode_segments
-from reassembly.spark.jar import reassembler
+from reassembly.spark import ReassemblyOptions
+from reassembly.spark.batch import grouping as jvm
+from reassembly.spark.batch.decode import decode_segments
+from reassembly.spark.engine.bridge import reassembler
 from segmenter import Segmenter, header_render, header_table
 from segmenter.wire import table_constants
 from tests.spark.test_jvm_jar import hostile_rows  # tests/ is on sys.path (pytest's rootdir import mode)

@@ -5,7 +5,7 @@ landing files no committed run read, reassembles them together with what the las
 over, and publishes its rows in ``run`` folders of the layout ``reassemble run`` writes:
 ``OUTPUT/messages/run=N/``, ``OUTPUT/quarantine/run=N/`` and ``OUTPUT/payloads/run=N/`` (large
 messages), so ``spark.read.parquet(OUTPUT/messages)`` has a ``run`` column and
-:func:`reassembly.spark.output.read_output` reads committed runs only. User documentation:
+:func:`reassembly.spark.batch.output.read_output` reads committed runs only. User documentation:
 docs/how-to/scheduling.md.
 
 **Which files are new.** A landing file is known by its path (symlinks resolved), size and
@@ -40,7 +40,7 @@ are the oldest groups while the carried segment bytes exceed ``carry_max_bytes``
                                  columns plus FIRST_SEEN), read by run N+1 only
 
 and in ``OUTPUT``: ``_incremental.json`` (the checkpoint id it belongs to), ``_runs/N`` (run N is
-published: what :func:`~reassembly.spark.output.read_output` reads) and, while a run works, its
+published: what :func:`~reassembly.spark.batch.output.read_output` reads) and, while a run works, its
 hidden staging folder ``.run=N.<attempt>.staging/``.
 
 **Commit protocol.** A run stages everything under hidden names: its output in
@@ -77,9 +77,9 @@ from typing import Any, NamedTuple
 from reassembly._errors import JobError, UsageError, first_line
 from reassembly._files import claim_output, hadoop_literal, inputs, linked_overlap, overlap
 from reassembly._processes import INTERRUPTED, deferred_interrupts
-from reassembly.spark.jobs import SparkSettings, open_session, stop_spark, tidy_payloads, totals_by_status
-from reassembly.spark.output import PAYLOADS, RUN_MARKERS
-from reassembly.spark.pipeline import ReassemblyOptions
+from reassembly.spark.batch.job import SparkSettings, open_session, stop_spark, tidy_payloads, totals_by_status
+from reassembly.spark.batch.output import PAYLOADS, RUN_MARKERS
+from reassembly.spark.batch.pipeline import ReassemblyOptions
 from reassembly.spark.schema import MANIFEST as SCHEMA_MANIFEST
 from reassembly.spark.writer import parquet_writer
 from segmenter.header_table import FIELD
@@ -516,12 +516,12 @@ def with_routing_key(df: Any, raw_column: str, name: str = _KEY) -> Any:
     """``df`` with one more column, ``name``: the GroupId the reassembly routes the row by, NULL for a
     row it routes by a hash of its bytes (framing broken, NULL, too short).
 
-    The same rules as :func:`~reassembly.spark.decode.decode_segments`' ``routable`` (generated from
+    The same rules as :func:`~reassembly.spark.batch.decode.decode_segments`' ``routable`` (generated from
     :mod:`segmenter.header_table`, ``ROUTING_STAGES``), over ``df``'s other columns untouched (they
     travel in one struct while the header's fields are computed beside them)."""
     from pyspark.sql import functions as F
 
-    from reassembly.spark.decode import routable_sql
+    from reassembly.spark.batch.decode import routable_sql
     from segmenter import header_render
     from segmenter.wire import table_constants
 
@@ -784,7 +784,7 @@ def run_incremental(
     """
     from dataclasses import replace
 
-    from reassembly.spark.pipeline import INPUT_FILE
+    from reassembly.spark.batch.pipeline import INPUT_FILE
 
     reassembly = reassembly or ReassemblyOptions()
     if keep_input_file:
@@ -813,8 +813,8 @@ def _landing(
     """The new files' rows, refused when they cannot be what was meant (as ``run`` refuses them, the
     columns to keep too); with ``input_file`` each row's file path beside them (taken from the file
     source, so before anything else); segments given as columns are encoded (the other columns kept)."""
+    from reassembly.spark.batch.pipeline import check_keep_columns, keep_input_file
     from reassembly.spark.inputs import check_input
-    from reassembly.spark.pipeline import check_keep_columns, keep_input_file
 
     try:
         df = _read(spark, *(f.path for f in fresh))
@@ -927,8 +927,8 @@ class _Run:
 
         from pyspark.sql import functions as F
 
-        from reassembly.spark.pipeline import reassemble
-        from reassembly.spark.quarantine import prune_unreferenced
+        from reassembly.spark.batch.pipeline import reassemble
+        from reassembly.spark.batch.quarantine import prune_unreferenced
 
         try:
             new_rows = new.count() if new is not None else 0  # the first read of every file: a damaged one fails here

@@ -3,7 +3,7 @@
 :func:`get_session` sets everything before the session starts (:data:`DEFAULT_CONF`, the workers'
 Python, Java). Under spark-submit (:func:`submitted`) the JVM and its settings already exist: the
 session is spark-submit's, its master and ``--conf`` settings stand, and only the defaults it was not
-given are added. For a session built elsewhere, :func:`reassembly.spark.environment.configure` sets what
+given are added. For a session built elsewhere, :func:`reassembly.spark.engine.environment.configure` sets what
 a running session still accepts.
 """
 
@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from reassembly._errors import first_line
-from reassembly.spark.java import ensure_java
+from reassembly.spark.engine.java import ensure_java
 from segmenter.errors import Reason, SegmentationError
 
 logger = logging.getLogger(__name__)

@@ -89,7 +89,7 @@ def _check_master_answers(master: str) -> None:
 def open_session(settings: SparkSettings) -> Any:
     """A Spark session, or a one-line JobError naming why there is none (the launch's root cause, such
     as YARN's missing HADOOP_CONF_DIR, first). Under spark-submit, spark-submit's session and master."""
-    from reassembly.spark.session import SparkEnvironmentError, get_session, submitted
+    from reassembly.spark.engine.session import SparkEnvironmentError, get_session, submitted
 
     if not submitted():  # under spark-submit the JVM runs already, with spark-submit's --master
         _check_master_answers(settings.master)

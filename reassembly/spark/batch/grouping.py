@@ -122,7 +122,7 @@ def route(decoded: Any, large_message_bytes: int | None) -> Any:
 def decoded_in_jar(
     df: Any, raw_column: str, limits: Limits, large_message_bytes: int | None, keep: tuple[str, ...] = ()
 ) -> Any:
-    """What :func:`route` gives over :func:`~reassembly.spark.decode.decode_segments`, for the one pass:
+    """What :func:`route` gives over :func:`~reassembly.spark.batch.decode.decode_segments`, for the one pass:
     the jar's ``Decode`` (the header table's rules generated into Java, ``HeaderTable.java``) in one
     compiled function per row instead of some forty SQL expressions, which a fresh JVM generates,
     compiles and warms up in every query. When ``df`` is a columnar
@@ -130,7 +130,7 @@ def decoded_in_jar(
     reads the scan's column batches, each segment a view of the reader's memory, instead of rows
     that hold two copies of it. Same values in every column the one pass and the judge read
     (``tests/spark/test_jvm_decode.py``, from rows and from batches). The jar must be loaded
-    (:func:`reassembly.spark.jar.reassembler`). ``keep``: input columns carried along unchanged as one
+    (:func:`reassembly.spark.engine.bridge.reassembler`). ``keep``: input columns carried along unchanged as one
     struct column ``src`` (lineage; the decoder then reads rows, not the scan's column batches)."""
     from pyspark.sql import DataFrame
     from pyspark.sql import functions as F
@@ -190,7 +190,7 @@ def fast_aggregate(
     """:func:`aggregate` plus the clean test's verdict (column ``clean``), in one JVM pass.
 
     One shuffle by ``pk``, a sort within each partition by key then ``sk``, then the jar's
-    ``Reassemble`` (``reassembler``: :func:`reassembly.spark.jar.reassembler`) walks each key's
+    ``Reassemble`` (``reassembler``: :func:`reassembly.spark.engine.bridge.reassembler`) walks each key's
     rows (Spark's internal rows, no ``Row`` encoder): copies each piece from the sorter's memory
     into a buffer the task reuses (emitted as the message when the message fills it exactly, else
     copied into an array of the pieces' summed length), folds the segments' verified CRCs into

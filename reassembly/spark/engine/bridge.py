@@ -1,7 +1,7 @@
 """The bundled jar (``jars/segmenter-jvm.jar``, source in ``jvm/src``, built by ``tools/build_jar.py``).
 
 It holds the one-pass reassembly of the fast path (``segmenter.jvm.Reassemble``,
-used by :func:`reassembly.spark.jvm.fast_aggregate`): called through py4j on the
+used by :func:`reassembly.spark.batch.grouping.fast_aggregate`): called through py4j on the
 session's Dataset, so only a classic session (local or cluster, PySpark driver)
 can use it. A Spark Connect client has no py4j: there the job runs the SQL path
 (``listagg`` + the SQL clean test), which gives the same rows, slower. So does a
@@ -18,7 +18,7 @@ CLASS = "segmenter.jvm.Reassemble"
 
 def jar_path() -> str:
     """Absolute path of the bundled jar: pass it as ``spark.jars`` (or ``--jars``) to your session."""
-    return str(Path(__file__).with_name("jars") / "segmenter-jvm.jar")
+    return str(Path(__file__).parent.parent / "jars" / "segmenter-jvm.jar")
 
 
 def is_connect(spark: Any) -> bool:

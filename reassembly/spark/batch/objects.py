@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from reassembly.spark.jobs import SparkSettings, has_parquet, open_job, write_split
+from reassembly.spark.batch.job import SparkSettings, has_parquet, open_job, write_split
 from segmenter.checksum import DEFAULT_ALGORITHM
 from segmenter.errors import Reason, SegmentationError
 
