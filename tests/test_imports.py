@@ -101,7 +101,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("reassembly.resequencer", "reassembly.collector", "reassembly.segstore", "reassembly.dispatcher"),
     ("reassembly.storage",),  # the cores' storage and file adapters
     ("reassembly.runtime",),  # the runners: threads, tasks and processes around the dispatcher
-    ("reassembly.spark", "reassembly.brokers", "reassembly.claimcheck"),
+    ("reassembly.spark.engine",),  # Spark itself: Java, the session, its settings, the bridge to the jar
+    ("reassembly.spark", "reassembly.brokers", "reassembly.claimcheck"),  # the jobs: batch, streams
+    ("reassembly.spark.incremental",),  # the batch job run again and again over what landed since
     ("reassembly.cli",),
     ("reassembly", "reassembly.__main__"),  # the public face and `python -m reassembly`
 )
@@ -278,7 +280,10 @@ def test_the_checker_finds_a_planted_upward_import(tmp_path: Path) -> None:
     assert _room("reassembly.assembler.core") == (4, "reassembly.assembler")
     assert _room("reassembly.dispatcher.core") == (5, "reassembly.dispatcher")
     assert _room("reassembly.runtime.threads") == (7, "reassembly.runtime")
-    assert _room("reassembly.spark.stream.core") == (8, "reassembly.spark")
+    assert _room("reassembly.spark.engine.session") == (8, "reassembly.spark.engine")
+    assert _room("reassembly.spark.stream.core") == (9, "reassembly.spark")
+    assert _room("reassembly.spark.batch.pipeline") == (9, "reassembly.spark")
+    assert _room("reassembly.spark.incremental.run") == (10, "reassembly.spark.incremental")
     source = (
         "def f():\n    from reassembly.spark.batch.job import open_job\n    from reassembly.collector import Rule\n"
     )

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from reassembly._errors import UsageError
 from reassembly._files import overlap
 from reassembly._processes import INTERRUPTED, on_interrupt
-from reassembly.spark.batch.job import SparkSettings, master_endpoints
+from reassembly.spark.engine.session import SparkSettings, master_endpoints
 
 if TYPE_CHECKING:
     from typing import TypeAlias

@@ -42,7 +42,7 @@ from reassembly.cli._common import (
     spark_conf,
     spark_options,
 )
-from reassembly.spark.batch.job import SparkSettings, master_endpoints, open_session
+from reassembly.spark.engine.session import SparkSettings, master_endpoints, open_session
 
 if TYPE_CHECKING:
     from reassembly.cli._common import Subparsers

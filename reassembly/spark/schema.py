@@ -143,7 +143,6 @@ MESSAGE_ARROW = pa.schema([(c.name, c.arrow) for c in MESSAGE_SCHEMA])
 QUARANTINE_ARROW = pa.schema([(c.name, c.arrow) for c in QUARANTINE_SCHEMA])
 
 SOURCES, SOURCE = "sources", "source"  # the lineage columns (present when columns are kept)
-SRC = "src"  # inside the jobs: each landing row's kept columns as one struct
 
 
 def lineage_arrow(schema: pa.Schema, src: pa.DataType | None, column: str) -> pa.Schema:

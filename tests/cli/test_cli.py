@@ -367,7 +367,8 @@ def test_a_ctrl_c_that_pyspark_swallowed_still_ends_the_job_as_interrupted(tmp_p
     there about 1 run in 7). The handler's flag still says it came: the job's output is removed and
     the error is an interruption."""
     from reassembly._processes import INTERRUPTED
-    from reassembly.spark.batch.job import Job, SparkSettings
+    from reassembly.spark.batch.job import Job
+    from reassembly.spark.engine.session import SparkSettings
 
     job = Job("in", ["in"], tmp_path / "out", None, None, SparkSettings())
     try:

@@ -97,7 +97,7 @@ print("OK", type(spark).__module__)
 
 
 def test_functions_work_over_spark_connect() -> None:
-    from reassembly.spark.engine.java import ensure_java
+    from reassembly.spark.engine.session import ensure_java
 
     ensure_java()
     script = SCRIPT.format(builder='SparkSession.builder.remote("local[2]").getOrCreate()')

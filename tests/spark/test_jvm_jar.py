@@ -142,7 +142,7 @@ def run_script(builder: str) -> str:
 
 def run_python(code: str) -> str:
     """Run ``code`` in a fresh Python (its own Spark session); its stdout. Fails on a non-zero exit."""
-    from reassembly.spark.engine.java import ensure_java
+    from reassembly.spark.engine.session import ensure_java
 
     ensure_java()
     done = subprocess.run(

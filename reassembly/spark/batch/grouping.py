@@ -1,4 +1,4 @@
-"""The JVM side of the Spark path: routing keys, one aggregate per message, and the clean test.
+"""Grouping each message's rows in Spark: routing keys, one aggregate per message, and the clean test.
 
 Routing reads only what can be trusted. A *routable* row (its framing holds:
 magic, version, header length, header checksum; see ``segmenter.header_table``)
@@ -45,37 +45,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from reassembly.assembler.core import Limits
-from reassembly.spark.schema import SRC
+from reassembly.spark.engine.bridge import META, SK_HEADER, SRC, row_ok
 from segmenter import header_table as table
-from segmenter.checksum import ChecksumAlgorithm
 from segmenter.digest import DigestPolicy, verify_sql
-from segmenter.flags import Codec
-from segmenter.wire import MAX_HEADER_LENGTH
 
-# Per-row facts the clean test reads (all small); Python needs sk, plen, far and is_null.
-_META = (
-    "sk",
-    "plen",
-    "far",
-    "is_null",
-    "header_ok",
-    "data_ok",
-    "is_last",
-    "in_group",
-    "codec",
-    "algorithm",
-    "msg_seq_number",
-    "offset",
-    "data_length",
-    "stored_length",
-    "original_length",
-    "message_checksum",
-    "length_deferred",
-    "data_checksum",
-)
 _SEQ, _OFFSET = table.FIELD["msg_seq_number"], table.FIELD["offset"]
-SK_HEADER = _SEQ.width + _OFFSET.width  # the header bytes start here in sk
 
 
 def _bytes_of(field: table.Field) -> str:
@@ -119,31 +93,6 @@ def route(decoded: Any, large_message_bytes: int | None) -> Any:
     return routed.select("*", F.expr("coalesce(length(piece), 0)").alias("plen"))
 
 
-def decoded_in_jar(
-    df: Any, raw_column: str, limits: Limits, large_message_bytes: int | None, keep: tuple[str, ...] = ()
-) -> Any:
-    """What :func:`route` gives over :func:`~reassembly.spark.batch.decode.decode_segments`, for the one pass:
-    the jar's ``Decode`` (the header table's rules generated into Java, ``HeaderTable.java``) in one
-    compiled function per row instead of some forty SQL expressions, which a fresh JVM generates,
-    compiles and warms up in every query. When ``df`` is a columnar
-    scan with nothing on top but the column's selection (a Parquet or ORC landing table), the decoder
-    reads the scan's column batches, each segment a view of the reader's memory, instead of rows
-    that hold two copies of it. Same values in every column the one pass and the judge read
-    (``tests/spark/test_jvm_decode.py``, from rows and from batches). The jar must be loaded
-    (:func:`reassembly.spark.engine.bridge.reassembler`). ``keep``: input columns carried along unchanged as one
-    struct column ``src`` (lineage; the decoder then reads rows, not the scan's column batches)."""
-    from pyspark.sql import DataFrame
-    from pyspark.sql import functions as F
-
-    decode = df.sparkSession.sparkContext._jvm.segmenter.jvm.Decode
-    src = [F.struct(*[F.col(f"`{k}`") for k in keep]).alias(SRC)] if keep else []
-    segments = df.select(F.col(raw_column).cast("binary"), *src)  # as decode_segments reads it
-    far = -1 if large_message_bytes is None else large_message_bytes
-    crc32 = int(ChecksumAlgorithm.CRC32)
-    jdf = decode.run(segments._jdf, limits.max_message_size, MAX_HEADER_LENGTH, limits.max_segment_size, far, crc32)
-    return DataFrame(jdf, df.sparkSession)
-
-
 def aggregate(routed: Any, partitions: int) -> Any:
     """One shuffle (by ``pk``, so a group and its far rows stay in one task), one aggregate.
 
@@ -154,7 +103,7 @@ def aggregate(routed: Any, partitions: int) -> Any:
     meets). Kept columns need not be orderable (a map), and never decide an order."""
     from pyspark.sql import functions as F
 
-    meta = ", ".join(_META)
+    meta = ", ".join(META)
     pieces = "listagg(piece, X'') WITHIN GROUP (ORDER BY sk, plen)"
     if SRC in routed.columns:
         routed = routed.select("*", F.monotonically_increasing_id().alias("row_id"))
@@ -176,92 +125,10 @@ def aggregate(routed: Any, partitions: int) -> Any:
     )
 
 
-def fast_aggregate(
-    routed: Any,
-    partitions: int,
-    max_message_size: int,
-    reassembler: Any,
-    clean: bool = True,
-    dirty: bool = True,
-    side: str | None = None,
-    large_message_bytes: int | None = None,
-    stage: str | None = None,
-) -> Any:
-    """:func:`aggregate` plus the clean test's verdict (column ``clean``), in one JVM pass.
-
-    One shuffle by ``pk``, a sort within each partition by key then ``sk``, then the jar's
-    ``Reassemble`` (``reassembler``: :func:`reassembly.spark.engine.bridge.reassembler`) walks each key's
-    rows (Spark's internal rows, no ``Row`` encoder): copies each piece from the sorter's memory
-    into a buffer the task reuses (emitted as the message when the message fills it exactly, else
-    copied into an array of the pieces' summed length), folds the segments' verified CRCs into
-    the message CRC and checks the cross-row rules.
-    The sort key starts with ``pk`` (GroupIds: their first bytes, the sorter's prefix, decide
-    most comparisons) rather than the boolean ``routable``; any order with the whole key first groups. The per-row
-    rules reach it as one column, :func:`row_ok` (the header table's rules, in SQL), plus "no
-    header extension": a message carrying digests is judged by the assembler, so the policy
-    demanding nothing is the only one this path serves (``pipeline.reassemble`` decides).
-    ``meta`` is built only for rows that are not clean (NULL otherwise: the judge's input).
-    ``clean`` / ``dirty``: which rows to emit (the other kind is dropped in the pass). ``side``: a
-    directory every executor sees: only clean rows are emitted and every other group is written
-    there, one file per task, for ``save.py``'s judge (``SideFile.java``).
-    ``large_message_bytes``: the threshold with a ``payload_dir`` set (see :func:`row_ok`), else None.
-    ``stage`` (with ``side``, without kept columns): a directory every executor sees, where each scan
-    task stages the messages complete and clean among its own consecutive rows and sends one
-    reference row per message across the shuffle instead of its rows (``Stage.java``; runs of more
-    than :data:`STAGE_CAP` bytes are not staged).
-    """
-    from pyspark.sql import DataFrame
-
-    kept = [SRC] if SRC in routed.columns else []  # lineage: each row's kept columns ride in its meta
-    meta = f"struct({', '.join(f'`{c}`' for c in (*_META, *kept))}) AS m"
-    rules = row_ok(large_message_bytes=large_message_bytes)
-    ok = f"coalesce({rules} AND header_length = {table.HEADER_LENGTH}, false) AS row_ok"
-    selected = routed.selectExpr("routable", "pk", "bk", "piece", ok, meta)  # SQL text: one py4j call per column
-    if stage is not None:
-        if side is None or kept:
-            raise ValueError("staging needs a side folder and no kept columns")
-        selected = DataFrame(reassembler.stage(selected._jdf, stage, max_message_size, STAGE_CAP), routed.sparkSession)
-    sorted_ = selected.repartition(partitions, "pk").sortWithinPartitions("pk", "routable", "bk", "m.sk", "m.plen")
-    if side is None:
-        jdf = reassembler.run(sorted_._jdf, max_message_size, clean, dirty)
-    elif stage is None:
-        jdf = reassembler.split(sorted_._jdf, max_message_size, side, SK_HEADER)
-    else:
-        jdf = reassembler.split(sorted_._jdf, max_message_size, side, SK_HEADER, stage)
-    return DataFrame(jdf, routed.sparkSession)
-
-
-# The largest message a scan task stages: its buffer holds one run (Stage.java); a larger one crosses the shuffle.
-STAGE_CAP = 64 << 20
-
-
 # The last row's header extension: header bytes [FIXED_LENGTH, header_length - 4), read from its sk.
 EXTENSION = (
     f"substring(last.sk, {SK_HEADER + table.FIXED_LENGTH + 1}, length(last.sk) - {SK_HEADER + table.HEADER_LENGTH})"
 )
-
-
-# The per-row part of the clean test, over a row's columns (prefix "m.": over a meta struct):
-# every header-table rule (header_ok) and CRC-32 data check (data_ok) holds, one plain message.
-def row_ok(m: str = "", *, large_message_bytes: int | None = None) -> str:
-    """The per-row part of the clean test. ``large_message_bytes`` (the threshold, when a ``payload_dir``
-    is set): a segment of a message the assembler builds in a file (:func:`held_inline` false) is not
-    clean, because the clean path delivers inline: which path ran must never decide the columns."""
-    return (
-        f"{m}header_ok AND NOT {m}far AND {m}data_ok AND NOT {m}in_group AND {m}codec = {int(Codec.NONE)}"
-        f" AND {m}algorithm = {int(ChecksumAlgorithm.CRC32)} AND {m}msg_seq_number = 1"
-        + ("" if large_message_bytes is None else f" AND {held_inline(m, large_message_bytes)}")
-    )
-
-
-def held_inline(m: str, large_message_bytes: int) -> str:
-    """SQL: the row declares a message the assembler's body store keeps in memory, so in the row's
-    ``payload``: its length known (not deferred) and at most ``large_message_bytes`` (the store's
-    test, :meth:`reassembly.storage.filestore.FileBodyStore.wants`: more than that, or deferred, goes
-    to a file under ``payload_dir``). The one statement of that threshold on the JVM side: the jar's
-    pass and the SQL clean test both read it through :func:`row_ok`. A clean message is not compressed,
-    so what it declares is its length."""
-    return f"NOT {m}length_deferred AND {m}original_length BETWEEN 0 AND {int(large_message_bytes)}"
 
 
 def _clean(large_message_bytes: int | None) -> str:

@@ -17,7 +17,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from reassembly.spark.batch.job import SparkSettings, has_parquet, open_job, write_split
+from reassembly.spark.batch.job import has_parquet, open_job, write_split
+from reassembly.spark.engine.session import SparkSettings
 from segmenter.checksum import DEFAULT_ALGORITHM
 from segmenter.errors import Reason, SegmentationError
 

@@ -5,7 +5,7 @@ Data path (one scan, one shuffle, one aggregate; see ``grouping.py`` and ``judge
 1. Headers are decoded in the JVM and each row gets its keys: its GroupId when
    its framing holds, else a hash of its bytes (``grouping.py``). Where the bundled
    jar runs, by its ``Decode`` (Java generated from ``segmenter.header_table``,
-   ``grouping.decoded_in_jar``); elsewhere by SQL generated from the same table
+   ``bridge.decoded_in_jar``); elsewhere by SQL generated from the same table
    (``decode.py``, ``grouping.route``). Same columns (tests/spark/test_jvm_decode.py). With ``payload_dir``,
    rows at offsets from ``large_message_bytes`` on also get a per-offset key.
 2. One shuffle by GroupId; one aggregate concatenates each message's (or MQ
@@ -27,7 +27,7 @@ Python operator it saves (``python -m bench.stages DATA --variants ours,split`` 
 both).
 
 The JVM one pass (default; ``use_jar=False`` turns it off), with the bundled jar
-(``engine/bridge.py``, ``grouping.fast_aggregate``): steps 2-3 as one walk over each message's
+(``engine/bridge.py``: ``fast_aggregate``): steps 2-3 as one walk over each message's
 pieces, sorted within the shuffle's partitions, copying each piece once and
 folding the segments' verified CRCs into the message CRC, with the per-row rules
 from the header table as one SQL column. Same rows (tests/spark/test_jvm_jar.py). On
@@ -109,7 +109,7 @@ class ReassemblyOptions:
     """Messages the JVM finds complete and clean are written without Python; False: every group goes
     through the Python assembler (same rows, slower)."""
     use_jar: bool = True
-    """The bundled jar's one pass (``grouping.fast_aggregate``) where the session can load it (not on
+    """The bundled jar's one pass (``bridge.fast_aggregate``) where the session can load it (not on
     Connect); False: the SQL path (listagg and the SQL clean test). Same rows either way."""
     digest: DigestPolicy = NO_POLICY
     """SHA-256 / HMAC-SHA-256 digests demanded, and the keys to check them: verified in the JVM on the
@@ -259,7 +259,7 @@ def reassemble(
     demands = opts.digest.sha256 or opts.digest.keyring is not None
     one_pass = bridge.reassembler(df.sparkSession) if opts.jvm_fast_path and opts.use_jar and not demands else None
     if one_pass is not None:  # the jar decodes too: no SQL decoding to plan, generate and compile
-        routed = grouping.decoded_in_jar(df, raw_column, limits, threshold, keep)
+        routed = bridge.decoded_in_jar(df, raw_column, limits, threshold, keep)
     else:
         decoded = decode_segments(df, raw_column, limits.max_message_size, limits.max_segment_size, keep)
         routed = grouping.route(decoded, threshold)
@@ -267,7 +267,7 @@ def reassemble(
 
     def plan(pending: str | None, observe: Any) -> Any:
         if one_pass is not None:
-            agg = grouping.fast_aggregate(routed, n, limits.max_message_size, one_pass, large_message_bytes=threshold)
+            agg = bridge.fast_aggregate(routed, n, limits.max_message_size, one_pass, large_message_bytes=threshold)
             clean = F.col("clean")
             sources = SOURCES if keep else None  # the pass lists a clean row's kept columns
         else:
@@ -305,7 +305,7 @@ def reassemble(
 
         def clean_messages(side: str) -> Any:
             stage = f"{side}/{STAGE}" if staging else None
-            agg = grouping.fast_aggregate(
+            agg = bridge.fast_aggregate(
                 routed, n, limits.max_message_size, one_pass, side=side, large_message_bytes=threshold, stage=stage
             )
             return agg.selectExpr(*clean_columns)

@@ -77,9 +77,10 @@ from typing import Any, NamedTuple
 from reassembly._errors import JobError, UsageError, first_line
 from reassembly._files import claim_output, hadoop_literal, inputs, linked_overlap, overlap
 from reassembly._processes import INTERRUPTED, deferred_interrupts
-from reassembly.spark.batch.job import SparkSettings, open_session, stop_spark, tidy_payloads, totals_by_status
+from reassembly.spark.batch.job import tidy_payloads, totals_by_status
 from reassembly.spark.batch.output import PAYLOADS, RUN_MARKERS
 from reassembly.spark.batch.pipeline import ReassemblyOptions
+from reassembly.spark.engine.session import SparkSettings, open_session, stop_spark
 from reassembly.spark.schema import MANIFEST as SCHEMA_MANIFEST
 from reassembly.spark.writer import parquet_writer
 from segmenter.header_table import FIELD

@@ -22,7 +22,7 @@ import org.apache.spark.unsafe.types.BinaryView;
 
 /**
  * One pass over each message's pieces, pre-sorted by key: what {@code listagg} + {@code collect_list}
- * + the SQL clean test did, in one walk (reassembly/spark/batch/grouping.py, {@code fast_aggregate}).
+ * + the SQL clean test did, in one walk (reassembly/spark/engine/bridge.py, {@code fast_aggregate}).
  *
  * <p>Input rows, sorted by (pk, routable, bk, m.sk, m.plen) within each partition:
  * {@code routable, pk, bk, piece, row_ok, m} where {@code row_ok} holds every per-row rule
