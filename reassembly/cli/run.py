@@ -17,13 +17,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reassembly._errors import JobError, first_line
-from reassembly._files import inputs
+from reassembly._files import claim_output, inputs
 from reassembly._keyring import digest_policy
 from reassembly.cli._common import (
     EXIT_FAILED,
     Progress,
     at_least,
-    check_summary_path,
     fail_on,
     lineage_options,
     orchestration_options,
@@ -138,14 +137,13 @@ def _reassemble(
     encoded = getattr(args, "input_format", "encoded") == "encoded"
     raw_column = getattr(args, "raw_column", "segment")
     column = raw_column if encoded else None
-    # Read the keyring before Spark starts: a bad file is a usage error, reported at once.
+    # The keyring, then what the job may touch, before Spark starts: each mistake is refused at once.
     digest = digest_policy(getattr(args, "require_sha256", False), getattr(args, "hmac_keyring", None))
-    check_summary_path(args, inputs(pattern), output)
+    summary = getattr(args, "summary_json", None)
+    claimed = claim_output(output, inputs(pattern), pattern=pattern, may_exist=overwrite, summary=summary)
     with record.phase("spark_start"):
         job = open_job(
-            pattern,
-            output,
-            overwrite=overwrite,
+            claimed,
             column=column,
             settings=spark_settings(args),
             segments=SegmentInput(encoded, raw_column),  # refused (exit 2) when it cannot be what was meant
@@ -328,7 +326,6 @@ def _incremental(args: argparse.Namespace) -> int | None:
     )
     if options is None:
         return None
-    check_summary_path(args, inputs(args.input), args.output, ("checkpoint", args.checkpoint))
     digest = digest_policy(args.require_sha256, args.hmac_keyring)  # before Spark: a bad keyring fails at once
     reassembly = ReassemblyOptions(
         max_message_size=args.max_message_size,
@@ -348,6 +345,7 @@ def _incremental(args: argparse.Namespace) -> int | None:
             encoded=args.input_format == "encoded",
             reassembly=reassembly,
             keep_input_file=args.keep_input_file,
+            summary=args.summary_json,  # claimed with the output and the checkpoint, before anything starts
         )
     print("\n".join(report.lines))
     record: Record = args.record

@@ -299,9 +299,8 @@ def test_an_output_beside_the_input_is_accepted_even_through_a_shared_prefix(lan
     from reassembly._files import claim_output, inputs
 
     pattern = str(work / "landing" / "*.parquet")
-    assert claim_output(str(work / "landing2"), False, pattern, inputs(pattern)) == work / "landing2"
-    assert claim_output(str(work / "landing.parquet"), False, pattern, inputs(pattern)) == work / "landing.parquet"
-    assert claim_output(str(work / "link" / "out"), False, pattern, inputs(pattern)) == work / "link" / "out"
+    for out in (work / "landing2", work / "landing.parquet", work / "link" / "out"):
+        assert claim_output(str(out), inputs(pattern), pattern=pattern).out == out
 
 
 def test_a_literal_input_path_is_read_as_named_and_the_output_may_be_dot(landing: Path, tmp_path: Path) -> None:

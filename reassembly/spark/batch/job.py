@@ -1,6 +1,6 @@
 """Plumbing shared by the Spark jobs of the ``reassemble`` command.
 
-An opened job (inputs read, output claimed through :mod:`reassembly._files`, its session from
+An opened job (its input and output claimed through :mod:`reassembly._files`, its session from
 :func:`reassembly.spark.engine.session.open_session`), its Spark work stopped before its output is
 removed, the split write and the summary. The jobs import this module; it imports no job and not the
 command, so the command can import both without a circle. Nothing here prints: the summary is
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from reassembly._errors import JobError, first_line
-from reassembly._files import atomic_dir, claim_output, hadoop_literal, inputs
+from reassembly._files import Claim, atomic_dir, hadoop_literal
 from reassembly._processes import INTERRUPTED
 from reassembly.spark.engine.session import SparkSettings, jvm_pid, open_session, stop_spark
 from reassembly.spark.footers import check_files
@@ -70,20 +70,19 @@ class Job:
 
 
 def open_job(
-    pattern: str,
-    output: str,
+    claimed: Claim,
     *,
-    overwrite: bool,
     column: str | None,
     settings: SparkSettings,
     segments: SegmentInput | None = None,
 ) -> Job:
-    """Check input and output, start Spark, read the input and refuse it (:class:`InputRefused`, a
+    """Check the input's files, start Spark, read the input and refuse it (:class:`InputRefused`, a
     UsageError: exit code 2, nothing written) when it cannot be what was meant: with ``segments``,
     by :func:`~reassembly.spark.inputs.check_input` (the columns, their types, and whether the
-    first values frame as segments); else a ``column`` that is missing or not binary."""
-    paths = inputs(pattern)
-    out = claim_output(output, overwrite, pattern, paths)
+    first values frame as segments); else a ``column`` that is missing or not binary. ``claimed``:
+    the input's paths and the output, checked before (:func:`reassembly._files.claim_output`)."""
+    paths, out = list(claimed.paths), claimed.out
+    pattern = claimed.pattern if claimed.pattern is not None else ", ".join(paths)
     strict = not skipping(settings.conf)
     check_files(paths, pattern, segments, column=column, strict=strict)  # from the footers, before Spark starts
     spark = open_session(settings)

@@ -5,7 +5,6 @@ publication a crash cut short (:mod:`reassembly.spark.incremental`, "Commit prot
 from __future__ import annotations
 
 import fcntl
-import glob
 import json
 import logging
 import os
@@ -17,8 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from reassembly._errors import JobError, UsageError, first_line
-from reassembly._files import claim_output, inputs, linked_overlap, overlap
+from reassembly._errors import JobError, first_line
+from reassembly._files import Claim, claim_output, inputs, write_json
 from reassembly.spark.batch.output import RUN_MARKERS
 from reassembly.spark.incremental.model import CARRY, FOLDERS, KILL_AT, LAYOUT, LOCK, MANIFEST, RECORDS
 from reassembly.spark.schema import MANIFEST as SCHEMA_MANIFEST
@@ -26,39 +25,21 @@ from reassembly.spark.schema import MANIFEST as SCHEMA_MANIFEST
 log = logging.getLogger(__name__)
 
 
-def _glob_reaches(pattern: str, path: Path) -> bool:
-    """Would the glob ``pattern`` match ``path`` or a folder above it (so a later run would read it)?"""
-    import fnmatch
+def check_paths(pattern: str, output: str, checkpoint: str, summary: str | None = None) -> Claim:
+    """The input paths, OUTPUT, the checkpoint and the summary file claimed, or a one-line error;
+    touches nothing.
 
-    parts = Path(os.path.abspath(pattern)).parts
-    fixed = next(i for i, part in enumerate(parts) if glob.has_magic(part))
-    patterns = {os.path.join(*parts), str(Path(*parts[:fixed]).resolve().joinpath(*parts[fixed:]))}
-    candidates = {Path(os.path.abspath(path)), path.resolve()}
-    return any(fnmatch.fnmatchcase(str(c), p) for p in patterns for o in candidates for c in (o, *o.parents))
-
-
-def check_paths(pattern: str, output: str, checkpoint: str) -> tuple[list[str], Path, Path]:
-    """The input paths, OUTPUT and the checkpoint, or a one-line error; touches nothing.
-
-    OUTPUT is checked as ``reassemble run`` checks it (:func:`~reassembly._files.claim_output`:
-    equal to, inside or a parent of an input path, through symlinks, or matched by the glob: a
-    UsageError); it may exist (it is appended to). The checkpoint likewise, and the two apart
-    (each holds files the other's reader does not expect)."""
-    paths = inputs(pattern)
-    out = claim_output(output, True, pattern, paths)
-    ck = Path(os.path.abspath(checkpoint))
-    real = ck.resolve()
-    for p in paths:
-        why = overlap(real, Path(p).resolve()) or linked_overlap(real, p)
-        if why:
-            raise UsageError(f"checkpoint {checkpoint} {why} {p}: choose a checkpoint outside the input")
-    if glob.has_magic(pattern) and _glob_reaches(pattern, ck):
-        raise UsageError(f"checkpoint {checkpoint} matches the input pattern {pattern}: choose one outside it")
-    if overlap(out.resolve(), real) or overlap(real, out.resolve()):
-        raise UsageError(f"output {output} and checkpoint {checkpoint} overlap: keep them apart")
+    OUTPUT is claimed as ``reassemble run`` claims it (:func:`~reassembly._files.claim_output`: equal
+    to, inside or a parent of an input path, through symlinks, or matched by the glob: a UsageError);
+    it may exist (it is appended to). The checkpoint likewise, and the two apart (each holds files the
+    other's reader does not expect)."""
+    claimed = claim_output(
+        output, inputs(pattern), pattern=pattern, may_exist=True, apart=[("checkpoint", checkpoint)], summary=summary
+    )
+    ck = claimed.place("checkpoint")
     if not ck.parent.exists():
         raise JobError(f"checkpoint parent directory does not exist: {ck.parent}")
-    return paths, out, ck
+    return claimed
 
 
 def read_json(path: Path) -> Any:
@@ -68,21 +49,6 @@ def read_json(path: Path) -> Any:
         return None
     except (OSError, ValueError) as exc:
         raise JobError(f"cannot read {path}: {first_line(exc)}") from None
-
-
-def write_json(path: Path, doc: Any) -> None:
-    """``doc`` under ``path``, atomically and durably (temporary name, fsync, rename, directory fsync)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as f:
-        f.write(json.dumps(doc, indent=1) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _entries(directory: Path, ignore: Sequence[str] = ()) -> list[str]:
@@ -218,7 +184,7 @@ def recover(out: Path, ck: Path) -> tuple[int, dict[str, Any] | None]:
     for leftover in [*out.glob(".run=*.staging"), *(ck / CARRY).glob(".run=*"), *stale]:
         log.info("removing %s (left by an attempt that did not commit, or superseded)", leftover)
         shutil.rmtree(leftover, ignore_errors=True)
-    for tmp in [*(ck / RECORDS).glob(".*.tmp"), *(out / RUN_MARKERS).glob(".*.tmp")]:
+    for tmp in [*(ck / RECORDS).glob(".*.tmp*"), *(out / RUN_MARKERS).glob(".*.tmp*")]:  # write_json's
         tmp.unlink(missing_ok=True)
     for name in FOLDERS:
         numbers = {p: p.name.removeprefix("run=") for p in (out / name).glob("run=*")}

@@ -4,7 +4,6 @@ checked, then the commit (:func:`run_incremental`; the protocol is :mod:`reassem
 from __future__ import annotations
 
 import logging
-import shutil
 import time
 import uuid
 from collections.abc import Sequence
@@ -13,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from reassembly._errors import JobError, first_line
+from reassembly._files import discard, write_json
 from reassembly._processes import INTERRUPTED, deferred_interrupts
 from reassembly.spark.batch.job import tidy_payloads
 from reassembly.spark.batch.output import PAYLOADS
@@ -39,7 +39,6 @@ from reassembly.spark.incremental.commit import (
     recorded_runs,
     recover,
     staging_dir,
-    write_json,
 )
 from reassembly.spark.incremental.discovery import landing_files, new_files, processed_files, restat
 from reassembly.spark.incremental.model import (
@@ -68,6 +67,7 @@ def run_incremental(
     encoded: bool = True,
     reassembly: ReassemblyOptions | None = None,
     keep_input_file: bool = False,
+    summary: str | None = None,
 ) -> IncrementalReport:
     """One incremental run (module doc): the rows of the new files and of the carry reassembled, the
     run committed and published; or nothing at all when there is nothing to do (``run`` None).
@@ -77,7 +77,9 @@ def run_incremental(
     they are encoded first, and carried encoded. Lineage (``reassembly.keep_columns``) works across
     runs: a carried row keeps every column it landed with, and ``keep_input_file`` takes each new
     row's file path when the file is read (column ``input_file``), so a carried row keeps its own.
-    Errors are one line: UsageError (nothing touched; an input that cannot hold segments too,
+    ``summary``: the file the caller writes the summary to, claimed with OUTPUT and the checkpoint
+    before anything starts (:func:`~reassembly.spark.incremental.commit.check_paths`). Errors are one
+    line: UsageError (nothing touched; an input that cannot hold segments too,
     :class:`~reassembly.spark.inputs.InputRefused`) or JobError.
     """
     from dataclasses import replace
@@ -87,7 +89,8 @@ def run_incremental(
     reassembly = reassembly or ReassemblyOptions()
     if keep_input_file:
         reassembly = replace(reassembly, keep_columns=(*reassembly.keep_columns, INPUT_FILE))
-    paths, out, ck = check_paths(pattern, output, options.checkpoint)
+    claimed = check_paths(pattern, output, options.checkpoint, summary)
+    paths, out, ck = list(claimed.paths), claimed.out, claimed.place("checkpoint")
     column = raw_column if encoded else "segment"
     manifest = check_binding(out, ck, column, encoded)
     with locked(ck):
@@ -181,7 +184,8 @@ class _Run:
             reached("staged")
         except BaseException as exc:
             with deferred_interrupts():
-                _discard(spark, (staging, carry, carry.with_name(carry.name + ".all")))
+                # Spark's work stopped first: no task or worker may write into what is removed next
+                discard((staging, carry, carry.with_name(carry.name + ".all")), lambda: stop_spark(spark))
             if isinstance(exc, Exception) and not isinstance(exc, JobError):
                 raise JobError(f"job failed: {first_line(exc)}") from None
             raise
@@ -268,17 +272,3 @@ class _Run:
             decided.facts.rows,
         )
         return accounting, tables, decided
-
-
-def _discard(spark: Any, staged: Sequence[Path]) -> None:
-    """Stop the session's work (no task or worker may write into what is removed next), then remove
-    the staged folders; again for a moment if the writers were not seen to stop."""
-    try:
-        quiet = stop_spark(spark)
-    except Exception:
-        log.debug("stopping Spark failed", exc_info=True)
-        quiet = False
-    for delay in (0.0,) if quiet else (0.0, 0.2, 0.5, 1.0):
-        time.sleep(delay)
-        for p in staged:
-            shutil.rmtree(p, ignore_errors=True)
