@@ -27,7 +27,7 @@ def machine() -> dict[str, Any]:
         if Path("/proc/cpuinfo").exists()
         else platform.processor()
     )
-    from reassembly.spark.java import ensure_java
+    from reassembly.spark.engine.session import ensure_java
 
     return {
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from reassembly._errors import first_line
-from reassembly.spark.session import get_session
+from reassembly.spark.engine.session import get_session
 
 from .sparkbench import approaches, write_result
 from .stages import stage_detail

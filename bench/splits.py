@@ -264,7 +264,7 @@ def run_record(
 def child(argv: list[str]) -> int:
     """``python -m bench.splits child --data D --warmup W --out O --case C``: one timed run, one RESULT line."""
     from reassembly._errors import first_line
-    from reassembly.spark.session import get_session
+    from reassembly.spark.engine.session import get_session
 
     from .sparkbench import write_result
     from .sparkcase import page_in, stages

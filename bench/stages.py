@@ -16,7 +16,7 @@ run 2 on (``jfr print --events jdk.ExecutionSample FILE`` for the hot methods).
 * ``listagg``: the user's five-line query (SQL ``listagg`` by message, no validation);
 * ``aggregate``: our routing and aggregate, write the concatenations;
 * ``clean``: plus the JVM's clean test (CRC-32 of every message);
-* ``onepass``: the jar's decoder and one pass (``jvm.decoded_in_jar``, ``jvm.fast_aggregate``:
+* ``onepass``: the jar's decoder and one pass (``bridge.decoded_in_jar``, ``bridge.fast_aggregate``:
   sort, concatenate, clean test), clean messages written, JVM only;
 * ``ours``: the whole ``reassemble`` (the default: the one pass, then the Python UDF operator and
   the row explode);
@@ -92,17 +92,18 @@ def split(df: Any, partitions: int = 8) -> Any:
     """``reassemble(df).combined`` (default options) as two branches over one exchange (the ``split`` variant)."""
     from pyspark.sql import functions as F
 
-    from reassembly.spark import ReassemblyOptions, jvm
-    from reassembly.spark.decode import decode_segments
-    from reassembly.spark.judge import make_judge
+    from reassembly.spark import ReassemblyOptions
+    from reassembly.spark.batch import grouping
+    from reassembly.spark.batch.decode import decode_segments
+    from reassembly.spark.batch.judge import make_judge
     from reassembly.spark.schema import OUTPUT_FIELDS
     from segmenter.digest import NO_POLICY
 
     limits = ReassemblyOptions().limits()
     decoded = decode_segments(df, "segment", limits.max_message_size, limits.max_segment_size)
-    agg = jvm.aggregate(jvm.route(decoded, None), partitions)
-    ok = F.expr(f"coalesce({jvm.clean(NO_POLICY)}, false)")
-    sql = jvm.clean_row()
+    agg = grouping.aggregate(grouping.route(decoded, None), partitions)
+    ok = F.expr(f"coalesce({grouping.clean(NO_POLICY)}, false)")
+    sql = grouping.clean_row()
     written = agg.where(ok).select(*[F.expr(f"CAST({sql[c]} AS {ddl})").alias(c) for c, ddl, _ in OUTPUT_FIELDS])
     job = F.struct("routable", "pk", F.lit(False).alias("large"), "blob", "meta")
     judged = agg.where(~ok).select(F.explode(make_judge(limits, True, None, None)(job)).alias("q"))
@@ -118,20 +119,22 @@ def one_pass_split(df: Any, reassembler: Any, partitions: int = 8) -> Any:
     """
     from pyspark.sql import functions as F
 
-    from reassembly.spark import ReassemblyOptions, jvm
-    from reassembly.spark.judge import make_judge
+    from reassembly.spark import ReassemblyOptions
+    from reassembly.spark.batch import grouping
+    from reassembly.spark.batch.judge import make_judge
+    from reassembly.spark.engine import bridge
     from reassembly.spark.schema import OUTPUT_FIELDS
 
     limits = ReassemblyOptions().limits()
-    routed = jvm.decoded_in_jar(df, "segment", limits, None)
+    routed = bridge.decoded_in_jar(df, "segment", limits, None)
     size = limits.max_message_size
 
-    both = jvm.fast_aggregate(routed, partitions, size, reassembler)
+    both = bridge.fast_aggregate(routed, partitions, size, reassembler)
 
     def kind(clean: bool) -> Any:
         return both.where(F.col("clean") if clean else ~F.col("clean"))
 
-    sql = jvm.clean_row()
+    sql = grouping.clean_row()
     written = kind(True).select(*[F.expr(f"CAST({sql[c]} AS {ddl})").alias(c) for c, ddl, _ in OUTPUT_FIELDS])
     job = F.struct("routable", "pk", F.col("bk").isNotNull().alias("large"), "blob", "meta")
     dirty = kind(False).repartition("pk")  # AQE coalesces it (to one task when there are no rows)
@@ -180,15 +183,17 @@ def profile(
     Each record's ``detail`` has every stage's CPU, GC, spill and shuffle bytes (:func:`stage_detail`).
     ``jfr_file``: a JFR recording of the JVM over every run after the first (JIT warm-up) goes there.
 
-    A variant whose building blocks the ``jvm`` module does not offer is recorded with its
-    error instead of stopping the profile.
+    A variant whose building blocks ``grouping`` and ``bridge`` do not offer is recorded with its error
+    instead of stopping the profile.
     """
     from pyspark.sql import functions as F
 
-    from reassembly.spark import ReassemblyOptions, jvm, reassemble
-    from reassembly.spark.decode import decode_segments
-    from reassembly.spark.jar import reassembler
-    from reassembly.spark.session import get_session
+    from reassembly.spark import ReassemblyOptions, reassemble
+    from reassembly.spark.batch import grouping
+    from reassembly.spark.batch.decode import decode_segments
+    from reassembly.spark.engine import bridge
+    from reassembly.spark.engine.bridge import fast_aggregate, reassembler
+    from reassembly.spark.engine.session import get_session
     from segmenter.digest import NO_POLICY
 
     from .sparkbench import write_result
@@ -199,16 +204,17 @@ def profile(
 
     jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
     one_pass = reassembler(spark)
+    clean = grouping.clean(NO_POLICY)
     api = f"{spark.sparkContext.uiWebUrl}/api/v1/applications/{spark.sparkContext.applicationId}/stages"
 
     def routed(df: Any) -> Any:
-        return jvm.route(decode_segments(df, "segment", 1 << 30), None)
+        return grouping.route(decode_segments(df, "segment", 1 << 30), None)
 
     def aggregate(df: Any) -> Any:
-        return jvm.aggregate(routed(df), 8)
+        return grouping.aggregate(routed(df), 8)
 
     def in_jar(df: Any) -> Any:  # what reassemble() decodes with where the jar runs
-        return jvm.decoded_in_jar(df, "segment", ReassemblyOptions().limits(), None)
+        return bridge.decoded_in_jar(df, "segment", ReassemblyOptions().limits(), None)
 
     def listagg(df: Any) -> Any:
         return (
@@ -224,8 +230,8 @@ def profile(
     variants: dict[str, Callable[[Any], Any]] = {
         "floor": lambda df: df.select(F.expr("substring(segment, 17, 28)").alias("k"), "segment").repartition(8, "k"),
         "aggregate": lambda df: aggregate(df).select("pk", "blob"),
-        "clean": lambda df: aggregate(df).select("pk", F.when(F.expr(jvm.clean(NO_POLICY)), F.col("blob")).alias("p")),
-        "onepass": lambda df: jvm.fast_aggregate(in_jar(df), 8, 1 << 30, one_pass).where("clean").select("pk", "blob"),
+        "clean": lambda df: aggregate(df).select("pk", F.when(F.expr(clean), F.col("blob")).alias("p")),
+        "onepass": lambda df: fast_aggregate(in_jar(df), 8, 1 << 30, one_pass).where("clean").select("pk", "blob"),
         "ours": lambda df: reassemble(df).combined,
         "ours-files": lambda df: reassemble(df, options=files).combined,
         "save": reassemble,

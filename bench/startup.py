@@ -50,7 +50,7 @@ CASES = ("python", "imports", "jvm", "session", "run", "stream")
 
 _JVM = """
 import json, time
-from reassembly.spark.java import ensure_java
+from reassembly.spark.engine.session import ensure_java
 ensure_java()
 t = time.monotonic()
 from pyspark.java_gateway import launch_gateway
@@ -62,8 +62,8 @@ print(json.dumps({"jvm": jvm}))
 
 _SESSION = """
 import json, time
-from reassembly.spark.session import end_jvm, get_session
-from reassembly.spark.jar import reassembler
+from reassembly.spark.engine.session import end_jvm, get_session
+from reassembly.spark.engine.bridge import reassembler
 t = time.monotonic()
 spark = get_session("local[2]", app_name="reassemble", quiet=True)
 session = time.monotonic() - t

@@ -337,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--floor-mib", type=int, default=0, help="also time the batch job on this many MiB")
     p.add_argument("--json", default=None, help="also write the result here (e.g. bench/results/stream.json)")
     args = p.parse_args(argv)
-    from reassembly.spark.session import get_session
+    from reassembly.spark.engine.session import get_session
     from reassembly.spark.stream.functions import configure
 
     work = Path(args.work or tempfile.mkdtemp(prefix="streambench-"))

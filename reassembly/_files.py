@@ -1,9 +1,12 @@
-"""A job's files: the inputs it names and the output it claims, and the atomic output directory.
+"""A job's files: the inputs it names, and the one home of its output.
 
-The output never overlaps the input (a run must not read or replace its own input); it is written
-into a hidden sibling renamed into place only on success, removed on failure or Ctrl-C once
-whatever writes into it has stopped; one a killed run left is removed by the next run, never one
-whose owner still runs (the owner marker).
+Everything a job writes is claimed before anything starts (:func:`claim_output`): OUTPUT, its other
+places (a checkpoint, a payload directory) and its summary file never overlap the input, whatever
+way a path names it (a run must not read or replace its own input), and the places that must stay
+apart do. The output is written into a hidden sibling renamed into place only on success
+(:func:`atomic_dir`), removed on failure or Ctrl-C once whatever writes into it has stopped; one a
+killed run left is removed by the next run, never one whose owner still runs (the owner marker).
+The summary and commit records are written whole or not at all (:func:`write_json`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -107,30 +111,106 @@ def _matches(pattern: str, out: Path) -> bool:
     )
 
 
-def claim_output(output: str, overwrite: bool, pattern: str, paths: Sequence[str]) -> Path:
-    """Check that OUTPUT can be written and shares nothing with the input; JobError if not.
+def _a(noun: str) -> str:
+    """``noun`` with its indefinite article: "an output", "a checkpoint"."""
+    return f"{'an' if noun[0] in 'aeiou' else 'a'} {noun}"
 
-    OUTPUT is compared with every input path after resolving symlinks, ``..`` and relative
-    paths, whatever ``--overwrite`` says: equal, inside or a parent of an input is refused
-    (it would replace, re-read or delete the input). For a glob, OUTPUT must not match the
-    glob either, or the next run with the same pattern would read it as input.
-    """
-    out = Path(os.path.abspath(output))  # "." and ".." by name: the rename into place needs one
-    real = out.resolve()
+
+@dataclass(frozen=True)
+class Claim:
+    """What a job may touch, checked before anything starts (:func:`claim_output`): the input's paths
+    (``pattern``: the glob they came from, or None), OUTPUT, the other places it writes (``places``:
+    name and absolute path, such as the checkpoint), and the file its summary goes to."""
+
+    paths: tuple[str, ...]
+    out: Path
+    pattern: str | None = None
+    places: tuple[tuple[str, Path], ...] = ()
+    summary: Path | None = None
+
+    def place(self, name: str) -> Path:
+        """The absolute path of the place claimed as ``name``; KeyError if none was."""
+        return dict(self.places)[name]
+
+
+def _outside_input(name: str, given: str, paths: Sequence[str], pattern: str | None) -> Path:
+    """``given`` as an absolute path, once it is known to share nothing with the input; UsageError if not."""
+    path = Path(os.path.abspath(given))  # "." and ".." by name: the rename into place needs one
+    real = path.resolve()
     for p in paths:
         why = overlap(real, Path(p).resolve())
         if why:
-            raise UsageError(f"output {output} {why} {p}: choose an output outside the input")
+            raise UsageError(f"{name} {given} {why} {p}: choose {_a(name)} outside the input")
         why = linked_overlap(real, p)
         if why:
-            raise UsageError(f"output {output} {why}: choose an output outside it")
-    if glob.has_magic(pattern) and _matches(pattern, out):
-        raise UsageError(f"output {output} matches the input pattern {pattern}: choose an output outside it")
-    if out.exists() and not overwrite:
+            raise UsageError(f"{name} {given} {why}: choose {_a(name)} outside the input")
+    if pattern is not None and glob.has_magic(pattern) and _matches(pattern, path):
+        raise UsageError(f"{name} {given} matches the input pattern {pattern}: choose {_a(name)} outside it")
+    return path
+
+
+def claim_output(
+    output: str,
+    paths: Sequence[str],
+    *,
+    pattern: str | None = None,
+    may_exist: bool = False,
+    apart: Sequence[tuple[str, str]] = (),
+    beside: Sequence[tuple[str, str]] = (),
+    summary: str | None = None,
+) -> Claim:
+    """Check, before anything starts, that OUTPUT and every other place the job writes can be written
+    and share nothing with the input; the :class:`Claim`, or a one-line UsageError or JobError.
+
+    Every path is compared with every input path after resolving symlinks, ``..`` and relative paths,
+    whatever ``may_exist`` says: equal, inside or a parent of an input path, or of what a symlink under
+    an input directory points to, is refused (the job would replace, re-read or delete its input). For
+    a glob (``pattern``) none may match it either, or the next run with the same pattern would read it
+    as input. ``apart``: places (name, path) kept apart from OUTPUT and from each other place too, as
+    a checkpoint is (each holds files the other's reader does not expect); ``beside``: places that
+    only need to lie outside the input and apart from those (a payload directory). ``summary``: the
+    file the summary goes to (``--summary-json``): not in the input, nor in a place the job owns, where
+    the job would replace or read it. OUTPUT that exists is refused unless ``may_exist`` (JobError).
+    """
+    out = _outside_input("output", output, paths, pattern)
+    places = [(name, _outside_input(name, given, paths, pattern), given) for name, given in (*beside, *apart)]
+    kept_apart = {name for name, _ in apart}
+    owned = [("output", out, output), *places]
+    for i, (name, path, given) in enumerate(owned):
+        for other, other_path, other_given in owned[i + 1 :]:
+            if kept_apart.isdisjoint((name, other)):
+                continue
+            if overlap(path.resolve(), other_path.resolve()) or overlap(other_path.resolve(), path.resolve()):
+                raise UsageError(f"{name} {given} and {other} {other_given} overlap: keep them apart")
+    target = None if summary is None else Path(os.path.abspath(summary))
+    if target is not None and summary is not None:
+        for name, where in [*(("input", p) for p in paths), *((n, g) for n, _, g in owned)]:
+            if overlap(target.resolve(), Path(where).resolve()):
+                raise UsageError(f"--summary-json {summary} is inside the {name} {where}: write it elsewhere")
+        if pattern is not None and glob.has_magic(pattern) and _matches(pattern, target):
+            raise UsageError(f"--summary-json {summary} matches the input pattern {pattern}: write it elsewhere")
+    if out.exists() and not may_exist:
         raise JobError(f"output exists: {output} (use --overwrite)")
     if not out.parent.exists():
         raise JobError(f"output parent directory does not exist: {out.parent}")
-    return out
+    return Claim(tuple(paths), out, pattern, tuple((n, p) for n, p, _ in places), target)
+
+
+def write_json(path: Path, doc: Any) -> None:
+    """``doc`` as ``path``, all or nothing and durable: written to a hidden temporary beside it, flushed
+    to the disk, renamed over it, and the rename flushed too. Readers never see half a file, and a
+    commit record written so survives a crash of the machine."""
+    tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=2)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_path(path.parent)
 
 
 def _remove(path: Path) -> None:
@@ -237,7 +317,7 @@ def atomic_dir(out: Path, settle: Callable[[], bool] | None = None, pids: Sequen
     finally:
         if not placed:
             with deferred_interrupts():
-                _discard(tmp, settle)
+                discard((tmp,), settle)
 
 
 def _place(tmp: Path, out: Path, token: str, pids: Sequence[int]) -> None:
@@ -254,7 +334,9 @@ def _place(tmp: Path, out: Path, token: str, pids: Sequence[int]) -> None:
         _remove(old)
 
 
-def _discard(tmp: Path, settle: Callable[[], bool] | None) -> None:
+def discard(paths: Sequence[Path], settle: Callable[[], bool] | None = None) -> None:
+    """Remove what a failed or interrupted job wrote, once ``settle`` has stopped whatever else writes
+    there (see :func:`atomic_dir`); again for a moment if the writers were not seen to stop."""
     quiet = True
     if settle is not None:
         try:
@@ -262,11 +344,13 @@ def _discard(tmp: Path, settle: Callable[[], bool] | None) -> None:
         except Exception:  # the writers' session is broken: nothing more to ask it
             logger.debug("stopping the writers failed", exc_info=True)
             quiet = False
-    _remove(tmp)
-    if not quiet:  # a writer not seen to stop may still recreate a path under tmp: look again
+    for path in paths:
+        _remove(path)
+    if not quiet:  # a writer not seen to stop may still recreate a path under one: look again
         for delay in (0.2, 0.5, 1.0):
             time.sleep(delay)
-            if tmp.exists():
-                _remove(tmp)
+            for path in paths:
+                if path.exists() or path.is_symlink():
+                    _remove(path)
 
 

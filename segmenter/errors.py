@@ -72,7 +72,7 @@ class Reason(IntEnum):
     RESEQ_END_BELOW_RECEIVED = 9055  # a predicate end below a number already received
     RESEQ_FORGOTTEN = 9056  # below the oldest skipped range still remembered (max_gaps)
     RESEQ_BAD_SIZE = 9057  # the size given with a message is not a whole number of bytes (>= 0)
-    # Spark environment (9060 up): see reassembly/spark/environment.py.
+    # Spark environment (9060 up): see reassembly/spark/engine/environment.py.
     ENVIRONMENT_ERROR = 9060  # Spark cannot run the library: no session starts, or its workers' Python lacks it
     # Competing consumers (9070 up): see reassembly/segstore/ and reassembly/brokers/share.py.
     DELIVERY_LIMIT = 9070  # a record delivered as often as its queue allows: quarantined, then rejected

@@ -101,7 +101,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("reassembly.resequencer", "reassembly.collector", "reassembly.segstore", "reassembly.dispatcher"),
     ("reassembly.storage",),  # the cores' storage and file adapters
     ("reassembly.runtime",),  # the runners: threads, tasks and processes around the dispatcher
-    ("reassembly.spark", "reassembly.brokers", "reassembly.claimcheck"),
+    ("reassembly.spark.engine",),  # Spark itself: Java, the session, its settings, the bridge to the jar
+    ("reassembly.spark", "reassembly.brokers", "reassembly.claimcheck"),  # the jobs: batch, streams
+    ("reassembly.spark.incremental",),  # the batch job run again and again over what landed since
     ("reassembly.cli",),
     ("reassembly", "reassembly.__main__"),  # the public face and `python -m reassembly`
 )
@@ -201,7 +203,7 @@ def test_the_graph_sees_the_modules_it_must_judge() -> None:
         "refmsg",
         "reassembly",
         "reassembly.cli.main",
-        "reassembly.spark.jobs",
+        "reassembly.spark.batch.job",
         "reassembly._errors",
         "reassembly._files",
         "reassembly._processes",
@@ -212,7 +214,7 @@ def test_the_graph_sees_the_modules_it_must_judge() -> None:
     cores = ("assembler.core", "resequencer.core", "collector.core", "spark.stream.core", "spark.resequence.core")
     assert {f"reassembly.{c}" for c in cores} <= set(SANS_IO)
     assert not [m for m in SANS_IO if m.startswith("reassembly.storage")]
-    assert "reassembly.spark.jobs" in GRAPH["reassembly.cli.run"]  # the command imports the plumbing
+    assert "reassembly.spark.batch.job" in GRAPH["reassembly.cli.run"]  # the command imports the plumbing
     assert all(_room(m) for m in MODULES if m.split(".")[0] in LIBRARY), [
         m for m in MODULES if m.split(".")[0] in LIBRARY and not _room(m)
     ]
@@ -264,12 +266,13 @@ def test_the_library_imports_neither_tests_nor_bench(library: str) -> None:
 
 def test_the_checker_resolves_relative_imports_and_finds_a_planted_cycle() -> None:
     assert "reassembly.cli.main" in GRAPH["reassembly.__main__"]
-    GRAPH["reassembly.spark.jobs"].add("reassembly.cli.run")  # the plumbing imports the command: a circle
+    GRAPH["reassembly.spark.batch.job"].add("reassembly.cli.run")  # the plumbing imports the command: a circle
     try:
         found = _cycle()
     finally:
-        GRAPH["reassembly.spark.jobs"].discard("reassembly.cli.run")
-    assert found is not None and found[0] == found[-1] and {"reassembly.cli.run", "reassembly.spark.jobs"} <= set(found)
+        GRAPH["reassembly.spark.batch.job"].discard("reassembly.cli.run")
+    assert found is not None and found[0] == found[-1]
+    assert {"reassembly.cli.run", "reassembly.spark.batch.job"} <= set(found)
 
 
 def test_the_checker_finds_a_planted_upward_import(tmp_path: Path) -> None:
@@ -277,8 +280,13 @@ def test_the_checker_finds_a_planted_upward_import(tmp_path: Path) -> None:
     assert _room("reassembly.assembler.core") == (4, "reassembly.assembler")
     assert _room("reassembly.dispatcher.core") == (5, "reassembly.dispatcher")
     assert _room("reassembly.runtime.threads") == (7, "reassembly.runtime")
-    assert _room("reassembly.spark.stream.core") == (8, "reassembly.spark")
-    source = "def f():\n    from reassembly.spark.jobs import open_session\n    from reassembly.collector import Rule\n"
+    assert _room("reassembly.spark.engine.session") == (8, "reassembly.spark.engine")
+    assert _room("reassembly.spark.stream.core") == (9, "reassembly.spark")
+    assert _room("reassembly.spark.batch.pipeline") == (9, "reassembly.spark")
+    assert _room("reassembly.spark.incremental.run") == (10, "reassembly.spark.incremental")
+    source = (
+        "def f():\n    from reassembly.spark.batch.job import open_job\n    from reassembly.collector import Rule\n"
+    )
     planted = tmp_path / "planted.py"
     planted.write_text(source)
     MODULES["reassembly.resequencer.planted"] = planted
@@ -287,6 +295,6 @@ def test_the_checker_finds_a_planted_upward_import(tmp_path: Path) -> None:
     finally:
         del MODULES["reassembly.resequencer.planted"]
     assert [f.split(" (")[0] for f in found if f.startswith("reassembly.resequencer.planted")] == [
-        "reassembly.resequencer.planted:2 imports reassembly.spark.jobs.open_session",
+        "reassembly.resequencer.planted:2 imports reassembly.spark.batch.job.open_job",
         "reassembly.resequencer.planted:3 imports reassembly.collector.Rule",
     ]

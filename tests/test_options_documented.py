@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 
 from reassembly.assembler.model import Limits
+from reassembly.spark.batch.pipeline import ReassemblyOptions
 from reassembly.spark.incremental import IncrementalOptions
-from reassembly.spark.pipeline import ReassemblyOptions
 from reassembly.spark.stream.functions import StreamOptions
 
 DOCS_EXT = Path(__file__).resolve().parents[1] / "docs" / "_ext"

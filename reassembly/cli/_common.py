@@ -27,10 +27,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from reassembly._errors import UsageError, counted
-from reassembly._files import overlap
+from reassembly._errors import counted
 from reassembly._processes import INTERRUPTED, on_interrupt
-from reassembly.spark.jobs import SparkSettings, master_endpoints
+from reassembly.spark.engine.session import SparkSettings, master_endpoints
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -181,17 +180,6 @@ def orchestration_options(q: argparse.ArgumentParser) -> None:
         f"{', '.join(CONDITIONS)} (incomplete or corrupt messages, quarantined segments, input files Spark "
         "skipped; default: none)",
     )
-
-
-def check_summary_path(args: argparse.Namespace, paths: Sequence[str], output: str, *others: tuple[str, str]) -> None:
-    """``--summary-json`` FILE must not land in the input (the next run would read it), in OUTPUT or in
-    another directory the job owns (``others``: name, path), where the job would replace or read it."""
-    if not getattr(args, "summary_json", None):
-        return
-    target = Path(args.summary_json).resolve()
-    for name, path in [*(("input", p) for p in paths), ("output", output), *others]:
-        if overlap(target, Path(path).resolve()):
-            raise UsageError(f"--summary-json {args.summary_json} is inside the {name} {path}: write it elsewhere")
 
 
 def fail_on(record: Record, requested: Sequence[str] | None, counts: dict[str, int]) -> int:
@@ -389,9 +377,9 @@ def spark_jvm() -> object | None:
 
 def end_spark() -> None:
     """End the Spark JVM the command launched, and its Python workers, before the command exits
-    (:func:`reassembly.spark.session.end_jvm`): nothing the command started outlives it."""
+    (:func:`reassembly.spark.engine.session.end_jvm`): nothing the command started outlives it."""
     if "pyspark.core.context" in sys.modules:  # a command that never started Spark does not import it
-        from reassembly.spark.session import end_jvm
+        from reassembly.spark.engine.session import end_jvm
 
         left = end_jvm()
         if left:

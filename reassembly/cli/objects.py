@@ -1,6 +1,6 @@
 """``reassemble refmsg INPUT OUTPUT``: rebuild objects from reference-message chunk rows (MQRMH).
 
-The subcommand's parsing; the job is :func:`reassembly.spark.objects.run_refmsg` (same atomic
+The subcommand's parsing; the job is :func:`reassembly.spark.batch.objects.run_refmsg` (same atomic
 output and one-line errors as ``run``). The module is named for what it writes, objects, so it is
 not mistaken for the top-level ``refmsg`` package.
 """
@@ -29,7 +29,7 @@ def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Run the refmsg job and print its report; 0 once the objects are written."""
-    from reassembly.spark.objects import run_refmsg
+    from reassembly.spark.batch.objects import run_refmsg
 
     settings = spark_settings(args)
     with Progress(progress_wanted(args)):

@@ -18,13 +18,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reassembly._errors import JobError, first_line
-from reassembly._files import inputs
+from reassembly._files import claim_output, inputs
 from reassembly._keyring import digest_policy
 from reassembly.cli._common import (
     EXIT_FAILED,
     Progress,
     at_least,
-    check_summary_path,
     fail_on,
     lineage_options,
     orchestration_options,
@@ -34,8 +33,7 @@ from reassembly.cli._common import (
     spark_settings,
 )
 from reassembly.cli.summary import IDENTITY, IDENTITY_CARRIED, Record
-from reassembly.spark.inputs import SegmentInput
-from reassembly.spark.jobs import (
+from reassembly.spark.batch.job import (
     Job,
     Summary,
     open_job,
@@ -46,6 +44,7 @@ from reassembly.spark.jobs import (
     summarize,
     tidy_payloads,
 )
+from reassembly.spark.inputs import SegmentInput
 
 if TYPE_CHECKING:
     from reassembly.cli._common import Subparsers
@@ -147,13 +146,12 @@ def _reassemble(
     encoded = getattr(args, "input_format", "encoded") == "encoded"
     raw_column = getattr(args, "raw_column", "segment")
     column = raw_column if encoded else None
-    # Read the keyring before Spark starts: a bad file is a usage error, reported at once.
+    # The keyring, then what the job may touch, before Spark starts: each mistake is refused at once.
     digest = digest_policy(getattr(args, "require_sha256", False), getattr(args, "hmac_keyring", None))
-    check_summary_path(args, inputs(pattern), output)
+    summary = getattr(args, "summary_json", None)
+    claimed = claim_output(output, inputs(pattern), pattern=pattern, may_exist=overwrite, summary=summary)
     job = open_job(
-        pattern,
-        output,
-        overwrite=overwrite,
+        claimed,
         column=column,
         settings=spark_settings(args),
         segments=SegmentInput(encoded, raw_column),  # refused (exit 2) when it cannot be what was meant
@@ -161,11 +159,11 @@ def _reassemble(
     )
     record.fields["spark"] = getattr(job.spark, "version", None)
     from reassembly.spark import ReassemblyOptions, reassemble
-    from reassembly.spark.jar import reassembler
+    from reassembly.spark.engine.bridge import reassembler
 
     with record.phase("jar"):
         reassembler(job.spark)  # the bundled jar into the session (the job takes the SQL path without it)
-    from reassembly.spark.pipeline import INPUT_FILE, check_keep_columns, keep_input_file
+    from reassembly.spark.batch.pipeline import INPUT_FILE, check_keep_columns, keep_input_file
 
     keep = tuple(getattr(args, "keep_columns", ()))
     if getattr(args, "keep_input_file", False):  # lineage: refused (exit 2) before any Spark job runs
@@ -192,7 +190,7 @@ def _reassemble(
         result = reassemble(job.df, encoded=encoded, raw_column=raw_column, options=options)
         saved = result.save(tmp)  # clean messages from the JVM; the rest judged in the driver or by a second job
         record.fields["scan_tasks"] = scan_tasks(saved.metrics)
-        from reassembly.spark.quarantine import prune_unreferenced
+        from reassembly.spark.batch.quarantine import prune_unreferenced
 
         prune_unreferenced(tmp / "payloads", tmp / "quarantine")  # files of attempts whose output was discarded
         tidy_payloads(tmp / "payloads")
@@ -344,15 +342,14 @@ def _incremental_options(q: argparse.ArgumentParser) -> None:
 def _incremental(args: argparse.Namespace) -> int | None:
     """``run --incremental`` (the job is :mod:`reassembly.spark.incremental`'s): its exit code, or None
     for a plain run. The accounting identity was checked before the run committed."""
+    from reassembly.spark.batch.pipeline import ReassemblyOptions
     from reassembly.spark.incremental import IncrementalOptions, run_incremental
-    from reassembly.spark.pipeline import ReassemblyOptions
 
     options = IncrementalOptions.from_flags(
         args.incremental, args.checkpoint, args.overwrite, args.expire_after, args.carry_max_bytes
     )
     if options is None:
         return None
-    check_summary_path(args, inputs(args.input), args.output, ("checkpoint", args.checkpoint))
     digest = digest_policy(args.require_sha256, args.hmac_keyring)  # before Spark: a bad keyring fails at once
     reassembly = ReassemblyOptions(
         max_message_size=args.max_message_size,
@@ -372,6 +369,7 @@ def _incremental(args: argparse.Namespace) -> int | None:
             encoded=args.input_format == "encoded",
             reassembly=reassembly,
             keep_input_file=args.keep_input_file,
+            summary=args.summary_json,  # claimed with the output and the checkpoint, before anything starts
         )
     print("\n".join(report.lines))
     record: Record = args.record

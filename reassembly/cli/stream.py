@@ -30,12 +30,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from reassembly._errors import JobError, UsageError, counted, first_line
-from reassembly._files import hadoop_literal, linked_overlap, overlap
+from reassembly._files import claim_output, hadoop_literal
 from reassembly._processes import on_interrupt
 from reassembly.cli._common import (
     EXIT_INTERRUPTED,
     at_least,
-    check_summary_path,
     fail_on,
     lineage_options,
     orchestration_options,
@@ -44,17 +43,15 @@ from reassembly.cli._common import (
     spark_conf,
     spark_options,
 )
-from reassembly.spark.jobs import (
+from reassembly.spark.batch.job import (
     SkippedFile,
-    SparkSettings,
-    master_endpoints,
-    open_session,
     skip_settings,
     skipped_among,
     skipped_json,
     skipped_line,
     skipping,
 )
+from reassembly.spark.engine.session import SparkSettings, master_endpoints, open_session
 
 if TYPE_CHECKING:
     from reassembly.cli._common import Subparsers
@@ -145,7 +142,8 @@ def check_args(args: argparse.Namespace) -> Path:
     segments forever, or its checkpoint files as input. OUTPUT and --checkpoint must not overlap
     either (each is deleted to start over; neither writer expects the other's files), nor
     --payload-dir and --checkpoint (deleting a checkpoint to start over must not delete the bodies
-    that delivered rows name).
+    that delivered rows name). Nor may --summary-json land in any of them
+    (:func:`reassembly._files.claim_output`).
     """
     try:
         master_endpoints(args.master)
@@ -153,23 +151,17 @@ def check_args(args: argparse.Namespace) -> Path:
         raise UsageError(str(exc)) from None
     if not os.path.isdir(args.input):
         raise JobError(f"input not found (a directory): {args.input}")
-    source, out, checkpoint = Path(args.input).resolve(), Path(args.output), Path(args.checkpoint).resolve()
-    named = [("output", args.output), ("checkpoint", args.checkpoint)]
-    for name, path in named + ([("payload dir", args.payload_dir)] if args.payload_dir else []):
-        why = overlap(Path(path).resolve(), source)
-        if why:
-            raise UsageError(f"{name} {path} {why} {args.input}: choose {_a(name)} outside the input")
-        why = linked_overlap(Path(path).resolve(), args.input)  # the stream reads through links too
-        if why:
-            raise UsageError(f"{name} {path} {why}: choose {_a(name)} outside the input")
-    if overlap(out.resolve(), checkpoint):
-        raise UsageError(f"output {args.output} and checkpoint {args.checkpoint} overlap: keep them apart")
-    if args.payload_dir and overlap(Path(args.payload_dir).resolve(), checkpoint):
-        raise UsageError(f"payload dir {args.payload_dir} and checkpoint {args.checkpoint} overlap: keep them apart")
+    claim_output(  # the stream reads INPUT as it is named (not a glob), and through its links
+        args.output,
+        [args.input],
+        may_exist=True,
+        apart=[("checkpoint", args.checkpoint)],
+        beside=[("payload dir", args.payload_dir)] if args.payload_dir else (),
+        summary=getattr(args, "summary_json", None),
+    )
+    out = Path(args.output)
     if out.exists() and any(out.iterdir()) and not (out / "_commits").is_dir():
         raise JobError(f"output exists and is not a stream output: {args.output}")
-    if not out.parent.exists():
-        raise JobError(f"output parent directory does not exist: {out.parent}")
     return out
 
 
@@ -537,11 +529,6 @@ def _begun(checkpoint: str) -> bool:
     return bool(_batch_ids(Path(checkpoint) / "offsets"))
 
 
-def _a(noun: str) -> str:
-    """``noun`` with its indefinite article: "an output", "a checkpoint"."""
-    return f"{'an' if noun[0] in 'aeiou' else 'a'} {noun}"
-
-
 def landed(directory: str) -> bool:
     """Whether a file the stream would read is in ``directory`` (Spark skips names starting ``.`` or ``_``)."""
     for _, dirs, files in os.walk(directory, followlinks=True):
@@ -604,9 +591,9 @@ def _said_output(out: Path, to: TextIO) -> None:
 def run(args: argparse.Namespace) -> int:
     """The ``stream`` command: exit code 0 (130 when Ctrl-C stopped it), or JobError / UsageError."""
     from reassembly._keyring import digest_policy
+    from reassembly.spark.batch.pipeline import ReassemblyOptions
     from reassembly.spark.footers import check_files
     from reassembly.spark.inputs import InputRefused, SegmentInput
-    from reassembly.spark.pipeline import ReassemblyOptions
     from reassembly.spark.schema import ColumnNames
     from reassembly.spark.stream.functions import (
         BatchWriter,
@@ -621,7 +608,6 @@ def run(args: argparse.Namespace) -> int:
     )
 
     out = check_args(args)
-    check_summary_path(args, [args.input], args.output, ("checkpoint", args.checkpoint))
     record: Record = args.record
     digest = digest_policy(args.require_sha256, args.hmac_keyring)  # before Spark: a bad keyring fails at once
     options = StreamOptions(

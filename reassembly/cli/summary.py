@@ -11,17 +11,17 @@ usage error (exit code 2) writes nothing, FILE included: it is refused before an
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import shlex
 import time
-import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from reassembly._files import write_json
 
 SUMMARY_VERSION = 1
 """The version of the document's layout: raised when a field changes meaning or disappears
@@ -351,20 +351,6 @@ class Record:
         write_json(Path(path), self.document(exit_code, outcome, error))
 
 
-def write_json(path: Path, doc: dict[str, Any]) -> None:
-    """``doc`` as ``path``, all or nothing: readers never see half a file."""
-    tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=2)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 __all__ = [
     "IDENTITY",
     "IDENTITY_CARRIED",
@@ -376,5 +362,4 @@ __all__ = [
     "problems",
     "process_age",
     "pyspark_version",
-    "write_json",
 ]

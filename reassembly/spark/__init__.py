@@ -12,15 +12,15 @@ built yourself (settings, the jar, the workers' Python: docs/how-to/own-session.
 ``stream`` output as a DataFrame (docs/how-to/scheduling.md).
 """
 
-from reassembly.spark.decode import decode_segments
-from reassembly.spark.environment import Configured, WorkerPythonError, configure
-from reassembly.spark.output import read_output
-from reassembly.spark.pipeline import ReassemblyOptions, ReassemblyResult, reassemble
-from reassembly.spark.quarantine import read_quarantined
+from reassembly.spark.batch.decode import decode_segments
+from reassembly.spark.batch.output import read_output
+from reassembly.spark.batch.pipeline import ReassemblyOptions, ReassemblyResult, reassemble
+from reassembly.spark.batch.quarantine import read_quarantined
+from reassembly.spark.batch.save import Saved
+from reassembly.spark.engine.environment import Configured, WorkerPythonError, configure
+from reassembly.spark.engine.session import SparkEnvironmentError
 from reassembly.spark.resequence import resequence, resequence_stream
-from reassembly.spark.save import Saved
 from reassembly.spark.schema import MESSAGE_COLUMNS, OUTPUT_ARROW, OUTPUT_DDL, QUARANTINE_COLUMNS, ColumnNames
-from reassembly.spark.session import SparkEnvironmentError
 from reassembly.spark.stream.functions import StreamOptions, reassemble_stream  # streaming
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 ``messages`` (:data:`MESSAGE_SCHEMA`) and ``quarantine`` (:data:`QUARANTINE_SCHEMA`) are what
 ``result.messages``, ``result.quarantine``, the folders ``reassemble run`` and
-:meth:`~reassembly.spark.pipeline.ReassemblyResult.save` write, and the streaming job's committed
+:meth:`~reassembly.spark.batch.pipeline.ReassemblyResult.save` write, and the streaming job's committed
 ``messages`` / ``quarantine`` batches hold: exactly these columns, in this order, plus ``sources``
 (messages) / ``source`` (quarantine) when input columns are kept (lineage: see
 :func:`lineage_fields`). Each column carries a one-line description: ``docs/reference/output-schema.md``
@@ -143,7 +143,6 @@ MESSAGE_ARROW = pa.schema([(c.name, c.arrow) for c in MESSAGE_SCHEMA])
 QUARANTINE_ARROW = pa.schema([(c.name, c.arrow) for c in QUARANTINE_SCHEMA])
 
 SOURCES, SOURCE = "sources", "source"  # the lineage columns (present when columns are kept)
-SRC = "src"  # inside the jobs: each landing row's kept columns as one struct
 
 
 def lineage_arrow(schema: pa.Schema, src: pa.DataType | None, column: str) -> pa.Schema:

@@ -44,7 +44,7 @@ def test_the_one_pass_split_gives_reassembles_rows_over_one_shuffle(spark: Any, 
     Measured fact kept here: AQE does not drop the Python stage over an empty dirty exchange
     (its empty-relation propagation stops at ``ArrowEvalPython``), which is why it saves nothing.
     """
-    from reassembly.spark.jar import reassembler
+    from reassembly.spark.engine.bridge import reassembler
 
     one_pass = reassembler(spark)
     ds = generate(n_messages=20, segments_per_message=3, segment_size=2048, groups=2, seed=5)

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from reassembly.spark.quarantine import read_quarantined
+from reassembly.spark.batch.quarantine import read_quarantined
 from reassembly.spark.testdata import generate, write_parquet
 from tests.support.command import reassemble
 
@@ -53,7 +53,7 @@ def test_the_summary_counts_bytes_without_reading_a_payload(
     """The summary's bytes are the complete messages' original lengths, the same sum as measuring each
     inline payload with length(payload), which would read every payload value into the JVM: batches of
     100 MiB messages would run it out of heap and fail the job after everything was written."""
-    from reassembly.spark.jobs import totals_by_status
+    from reassembly.spark.batch.job import totals_by_status
 
     out = tmp_path / "out"
     done = reassemble("run", str(landing / "*.parquet"), str(out))
@@ -299,9 +299,8 @@ def test_an_output_beside_the_input_is_accepted_even_through_a_shared_prefix(lan
     from reassembly._files import claim_output, inputs
 
     pattern = str(work / "landing" / "*.parquet")
-    assert claim_output(str(work / "landing2"), False, pattern, inputs(pattern)) == work / "landing2"
-    assert claim_output(str(work / "landing.parquet"), False, pattern, inputs(pattern)) == work / "landing.parquet"
-    assert claim_output(str(work / "link" / "out"), False, pattern, inputs(pattern)) == work / "link" / "out"
+    for out in (work / "landing2", work / "landing.parquet", work / "link" / "out"):
+        assert claim_output(str(out), inputs(pattern), pattern=pattern).out == out
 
 
 def test_a_literal_input_path_is_read_as_named_and_the_output_may_be_dot(landing: Path, tmp_path: Path) -> None:
@@ -367,7 +366,8 @@ def test_a_ctrl_c_that_pyspark_swallowed_still_ends_the_job_as_interrupted(tmp_p
     there about 1 run in 7). The handler's flag still says it came: the job's output is removed and
     the error is an interruption."""
     from reassembly._processes import INTERRUPTED
-    from reassembly.spark.jobs import Job, SparkSettings
+    from reassembly.spark.batch.job import Job
+    from reassembly.spark.engine.session import SparkSettings
 
     job = Job("in", ["in"], tmp_path / "out", None, None, SparkSettings())
     try:
@@ -384,7 +384,7 @@ def test_the_jar_is_looked_for_without_a_java_exception(spark: Any, monkeypatch:
     the ClassNotFoundException whose conversion by pyspark swallows a Ctrl-C."""
     from pyspark.errors.exceptions import captured
 
-    from reassembly.spark.jar import CLASS, _loadable, reassembler
+    from reassembly.spark.engine.bridge import CLASS, _loadable, reassembler
 
     converted: list[object] = []
     convert = captured.convert_exception

@@ -97,7 +97,7 @@ print("OK", type(spark).__module__)
 
 
 def test_functions_work_over_spark_connect() -> None:
-    from reassembly.spark.java import ensure_java
+    from reassembly.spark.engine.session import ensure_java
 
     ensure_java()
     script = SCRIPT.format(builder='SparkSession.builder.remote("local[2]").getOrCreate()')
@@ -125,7 +125,8 @@ def test_no_java_on_the_machine_uses_the_jre_from_pip(tmp_path: Path) -> None:
                 target.symlink_to(entry)
     env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
     env["PATH"] = f"{Path(sys.executable).parent}:{bin_dir}"
-    script = SCRIPT.format(builder='__import__("reassembly.spark.session").spark.session.get_session("local[1]")')
+    builder = '__import__("reassembly.spark.engine.session").spark.engine.session.get_session("local[1]")'
+    script = SCRIPT.format(builder=builder)
     script += "\nimport os; print('JAVA_HOME', os.environ['JAVA_HOME'])"
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-3000:]

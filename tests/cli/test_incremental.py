@@ -246,7 +246,7 @@ def test_usage_errors_refuse_before_anything_is_touched(tmp_path: Path) -> None:
 def test_the_routing_key_is_the_reassemblys(spark: Any) -> None:
     """The carry takes a group's rows by the key the reassembly routes them by: the GroupId of a row
     whose framing holds, none for any other row (garbage, a flipped header bit, truncation, NULL)."""
-    from reassembly.spark.decode import decode_segments
+    from reassembly.spark.batch.decode import decode_segments
 
     ds = generate(n_messages=30, segments_per_message=2, segment_size=512, groups=2, seed=2)
     rows = [*ds.rows, None, b"", b"SGMT", ds.rows[0][:50]]

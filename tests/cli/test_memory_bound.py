@@ -8,7 +8,7 @@ memory, together they must not), zstd bombs declaring a small size but expanding
 (bounded by the declared size), and a frame asking for zstd's largest window. Everything
 lands in one task (``--partitions 1``), the Python workers' peak RSS is sampled with
 psutil over the process tree and compared with the bound the README documents
-(``reassembly.spark.judge.decoded_bound`` plus the input batch and the worker's own
+(``reassembly.spark.batch.judge.decoded_bound`` plus the input batch and the worker's own
 footprint). A memory bound, not a timing: the margin is generous and the numbers printed
 (``-s``).
 """
@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from reassembly.spark.judge import decoded_bound
+from reassembly.spark.batch.judge import decoded_bound
 from segmenter import ChecksumAlgorithm, Codec
 from segmenter.flags import MsgFlags
 from segmenter.wire import Segment, SegmentHeader

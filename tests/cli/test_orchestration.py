@@ -372,15 +372,15 @@ def test_the_command_shows_the_library_warnings_and_with_verbose_its_info(tmp_pa
         "from reassembly.cli._common import configure_logging\n"
         "configure_logging(sys.argv[1] == 'verbose')\n"
         "logging.getLogger('reassembly._files').info('removed x')\n"
-        "logging.getLogger('reassembly.spark.jobs').warning('tasks still running')\n"
+        "logging.getLogger('reassembly.spark.batch.job').warning('tasks still running')\n"
         "logging.getLogger('py4j.clientserver').error('a py4j traceback')\n"
     )
     quiet = subprocess.run([sys.executable, "-c", code, "quiet"], capture_output=True, text=True, timeout=60)
-    assert quiet.stderr == "reassemble: warning: reassembly.spark.jobs: tasks still running\n"
+    assert quiet.stderr == "reassemble: warning: reassembly.spark.batch.job: tasks still running\n"
     loud = subprocess.run([sys.executable, "-c", code, "verbose"], capture_output=True, text=True, timeout=60)
     assert loud.stderr.splitlines() == [
         "reassemble: info: reassembly._files: removed x",
-        "reassemble: warning: reassembly.spark.jobs: tasks still running",
+        "reassemble: warning: reassembly.spark.batch.job: tasks still running",
         "reassemble: error: py4j.clientserver: a py4j traceback",
     ]
 

@@ -17,12 +17,12 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-import reassembly.spark.submit
+import reassembly.spark.engine.submit
 from reassembly.spark.testdata import Dataset, generate, write_parquet
 from tests.support.cluster import SPARK_HOME, pack_environment
 from tests.support.no_library import environment_without_library
 
-SUBMIT = reassembly.spark.submit.__file__
+SUBMIT = reassembly.spark.engine.submit.__file__
 
 
 @pytest.fixture(scope="module")

@@ -544,7 +544,7 @@ def _spark_objects(raws: list[bytes]) -> dict[str, tuple[str, bytes | None]]:
     """What the ``refmsg`` Spark job decides for these messages (its two Arrow functions, run here)."""
     import pyarrow as pa
 
-    from reassembly.spark.objects import _KEYED, _key_fn, _object_fn
+    from reassembly.spark.batch.objects import _KEYED, _key_fn, _object_fn
 
     keyed = next(
         _key_fn(

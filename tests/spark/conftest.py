@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from reassembly.spark.state_store import CHANGELOG, PROVIDER, ROCKSDB
+from reassembly.spark.engine.state_store import CHANGELOG, PROVIDER, ROCKSDB
 
 
 @pytest.fixture(scope="module")

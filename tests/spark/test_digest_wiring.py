@@ -285,11 +285,11 @@ def _clean_flags(spark: Any, path: str, policy: DigestPolicy) -> list[bool]:
     """The JVM clean test per aggregated message: True means verified in the JVM, never sent to Python."""
     from pyspark.sql import functions as F
 
-    from reassembly.spark import jvm
-    from reassembly.spark.decode import decode_segments
+    from reassembly.spark.batch import grouping
+    from reassembly.spark.batch.decode import decode_segments
 
-    agg = jvm.aggregate(jvm.route(decode_segments(spark.read.parquet(path), "segment", 1 << 30), None), 2)
-    return [r.c for r in agg.select(F.expr(jvm.clean(policy)).alias("c")).collect()]
+    agg = grouping.aggregate(grouping.route(decode_segments(spark.read.parquet(path), "segment", 1 << 30), None), 2)
+    return [r.c for r in agg.select(F.expr(grouping.clean(policy)).alias("c")).collect()]
 
 
 @pytest.mark.spark

@@ -1,7 +1,7 @@
 """The jar's decoder (``Decode.java`` over the generated ``HeaderTable.java``) gives the SQL decoder's columns.
 
 The one pass reads its input from the jar's decoder, the SQL path from ``decode_segments`` +
-``jvm.route``: both are rendered from ``segmenter.header_table``, so they must agree on every
+``grouping.route``: both are rendered from ``segmenter.header_table``, so they must agree on every
 column of a routable row and on every column anything reads of a row that is not routable, for any
 bytes: forged headers with their checksum recomputed, values at the 2^31, 2^32, 2^63 and 2^64 edges
 (where the generated 64-bit rules hand over to the exact ones), truncations, bit flips, NULL.
@@ -19,9 +19,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
-from reassembly.spark import ReassemblyOptions, jvm
-from reassembly.spark.decode import decode_segments
-from reassembly.spark.jar import reassembler
+from reassembly.spark import ReassemblyOptions
+from reassembly.spark.batch import grouping
+from reassembly.spark.batch.decode import decode_segments
+from reassembly.spark.engine import bridge
+from reassembly.spark.engine.bridge import reassembler
 from segmenter import Segmenter, header_render, header_table
 from segmenter.wire import table_constants
 from tests.spark.test_jvm_jar import hostile_rows  # tests/ is on sys.path (pytest's rootdir import mode)
@@ -78,8 +80,8 @@ def columns(spark: Any, rows: list[bytes | None] | Any, threshold: int | None) -
     assert reassembler(spark) is not None  # loads the jar
     df = spark.createDataFrame([(r,) for r in rows], "segment binary") if isinstance(rows, list) else rows
     limits = ReassemblyOptions(max_message_size=1 << 20).limits()
-    jar = jvm.decoded_in_jar(df, "segment", limits, threshold)
-    sql = jvm.route(decode_segments(df, "segment", limits.max_message_size, limits.max_segment_size), threshold)
+    jar = bridge.decoded_in_jar(df, "segment", limits, threshold)
+    sql = grouping.route(decode_segments(df, "segment", limits.max_message_size, limits.max_segment_size), threshold)
 
     def canonical(frame: Any) -> list[str]:
         out = []
@@ -97,7 +99,7 @@ def test_the_jars_decoder_gives_the_sql_columns_on_hostile_and_forged_rows(spark
     writer = Segmenter(700).message_writer()  # length deferred: UNKNOWN_LENGTH (2^64-1) until the last
     rows += [s.encode() for s in [*writer.write(bytes(range(256)) * 9), *writer.close()]]
     mutated = mutations([r for r in rows if r is not None][:80], seed=3)
-    for threshold in (None, 100, 3000):  # far rows come out twice, as in jvm.route
+    for threshold in (None, 100, 3000):  # far rows come out twice, as in grouping.route
         sql, jar = columns(spark, [*rows, *mutated], threshold)
         assert sql == jar
     assert sum("('header_ok', True)" in r for r in jar) > 100  # not only refusals

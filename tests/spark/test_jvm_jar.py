@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from reassembly.spark import ReassemblyOptions, reassemble
-from reassembly.spark.jar import jar_path, reassembler
+from reassembly.spark.engine.bridge import jar_path, reassembler
 from reassembly.spark.testdata import generate, write_parquet
 from segmenter import ChecksumAlgorithm, Segmenter
 from tests.spark.test_differential import canonical as by_bytes  # tests/ is on sys.path (pytest's rootdir import mode)
@@ -114,9 +114,9 @@ def test_messages_of_one_size_and_of_many_come_out_whole(spark: Any, tmp_path: P
 
 FALLBACK = """
 import sys
-from reassembly.spark.session import get_session
+from reassembly.spark.engine.session import get_session
 from reassembly.spark import ReassemblyOptions, reassemble
-from reassembly.spark.jar import reassembler
+from reassembly.spark.engine.bridge import reassembler
 from reassembly.spark.testdata import generate
 ds = generate(n_messages=10, segments_per_message=3, segment_size=2048, groups=1)
 spark = {builder}
@@ -142,7 +142,7 @@ def run_script(builder: str) -> str:
 
 def run_python(code: str) -> str:
     """Run ``code`` in a fresh Python (its own Spark session); its stdout. Fails on a non-zero exit."""
-    from reassembly.spark.java import ensure_java
+    from reassembly.spark.engine.session import ensure_java
 
     ensure_java()
     done = subprocess.run(

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from reassembly.spark import ReassemblyOptions, reassemble
-from reassembly.spark.environment import check_worker_python
-from reassembly.spark.jar import reassembler
+from reassembly.spark.engine.bridge import reassembler
+from reassembly.spark.engine.environment import check_worker_python
 from reassembly.spark.testdata import generate
 
 pytestmark = pytest.mark.spark
@@ -35,9 +35,9 @@ SPILL = """
 import os, sys
 sys.path.insert(0, {tests!r})
 from tests.spark.test_jvm_jar import canonical, hostile_rows
-from reassembly.spark.session import get_session
+from reassembly.spark.engine.session import get_session
 from reassembly.spark import ReassemblyOptions, reassemble
-from reassembly.spark.jar import reassembler
+from reassembly.spark.engine.bridge import reassembler
 from segmenter import Segmenter
 
 # Every sorter spills after 3 records, its pages are 1 MiB: the 1.5 MiB pieces below each need a page of

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from reassembly.spark import ReassemblyOptions, reassemble
-from reassembly.spark.jvm import row_ok
+from reassembly.spark.engine.bridge import row_ok
 from segmenter import Segmenter
 
 pytestmark = pytest.mark.spark

@@ -13,7 +13,7 @@ import pytest
 
 from reassembly._errors import UsageError
 from reassembly.spark import ReassemblyOptions, read_quarantined, reassemble
-from reassembly.spark.pipeline import INPUT_FILE, keep_input_file
+from reassembly.spark.batch.pipeline import INPUT_FILE, keep_input_file
 from reassembly.spark.schema import SOURCE, SOURCES
 from segmenter import Segmenter
 from segmenter.wire import decode_header, decode_segment

@@ -21,7 +21,7 @@ import pytest
 import reassembly.spark
 import reassembly.spark.stream
 from reassembly.spark import Configured, WorkerPythonError, configure, reassemble
-from reassembly.spark.environment import (
+from reassembly.spark.engine.environment import (
     DEPENDENCIES,
     LIBRARY,
     WHEEL,
@@ -33,8 +33,8 @@ from reassembly.spark.environment import (
     library_zip,
     session_kind,
 )
-from reassembly.spark.session import DEFAULT_CONF, root_cause
-from reassembly.spark.state_store import CHANGELOG, PROVIDER, ROCKSDB
+from reassembly.spark.engine.session import DEFAULT_CONF, root_cause
+from reassembly.spark.engine.state_store import CHANGELOG, PROVIDER, ROCKSDB
 from reassembly.spark.testdata import generate, write_parquet
 from segmenter.errors import Reason, SegmentationError
 from tests.support.no_library import environment_without_library, python_without_library
@@ -93,7 +93,7 @@ def test_a_worker_python_without_the_library_fails_at_once_in_one_line(landing: 
     assert done.returncode == 1
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith(
-        "reassembly.spark.environment.WorkerPythonError: [9060 ENVIRONMENT_ERROR] the Spark workers' Python ("
+        "reassembly.spark.engine.environment.WorkerPythonError: [9060 ENVIRONMENT_ERROR] the Spark workers' Python ("
     ), done.stderr[-3000:]
     assert last.endswith(
         f"cannot import reassembly, segmenter, refmsg: install the library there ({WHEEL}), or set PYSPARK_PYTHON"

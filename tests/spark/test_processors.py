@@ -3,7 +3,7 @@
 Spark takes a processor as an instance made on the driver and pickles it to the workers; a class
 defined at module level travels by reference (the worker imports it), with its constructor's
 arguments as its state. Each stream refuses a session without the RocksDB state store before it
-is set up, through :func:`reassembly.spark.state_store.require_rocksdb` and nowhere else. No Spark
+is set up, through :func:`reassembly.spark.engine.state_store.require_rocksdb` and nowhere else. No Spark
 session here: the checks need none.
 """
 
@@ -27,9 +27,9 @@ from reassembly.resequencer.batch_model import BatchOptions
 from reassembly.resequencer.model import EndWhen, ResequenceOptions, StartAt
 from reassembly.spark.collect import SparkCollectOptions, collect_stream
 from reassembly.spark.collect.processor import Batcher
+from reassembly.spark.engine.state_store import PROVIDER, ROCKSDB, require_rocksdb
 from reassembly.spark.resequence import resequence_stream
 from reassembly.spark.resequence.processor import BatchResequenceProcessor, ResequenceProcessor
-from reassembly.spark.state_store import PROVIDER, ROCKSDB, require_rocksdb
 from reassembly.spark.stream.functions import reassemble_stream
 from reassembly.spark.stream.processor import Reassembler
 from reassembly.spark.stream.spool import Spool
@@ -126,7 +126,7 @@ def test_the_state_store_setting_is_read_in_one_place() -> None:
         for p in sorted((REPO / "reassembly").rglob("*.py"))
         if "stateStore.providerClass" in p.read_text()
     ]
-    assert readers == ["reassembly/spark/state_store.py"]
+    assert readers == ["reassembly/spark/engine/state_store.py"]
     for entry in ("spark/stream/functions.py", "spark/collect/functions.py", "spark/resequence/functions.py"):
         assert "require_rocksdb(df.sparkSession, " in (REPO / "reassembly" / entry).read_text(), entry
 
@@ -136,7 +136,7 @@ def test_pyspark_is_imported_only_when_a_stream_is_set_up() -> None:
     import those only inside the functions that build a stream."""
     code = (
         "import sys, reassembly.spark, reassembly.spark.stream, reassembly.spark.collect.functions,"
-        " reassembly.spark.resequence.functions, reassembly.spark.state_store;"
+        " reassembly.spark.resequence.functions, reassembly.spark.engine.state_store;"
         " sys.exit('pyspark' in sys.modules)"
     )
     assert subprocess.run([sys.executable, "-c", code], cwd=REPO, check=False).returncode == 0

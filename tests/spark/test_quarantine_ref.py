@@ -22,8 +22,8 @@ import pytest
 
 from reassembly import Limits
 from reassembly.spark import ReassemblyOptions, read_quarantined, reassemble
-from reassembly.spark.judge import _Large
-from reassembly.spark.quarantine import QUARANTINE_DIR, QuarantineFile
+from reassembly.spark.batch.judge import _Large
+from reassembly.spark.batch.quarantine import QUARANTINE_DIR, QuarantineFile
 from segmenter import Segmenter
 from segmenter.header_table import FIELD
 from segmenter.wire import Segment, decode_segment

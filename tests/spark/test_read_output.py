@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from reassembly.spark import ReassemblyOptions, read_output, read_quarantined, reassemble
-from reassembly.spark.output import layout
+from reassembly.spark.batch.output import layout
 from reassembly.spark.schema import MESSAGE_COLUMNS, QUARANTINE_COLUMNS
 from reassembly.spark.stream.functions import BatchWriter, read_committed
 from reassembly.spark.testdata import generate

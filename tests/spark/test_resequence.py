@@ -27,9 +27,9 @@ import pytest
 
 from reassembly.resequencer import Resequencer
 from reassembly.resequencer.model import EndWhen, Event, ResequenceOptions, StartAt
+from reassembly.spark.engine.state_store import PROVIDER, ROCKSDB
 from reassembly.spark.resequence import resequence, resequence_stream
 from reassembly.spark.resequence.core import EXTRA_FIELDS, Clock, Ref, core_options, outputs, ref_of
-from reassembly.spark.state_store import PROVIDER, ROCKSDB
 
 pytestmark = pytest.mark.spark
 

@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from reassembly.spark import ReassemblyOptions, reassemble
-from reassembly.spark.judge import read_side
-from reassembly.spark.save import SIDE, side_files
+from reassembly.spark.batch.judge import read_side
+from reassembly.spark.batch.save import SIDE, side_files
 from reassembly.spark.testdata import Dataset, write_parquet
 from segmenter import Segmenter
 from tests.spark.test_differential import canonical  # tests/ is on sys.path (pytest's rootdir import mode)
@@ -206,7 +206,7 @@ def test_the_side_judge_holds_no_payload_of_a_batch_while_spark_writes_it(tmp_pa
     import pyarrow as pa
 
     from reassembly import Limits
-    from reassembly.spark.judge import make_side_judge
+    from reassembly.spark.batch.judge import make_side_judge
 
     judge = make_side_judge(Limits(max_message_size=1 << 30), True, None, None)
 

@@ -25,8 +25,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from reassembly.spark import ReassemblyOptions, reassemble
-from reassembly.spark.jvm import SK_HEADER
-from reassembly.spark.pipeline import STAGE
+from reassembly.spark.batch.pipeline import STAGE
+from reassembly.spark.engine.bridge import SK_HEADER
 from reassembly.spark.rows import reassemble_group
 from segmenter import Segmenter
 from segmenter.checksum import ChecksumAlgorithm, checksum
@@ -262,9 +262,9 @@ def test_runs_past_the_stage_cap_cross_the_shuffle_as_they_came(
     """A scan task holds at most ``STAGE_CAP`` bytes of a run: with the cap at 500 bytes (two or three
     of the landing's 216-byte pieces) every run outgrows it part-way, its rows so far and the row that
     took it past the cap cross the shuffle, and the rows are still the in-process ones."""
-    from reassembly.spark import jvm
+    from reassembly.spark.engine import bridge
 
-    monkeypatch.setattr(jvm, "STAGE_CAP", 500)
+    monkeypatch.setattr(bridge, "STAGE_CAP", 500)
     spark = file_per_split
     files, _ = landing()
     path = write_files(tmp_path / "landing", files)

@@ -260,7 +260,7 @@ def test_columns_in_and_group_messages_leave_one_by_one(stream_spark: Any, tmp_p
     on disk between micro-batches and delivered as a file in the body directory."""
     from pyspark.sql import functions as F
 
-    from reassembly.spark.pipeline import ReassemblyOptions
+    from reassembly.spark.batch.pipeline import ReassemblyOptions
     from segmenter.producer import new_group_id
     from segmenter.wire import decode_segment
 
@@ -321,7 +321,7 @@ def test_status_line_reports_exactly_what_state_holds(stream_spark: Any, tmp_pat
     status line's held bytes are exactly theirs; after the batch completing them, 0 held and two
     tombstones; once event time passes the tombstones' time, those go too."""
     from reassembly.cli.stream import status_line
-    from reassembly.spark.pipeline import ReassemblyOptions
+    from reassembly.spark.batch.pipeline import ReassemblyOptions
     from reassembly.spark.stream.core import Footprint
     from reassembly.spark.stream.functions import OLDEST, OPEN_KEYS, batch_counts, committed_batches, state_after
     from segmenter.wire import decode_header
@@ -408,7 +408,7 @@ def test_rows_that_are_not_whole_segments_are_quarantined_as_they_came_even_when
     come back padded with zeros (quarantined as 9005 with bytes it never had); a NULL row has no
     bytes to spool. So each stays in state as it came and is quarantined as `run` does it, and
     the message completes from its whole segments."""
-    from reassembly.spark.pipeline import ReassemblyOptions
+    from reassembly.spark.batch.pipeline import ReassemblyOptions
 
     payload = random.Random(31).randbytes(1500)
     seg0, seg1, seg2 = [s.encode() for s in Segmenter(600).segment(payload)]

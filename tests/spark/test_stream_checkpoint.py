@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from reassembly.spark.pipeline import ReassemblyOptions
+from reassembly.spark.batch.pipeline import ReassemblyOptions
 from reassembly.spark.stream.functions import (
     LAYOUT,
     MANIFEST,

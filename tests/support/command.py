@@ -44,7 +44,7 @@ SPARK_COMMANDS = frozenset({"run", "demo", "refmsg", "stream"})
 def shared_session() -> Any:
     """The test run's Spark session (started on first use; ``tests/conftest.py`` stops it at the end)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from reassembly.spark.session import get_session
+    from reassembly.spark.engine.session import get_session
 
     # No web UI: nobody looks at it, and its listener and port search cost every job and session.
     return get_session(SESSION_MASTER, app_name=SESSION_APP, conf={"spark.ui.enabled": "false"})

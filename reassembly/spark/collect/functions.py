@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reassembly.spark.state_store import require_rocksdb
+from reassembly.spark.engine.state_store import require_rocksdb
 from reassembly.spark.writer import parquet_writer
 from segmenter.producer import DEFAULT_SEGMENT_SIZE
 

@@ -67,6 +67,7 @@ from typing import Any
 
 from reassembly.resequencer.batch_model import BatchOptions
 from reassembly.resequencer.model import EndWhen, ResequenceOptions, StartWhen
+from reassembly.spark.engine.state_store import require_rocksdb
 from reassembly.spark.resequence.batch_core import BATCH_EXTRA_FIELDS, KEY_COLUMN, batch_core_options, batch_table
 from reassembly.spark.resequence.core import (
     ENDS,
@@ -79,7 +80,6 @@ from reassembly.spark.resequence.core import (
     group_of,
     resequence_table,
 )
-from reassembly.spark.state_store import require_rocksdb
 
 
 def _sql(p: Any, what: str) -> str:
@@ -190,7 +190,7 @@ def resequence_stream(
     :class:`~reassembly.resequencer.model.ResequenceOptions` (by sequence number, the default) or
     :class:`~reassembly.resequencer.batch_model.BatchOptions` (batch mode: ``key`` names the
     column to sort by instead of ``seq``). The session must use the RocksDB state store provider
-    (:data:`reassembly.spark.state_store.ROCKSDB`).
+    (:data:`reassembly.spark.engine.state_store.ROCKSDB`).
     """
     from reassembly.spark.resequence.processor import BatchResequenceProcessor, ResequenceProcessor
 

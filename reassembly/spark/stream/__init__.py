@@ -5,8 +5,8 @@ processor (``processor``), its state layout (``layout``) and its spool.
 without Spark); ``processor`` is the stateful processor that only reads and writes Spark state
 (the variables of ``layout``) and calls the core; ``reassemble`` sets the stream up and holds the
 sink and the checkpoint's manifest; ``spool`` keeps held segments' bodies outside the state store.
-The state store check is :mod:`reassembly.spark.state_store`'s; the session settings
-(``configure``, re-exported here) are :mod:`reassembly.spark.environment`'s.
+The state store check is :mod:`reassembly.spark.engine.state_store`'s; the session settings
+(``configure``, re-exported here) are :mod:`reassembly.spark.engine.environment`'s.
 """
 
 from reassembly.spark.stream.functions import (

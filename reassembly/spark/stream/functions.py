@@ -42,11 +42,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reassembly.spark.environment import check_worker_python, configure
+from reassembly.spark.batch.pipeline import ReassemblyOptions, check_keep_columns
+from reassembly.spark.engine.bridge import SRC
+from reassembly.spark.engine.environment import check_worker_python, configure
+from reassembly.spark.engine.state_store import CHANGELOG, ROCKSDB, require_rocksdb
 from reassembly.spark.inputs import InputRefused, SegmentInput, check_input, check_schema
-from reassembly.spark.pipeline import ReassemblyOptions, check_keep_columns
-from reassembly.spark.schema import OUTPUT_DDL, SOURCES, SRC, ColumnNames, combined_spark, folder_columns
-from reassembly.spark.state_store import CHANGELOG, ROCKSDB, require_rocksdb
+from reassembly.spark.schema import OUTPUT_DDL, SOURCES, ColumnNames, combined_spark, folder_columns
 from reassembly.spark.stream.core import KIND_DUPLICATE, Footprint
 from reassembly.spark.stream.layout import FOOTPRINT_COLUMNS, KIND_STATE, LAYOUT, OPENED_COLUMN, STATE
 from reassembly.spark.stream.spool import Spool

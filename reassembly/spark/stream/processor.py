@@ -22,8 +22,9 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
 from reassembly.assembler.core import Limits
 from reassembly.assembler.events import Cause
+from reassembly.spark.engine.bridge import SRC
 from reassembly.spark.rows import null_row
-from reassembly.spark.schema import OUTPUT_FIELDS, SOURCE, SOURCES, SRC
+from reassembly.spark.schema import OUTPUT_FIELDS, SOURCE, SOURCES
 from reassembly.spark.stream.core import (
     Footprint,
     Partial,

@@ -27,7 +27,7 @@ import org.apache.spark.unsafe.types.BinaryView;
  * The map side of the one pass: each landing row's header decoded and judged by the header table's
  * rules ({@link HeaderTable}, generated from segmenter/header_table.py like the Python decoder and the
  * SQL), and its keys: the columns {@code jvm.route} computes over {@code decode_segments}' SQL
- * (reassembly/spark/jvm.py), from one compiled function instead of some forty SQL expressions that a
+ * (reassembly/spark/batch/grouping.py), from one compiled function instead of some forty SQL expressions that a
  * fresh JVM generates, compiles and warms up per query.
  *
  * <p>Input: one binary column (the encoded segment, NULL allowed), read from the scan's column

@@ -17,7 +17,7 @@ import org.apache.spark.sql.types.StructType;
  * agreeing with the last row's, at most {@code maxMessageSize} bytes, and the message CRC, folded from
  * the segments' CRCs that the per-row rules ({@code row_ok}, generated from the header table in SQL)
  * have verified against their data ({@link Crc32Combine}), so no byte is read twice. A row's meta
- * struct is the one the Python judge reads (reassembly/spark/jvm.py, {@code _META}).
+ * struct is the one the Python judge reads (reassembly/spark/engine/bridge.py, {@code META}).
  */
 final class Fold {
     private final long maxMessageSize;

@@ -23,7 +23,7 @@ import org.apache.spark.util.LongAccumulator;
 
 /**
  * One pass over each message's pieces, pre-sorted by key: what {@code listagg} + {@code collect_list}
- * + the SQL clean test did, in one walk (reassembly/spark/jvm.py, {@code fast_aggregate}).
+ * + the SQL clean test did, in one walk (reassembly/spark/engine/bridge.py, {@code fast_aggregate}).
  *
  * <p>Input rows, sorted by (pk, routable, bk, m.sk, m.plen) within each partition:
  * {@code routable, pk, bk, piece, row_ok, m} where {@code row_ok} holds every per-row rule
@@ -60,7 +60,7 @@ import org.apache.spark.util.LongAccumulator;
  *
  * <p>{@link #split}: the same pass emitting only the clean rows and writing every other group to a
  * {@link SideFile}, for a second, Python-only job: then the plan that writes the clean messages has
- * no Python operator (reassembly/spark/save.py).
+ * no Python operator (reassembly/spark/batch/save.py).
  *
  * <p>Lineage: when the meta struct has a field {@code src} (the input columns kept), a clean row
  * also carries {@code sources}, the {@code src} of each of its rows in sort (offset) order, and a

@@ -19,7 +19,7 @@ import org.apache.spark.sql.types.StructType;
 
 /**
  * The groups of one task that are not clean, written for the Python judge's second job
- * (reassembly/spark/save.py reads them), so that the job writing the clean messages has no Python
+ * (reassembly/spark/batch/save.py reads them), so that the job writing the clean messages has no Python
  * operator at all: a clean row is never queued beside a Python call, never exploded.
  *
  * <p>One file per task attempt, {@code <partition>-<attempt>-<taskAttemptId>.tmp} in {@code dir},

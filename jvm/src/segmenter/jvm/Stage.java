@@ -29,7 +29,7 @@ import org.apache.spark.unsafe.types.BinaryView;
 import org.apache.spark.util.LongAccumulator;
 
 /**
- * The scan's side of the staged plan (reassembly/spark/jvm.py, {@code fast_aggregate} with a stage
+ * The scan's side of the staged plan (reassembly/spark/engine/bridge.py, {@code fast_aggregate} with a stage
  * folder): each scan task assembles the messages that are complete and clean among its own consecutive
  * rows, writes their bytes to a stage file of its own, and sends across the shuffle one small
  * <em>reference</em> row per staged message instead of its rows; every other row crosses the shuffle as

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reassembly.spark.schema import SRC
+from reassembly.spark.engine.bridge import SRC
 from segmenter import header_render
 from segmenter import header_table as table
 from segmenter.checksum import ChecksumAlgorithm

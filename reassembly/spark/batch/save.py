@@ -59,7 +59,7 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 
-from reassembly.spark.judge import KIND_INPUT, SIDE_SOURCES, pending_files, read_pending, side_decoded_bytes
+from reassembly.spark.batch.judge import KIND_INPUT, SIDE_SOURCES, pending_files, read_pending, side_decoded_bytes
 from reassembly.spark.rows import Status
 from reassembly.spark.schema import (
     MANIFEST,
@@ -265,7 +265,7 @@ class _Counted:
 def _in_driver(split: Split | None, files: list[str]) -> bool:
     """Whether ``files`` (side files with their ``.src`` companions, or pending files) are few
     enough bytes to read in the driver rather than by a Spark job: their size, and for side files
-    what judging them can decode (:func:`~reassembly.spark.judge.side_decoded_bytes`), at most
+    what judging them can decode (:func:`~reassembly.spark.batch.judge.side_decoded_bytes`), at most
     ``driver_judge_bytes``. So the driver holds no more than that budget of decoded bytes, far
     under the bound one Spark task's judge keeps to (``decoded_bound``), whatever the side files
     declare."""

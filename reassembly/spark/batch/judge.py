@@ -55,8 +55,8 @@ import pyarrow as pa
 
 from reassembly.assembler.core import Assembler, Limits
 from reassembly.assembler.events import Event
-from reassembly.spark.jvm import SK_HEADER
-from reassembly.spark.quarantine import ByReference, QuarantineFile
+from reassembly.spark.batch.quarantine import ByReference, QuarantineFile
+from reassembly.spark.engine.bridge import SK_HEADER, SRC
 from reassembly.spark.rows import LINEAGE, EventRows, Row, reassemble_group, reject_rows
 from reassembly.spark.schema import (
     MESSAGE_ARROW,
@@ -65,7 +65,6 @@ from reassembly.spark.schema import (
     QUARANTINE_ARROW,
     SOURCE,
     SOURCES,
-    SRC,
     combined_arrow,
     lineage_arrow,
 )

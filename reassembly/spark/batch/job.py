@@ -1,8 +1,8 @@
 """Plumbing shared by the Spark jobs of the ``reassemble`` command.
 
-A Spark session that fails fast and quietly, an opened job (inputs read, output claimed
-through :mod:`reassembly._files`), stopping a job's Spark work before its output is removed,
-the split write and the summary. The jobs import this module; it imports no job and not the
+An opened job (its input and output claimed through :mod:`reassembly._files`, its session from
+:func:`reassembly.spark.engine.session.open_session`), its Spark work stopped before its output is
+removed, the split write and the summary. The jobs import this module; it imports no job and not the
 command, so the command can import both without a circle. Nothing here prints: the summary is
 returned as data and text for the command to show (the progress bar is the command's too).
 """
@@ -11,13 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
-import signal
-import socket
-import threading
-import time
-import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -25,155 +19,13 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from reassembly._errors import JobError, counted, first_line
-from reassembly._files import atomic_dir, claim_output, hadoop_literal, inputs
-from reassembly._processes import INTERRUPTED, descendants, on_interrupt, process_alive
+from reassembly._files import Claim, atomic_dir, hadoop_literal
+from reassembly._processes import INTERRUPTED
+from reassembly.spark.engine.session import SparkSettings, jvm_pid, open_session, stop_spark
 from reassembly.spark.footers import Footers, check_files, footer_rows
 from reassembly.spark.inputs import InputRefused, SegmentInput, check_binary_column, check_input, check_schema
 
 logger = logging.getLogger(__name__)
-
-# A master that does not answer within this many seconds is reported at once (Spark itself
-# retries for about a minute and then prints hundreds of lines of Java).
-CONNECT_TIMEOUT = 5.0
-
-_LOCAL = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]")
-_SPARK_CONNECT_PORT = 15002
-
-
-@dataclass(frozen=True)
-class SparkSettings:
-    """How a job talks to Spark: the master, shuffle partitions, Spark's own output, and ``conf``:
-    settings given to the session as it starts (``--conf KEY=VALUE``), over the library's defaults."""
-
-    master: str = "local[2]"
-    partitions: int | None = None
-    verbose: bool = False
-    conf: Mapping[str, str] = field(default_factory=dict)
-
-
-def master_endpoints(master: str) -> list[tuple[str, int]]:
-    """The (host, port) pairs a master URL names (none for local, YARN, Kubernetes); ValueError if malformed."""
-    if _LOCAL.fullmatch(master) or master == "yarn" or master.startswith("k8s://"):
-        return []
-    scheme, sep, rest = master.partition("://")
-    if not sep or scheme not in ("spark", "sc") or not rest:
-        raise ValueError(
-            f"not a Spark master URL: {master!r} (local[N], spark://HOST:PORT, sc://HOST, yarn, k8s://...)"
-        )
-    endpoints = []
-    for hostport in rest.split("/")[0].split(";")[0].split(","):
-        host, colon, port = hostport.rpartition(":")
-        if not colon:
-            host, port = hostport, "" if scheme == "spark" else str(_SPARK_CONNECT_PORT)
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"not a Spark master URL: {master!r} (bad HOST:PORT {hostport!r})")
-        endpoints.append((host.strip("[]"), int(port)))
-    return endpoints
-
-
-def _check_master_answers(master: str) -> None:
-    endpoints = master_endpoints(master)
-    errors = []
-    for host, port in endpoints:
-        try:
-            socket.create_connection((host, port), timeout=CONNECT_TIMEOUT).close()
-            return
-        except TimeoutError:
-            errors.append(f"no answer within {CONNECT_TIMEOUT:g} s")
-        except OSError as exc:
-            errors.append(exc.strerror or type(exc).__name__)
-    if endpoints:
-        raise JobError(f"no Spark master answers at {master}: {errors[-1]}")
-
-
-def open_session(settings: SparkSettings) -> Any:
-    """A Spark session, or a one-line JobError naming why there is none (the launch's root cause, such
-    as YARN's missing HADOOP_CONF_DIR, first). Under spark-submit, spark-submit's session and master."""
-    from reassembly.spark.session import SparkEnvironmentError, get_session, submitted
-
-    if not submitted():  # under spark-submit the JVM runs already, with spark-submit's --master
-        _check_master_answers(settings.master)
-    try:
-        spark = get_session(
-            settings.master, app_name="reassemble", conf=dict(settings.conf), quiet=not settings.verbose
-        )
-    except Exception as exc:
-        hint = "" if settings.verbose else " (--verbose shows Spark's own output)"
-        why = exc.args[0] if isinstance(exc, SparkEnvironmentError) else first_line(exc)
-        raise JobError(f"cannot start Spark with master {settings.master}: {why}{hint}") from None
-    if hasattr(spark, "sparkContext"):  # our own one-line errors replace Java stack traces
-        spark.sparkContext.setLogLevel("WARN" if settings.verbose else "OFF")
-    if threading.current_thread() is threading.main_thread():
-        # pyspark's handler cancels jobs through the JVM connection the main thread is blocked
-        # in (a re-entrant call that fails and logs tracebacks); a plain KeyboardInterrupt lets
-        # atomic_dir stop Spark and remove the hidden output instead.
-        signal.signal(signal.SIGINT, on_interrupt)
-    return spark
-
-
-# How long an interrupted or failed job waits for Spark's tasks, then for its Python workers, to stop.
-STOP_TASKS_TIMEOUT = 30.0
-STOP_WORKERS_TIMEOUT = 10.0
-
-
-def _wait(done: Any, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while not done():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
-def jvm_pid(spark: Any) -> int | None:
-    """The PID of the JVM this process launched for ``spark`` (None for Connect, or a JVM started elsewhere)."""
-    proc = getattr(getattr(getattr(spark, "sparkContext", None), "_gateway", None), "proc", None)
-    pid = getattr(proc, "pid", None)
-    return pid if isinstance(pid, int) else None
-
-
-def stop_spark(spark: Any) -> bool:
-    """Stop every piece of Spark work that may still write: True when it was seen to stop.
-
-    Cancelling a job only marks its tasks; a task ends some time later, and a Python worker
-    (which writes payload files itself) can go on well after its task has ended. So: cancel
-    every job, wait until no job, stage or task is active, stop the session (pyspark's daemon
-    then ends its workers), and wait for the processes that ran below the JVM to exit (Linux,
-    where they can be listed). Each wait is bounded; a JVM that is gone already is not waited for.
-    """
-    sc = getattr(spark, "sparkContext", None)
-    if sc is None:
-        return spark is None  # no session: nothing writes; Connect: its server cannot be asked
-    pid = jvm_pid(spark)
-    workers = descendants(pid) if pid is not None else []
-    quiet = True
-    try:
-        sc.cancelAllJobs()
-        status, executors = sc.statusTracker(), sc._jsc.sc().statusTracker()
-
-        def idle() -> bool:
-            running = sum(e.numRunningTasks() for e in executors.getExecutorInfos())
-            return not status.getActiveJobsIds() and not status.getActiveStageIds() and running == 0
-
-        quiet = _wait(idle, STOP_TASKS_TIMEOUT)
-        if not quiet:
-            logger.warning("Spark tasks still running %.0f s after their jobs were cancelled", STOP_TASKS_TIMEOUT)
-    except Exception:  # the JVM is gone (the same Ctrl-C, a crash): nothing left to cancel there
-        logger.debug("cancelling Spark's jobs failed", exc_info=True)
-        quiet = pid is not None and not process_alive(pid)
-    with warnings.catch_warnings():  # pyspark warns when the JVM went first: expected here
-        warnings.simplefilter("ignore")
-        try:
-            spark.stop()
-        except Exception:
-            logger.debug("stopping the session failed", exc_info=True)
-    if pid is None:
-        return False
-    stopped = _wait(lambda: not any(process_alive(p, i) for p, i in workers), STOP_WORKERS_TIMEOUT)
-    if not stopped:
-        logger.warning("Spark's Python workers still running %.0f s after the session stopped", STOP_WORKERS_TIMEOUT)
-    return quiet and stopped
-
 
 @dataclass
 class Job:
@@ -204,7 +56,7 @@ class Job:
                 raise
             except Exception as exc:
                 raise JobError(f"job failed: {first_line(exc)}") from None
-            if INTERRUPTED.is_set():  # a Ctrl-C that pyspark swallowed (see jar._loadable): not kept either
+            if INTERRUPTED.is_set():  # a Ctrl-C that pyspark swallowed (see engine.bridge._loadable): not kept either
                 raise KeyboardInterrupt
 
     def input_bytes(self) -> int:
@@ -218,23 +70,22 @@ class Job:
 
 
 def open_job(
-    pattern: str,
-    output: str,
+    claimed: Claim,
     *,
-    overwrite: bool,
     column: str | None,
     settings: SparkSettings,
     segments: SegmentInput | None = None,
     phase: Callable[[str], AbstractContextManager[Any]] = lambda name: nullcontext(),
 ) -> Job:
-    """Check input and output, start Spark, read the input and refuse it (:class:`InputRefused`, a
+    """Check the input's files, start Spark, read the input and refuse it (:class:`InputRefused`, a
     UsageError: exit code 2, nothing written) when it cannot be what was meant: with ``segments``,
     by :func:`~reassembly.spark.inputs.check_input` (the columns, their types, and whether the
-    first values frame as segments); else a ``column`` that is missing or not binary. ``phase(name)``
-    times each step (``footers``: the checks before Spark starts, ``spark_start``: the session,
-    ``input``: the input read and checked; the command's ``--summary-json`` durations)."""
-    paths = inputs(pattern)
-    out = claim_output(output, overwrite, pattern, paths)
+    first values frame as segments); else a ``column`` that is missing or not binary. ``claimed``:
+    the input's paths and the output, checked before (:func:`reassembly._files.claim_output`).
+    ``phase(name)`` times each step (``footers``: the checks before Spark starts, ``spark_start``: the
+    session, ``input``: the input read and checked; the command's ``--summary-json`` durations)."""
+    paths, out = list(claimed.paths), claimed.out
+    pattern = claimed.pattern if claimed.pattern is not None else ", ".join(paths)
     strict = not skipping(settings.conf)
     with phase("footers"):
         footers = check_files(paths, pattern, segments, column=column, strict=strict)  # before Spark starts

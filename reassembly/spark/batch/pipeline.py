@@ -1,12 +1,12 @@
 """``reassemble``: segments DataFrame in, messages and quarantine out, every segment accounted for.
 
-Data path (one scan, one shuffle, one aggregate; see ``jvm.py`` and ``judge.py``):
+Data path (one scan, one shuffle, one aggregate; see ``grouping.py`` and ``judge.py``):
 
 1. Headers are decoded in the JVM and each row gets its keys: its GroupId when
-   its framing holds, else a hash of its bytes (``jvm.py``). Where the bundled
+   its framing holds, else a hash of its bytes (``grouping.py``). Where the bundled
    jar runs, by its ``Decode`` (Java generated from ``segmenter.header_table``,
-   ``jvm.decoded_in_jar``); elsewhere by SQL generated from the same table
-   (``decode.py``, ``jvm.route``). Same columns (tests/spark/test_jvm_decode.py). With ``payload_dir``,
+   ``bridge.decoded_in_jar``); elsewhere by SQL generated from the same table
+   (``decode.py``, ``grouping.route``). Same columns (tests/spark/test_jvm_decode.py). With ``payload_dir``,
    rows at offsets from ``large_message_bytes`` on also get a per-offset key.
 2. One shuffle by GroupId; one aggregate concatenates each message's (or MQ
    group's) data in the JVM and collects its headers.
@@ -27,7 +27,7 @@ Python operator it saves (``python -m bench.stages DATA --variants ours,split`` 
 both).
 
 The JVM one pass (default; ``use_jar=False`` turns it off), with the bundled jar
-(``jar.py``, ``jvm.fast_aggregate``): steps 2-3 as one walk over each message's
+(``engine/bridge.py``: ``fast_aggregate``): steps 2-3 as one walk over each message's
 pieces, sorted within the shuffle's partitions, copying each piece once and
 folding the segments' verified CRCs into the message CRC, with the per-row rules
 from the header table as one SQL column. Same rows (tests/spark/test_jvm_jar.py). On
@@ -56,7 +56,7 @@ rows and judged with all of them, as if nothing had been staged. So the rows are
 ``assemble_in_splits=False`` (tests/spark/test_split_layouts.py), and on a lander-shaped table the
 shuffle carries the references and the few messages that straddle files
 (``python -m bench.splits``). Where nothing is confined (a scattered table), a scan task stops
-walking after its first rows (``jvm.STAGE_PROBE_ROWS``) and passes the rest straight through, as
+walking after its first rows (``bridge.STAGE_PROBE_ROWS``) and passes the rest straight through, as
 ``assemble_in_splits=False`` sends them; ``Saved.metrics`` counts the scan tasks by that choice
 (``scan_tasks_staged``, ``scan_tasks_passed_through``). Lineage (``keep_columns``) keeps the plan
 that shuffles every row.
@@ -70,11 +70,12 @@ from typing import Any
 
 from reassembly._errors import UsageError
 from reassembly.assembler.core import Limits
-from reassembly.spark import jar, jvm
-from reassembly.spark.decode import decode_segments
-from reassembly.spark.environment import check_worker_python
-from reassembly.spark.judge import make_judge, make_side_judge
-from reassembly.spark.save import Output, Saved, Split, save
+from reassembly.spark.batch import grouping
+from reassembly.spark.batch.decode import decode_segments
+from reassembly.spark.batch.judge import make_judge, make_side_judge
+from reassembly.spark.batch.save import Output, Saved, Split, save
+from reassembly.spark.engine import bridge
+from reassembly.spark.engine.environment import check_worker_python
 from reassembly.spark.schema import (
     OUTPUT_FIELDS,
     SOURCE,
@@ -112,7 +113,7 @@ class ReassemblyOptions:
     """Messages the JVM finds complete and clean are written without Python; False: every group goes
     through the Python assembler (same rows, slower)."""
     use_jar: bool = True
-    """The bundled jar's one pass (``jvm.fast_aggregate``) where the session can load it (not on
+    """The bundled jar's one pass (``bridge.fast_aggregate``) where the session can load it (not on
     Connect); False: the SQL path (listagg and the SQL clean test). Same rows either way."""
     digest: DigestPolicy = NO_POLICY
     """SHA-256 / HMAC-SHA-256 digests demanded, and the keys to check them: verified in the JVM on the
@@ -270,25 +271,25 @@ def reassemble(
     n = opts.partitions or int(df.sparkSession.conf.get("spark.sql.shuffle.partitions"))
     # The jar's one pass serves the policy that demands nothing (module doc); Connect: the SQL path.
     demands = opts.digest.sha256 or opts.digest.keyring is not None
-    one_pass = jar.reassembler(df.sparkSession) if opts.jvm_fast_path and opts.use_jar and not demands else None
+    one_pass = bridge.reassembler(df.sparkSession) if opts.jvm_fast_path and opts.use_jar and not demands else None
     if one_pass is not None:  # the jar decodes too: no SQL decoding to plan, generate and compile
-        routed = jvm.decoded_in_jar(df, raw_column, limits, threshold, keep)
+        routed = bridge.decoded_in_jar(df, raw_column, limits, threshold, keep)
     else:
         decoded = decode_segments(df, raw_column, limits.max_message_size, limits.max_segment_size, keep)
-        routed = jvm.route(decoded, threshold)
+        routed = grouping.route(decoded, threshold)
     fields = [c for c, _, _ in OUTPUT_FIELDS] + ([SOURCES, SOURCE] if keep else [])
 
     def plan(pending: str | None, observe: Any) -> Any:
         if one_pass is not None:
-            agg = jvm.fast_aggregate(routed, n, limits.max_message_size, one_pass, large_message_bytes=threshold)
+            agg = bridge.fast_aggregate(routed, n, limits.max_message_size, one_pass, large_message_bytes=threshold)
             clean = F.col("clean")
             sources = SOURCES if keep else None  # the pass lists a clean row's kept columns
         else:
-            agg = jvm.aggregate(routed, n)
+            agg = grouping.aggregate(routed, n)
             if opts.digest.keyring is not None and opts.jvm_fast_path:
                 _redact_keys(df.sparkSession)
             fast = opts.jvm_fast_path
-            clean = F.expr(jvm.clean(opts.digest, large_message_bytes=threshold)) if fast else F.lit(False)
+            clean = F.expr(grouping.clean(opts.digest, large_message_bytes=threshold)) if fast else F.lit(False)
             sources = "transform(meta, m -> m.src)" if keep else None
         if observe is not None:
             agg = observe(agg)
@@ -297,7 +298,7 @@ def reassemble(
         rows = agg.select("*", judge(job).alias("r"))
         # NULL element: the row's clean message, written from the JVM columns.
         out = rows.select("*", F.explode(F.coalesce("r", F.array(F.lit(None)))).alias("q"))
-        sql = jvm.clean_row(sources)
+        sql = grouping.clean_row(sources)
         pick = [F.expr(f"CASE WHEN q IS NULL THEN {sql[c]} ELSE q.`{c}` END").alias(c) for c in fields]
         return out.select(*pick)
 
@@ -306,7 +307,7 @@ def reassemble(
         spark = df.sparkSession
         ddl = {c: d for c, d, _ in OUTPUT_FIELDS}
         # SQL text, one selectExpr: a Column per expression costs some twenty py4j round trips each
-        sql = jvm.clean_row(SOURCES if keep else None)
+        sql = grouping.clean_row(SOURCES if keep else None)
         clean_columns = [f"CAST({sql[c]} AS {ddl[c]}) AS `{c}`" for c in message_columns(False)]
         clean_columns += [f"{SOURCES} AS {SOURCES}"] if keep else []
         judged_schema = spark_schema(
@@ -316,12 +317,12 @@ def reassemble(
         # Lineage keeps the plan that shuffles every row: a staged message's rows carry no kept columns.
         staging = opts.assemble_in_splits and not keep
 
-        tallies: list[jvm.ScanTally] = []  # the scan tasks' choices of the last clean job planned
+        tallies: list[bridge.ScanTally] = []  # the scan tasks' choices of the last clean job planned
 
         def clean_messages(side: str) -> Any:
             stage = f"{side}/{STAGE}" if staging else None
-            tallies[:] = [jvm.ScanTally.create(spark)] if staging else []
-            agg = jvm.fast_aggregate(
+            tallies[:] = [bridge.ScanTally.create(spark)] if staging else []
+            agg = bridge.fast_aggregate(
                 routed,
                 n,
                 limits.max_message_size,

@@ -79,7 +79,7 @@ def read_output(spark: Any, output: str | os.PathLike[str], kind: str = "message
     ``raw_path`` name files relative to ``OUTPUT/payloads`` for ``run`` and ``run --incremental``
     alike (an incremental run stores them relative to its own ``payloads/run=N``; this reader
     puts the ``run=N/`` in front), so
-    :func:`~reassembly.spark.quarantine.read_quarantined` ``(row, OUTPUT/payloads)`` reads any
+    :func:`~reassembly.spark.batch.quarantine.read_quarantined` ``(row, OUTPUT/payloads)`` reads any
     quarantine row back; a stream's are relative to its ``--payload-dir``.
     """
     from pyspark.sql import functions as F

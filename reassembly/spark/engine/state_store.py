@@ -6,7 +6,7 @@ The stateful processors (:class:`~reassembly.spark.stream.processor.Reassembler`
 ``transformWithState``, which only works on the RocksDB state store provider. Without it the
 query would fail only once it runs, deep in a Python worker; :func:`require_rocksdb` refuses the
 session when the stream is set up instead, with the setting to change.
-:func:`reassembly.spark.environment.configure` sets it (with the other settings the library wants).
+:func:`reassembly.spark.engine.environment.configure` sets it (with the other settings the library wants).
 Nothing here imports pyspark: a session is only asked for its configuration.
 """
 
