@@ -290,9 +290,9 @@ def test_a_scan_task_with_nothing_confined_in_its_first_rows_passes_them_through
     with both kinds of files does each per task. The rows are the in-process ones every time (and,
     scattered, those of every row shuffled: ``assemble_in_splits=False``), and the saved metrics count
     the tasks."""
-    from reassembly.spark import jvm
+    from reassembly.spark.engine import bridge
 
-    monkeypatch.setattr(jvm, "STAGE_PROBE_ROWS", 8)
+    monkeypatch.setattr(bridge, "STAGE_PROBE_ROWS", 8)
     spark = file_per_split
     files, _ = landing()
     rows = [r for f in files for r in f]

@@ -40,7 +40,7 @@ named ``reassembly...``: Spark's UI, listeners and metrics sinks see them); what
 judges or writes itself it counts as it goes (:class:`_Counted`); :class:`Saved` gives their sum as
 ``metrics`` (:data:`METRICS`), the same counts wherever the rows were judged. The staged plan's scan
 tasks add their choice (staged, or passed through after their first rows) to Spark accumulators
-(``jvm.ScanTally``), read after the first job: ``scan_tasks_staged`` and ``scan_tasks_passed_through``
+(``bridge.ScanTally``), read after the first job: ``scan_tasks_staged`` and ``scan_tasks_passed_through``
 (both 0 where nothing is staged: lineage, ``assemble_in_splits=False``, no jar).
 """
 
