@@ -63,6 +63,12 @@ def test_an_incremental_run_names_a_new_file_spark_skips_and_can_fail_on_it(tmp_
         "run", str(landing), str(out), "--incremental", "--checkpoint", str(ck), "--no-progress",
         *SKIP, "--summary-json", str(summary),
     )  # fmt: skip
+    _reported_and_failed(done, summary, bad, rows)
+
+
+def _reported_and_failed(done: subprocess.CompletedProcess[str], summary: Path, bad: Path, rows: int) -> None:
+    """The damaged file named in the report and the summary, ``--fail-on skipped`` held (exit 3), and
+    the accounting identity over the rows Spark did read."""
     assert done.returncode == 3, done.stderr[-3000:]
     said = f"skipped: 1 input file Spark did not read whole (spark.sql.files.ignoreCorruptFiles): {bad} (unreadable)"
     assert said in done.stdout and "reassemble: --fail-on: skipped (1 file)" in done.stderr
@@ -77,11 +83,4 @@ def test_a_stream_names_a_file_spark_skips_in_its_batch_and_can_fail_on_it(tmp_p
     landing, bad, rows = _landing_with_a_damaged_file(tmp_path)
     summary, out, ck = tmp_path / "summary.json", tmp_path / "out", tmp_path / "ck"
     done = reassemble("stream", str(landing), str(out), "--checkpoint", str(ck), *SKIP, "--summary-json", str(summary))
-    assert done.returncode == 3, done.stderr[-3000:]
-    said = f"skipped: 1 input file Spark did not read whole (spark.sql.files.ignoreCorruptFiles): {bad} (unreadable)"
-    assert said in done.stdout and "reassemble: --fail-on: skipped (1 file)" in done.stderr
-    record = json.loads(summary.read_text())
-    assert problems(record) == []
-    assert record["input"]["skipped_files"] == [{"path": str(bad), "rows_expected": None, "rows_read": 0}]
-    assert record["fail_on"]["held"] == ["skipped"] and record["counts"]["rows_in"] == rows
-    assert record["accounting"]["holds"] is True
+    _reported_and_failed(done, summary, bad, rows)
