@@ -130,7 +130,7 @@ def test_unreadable_input_is_reported_not_skipped(tmp_path: Path) -> None:
     (landing / "garbage.parquet").write_bytes(b"not parquet at all")
     pq.write_table(pa.table({"destination": [7, None], "payload": ["text", None]}), landing / "odd.parquet")
     run = subprocess.run(collect_cmd(landing, out, db, "--once", "--poll", "0.05s"), capture_output=True, text=True)
-    assert run.returncode == 1 and "garbage.parquet" in run.stderr and "1 input files could not be read" in run.stderr
+    assert run.returncode == 1 and "garbage.parquet" in run.stderr and "1 input file could not be read" in run.stderr
     assert run.stderr.count("cannot read") == 1  # reported once, retried at every poll
     assert sorted(m for ms in read_batches(out).values() for m in ms) == [b"", b"text"]  # "7" and "" (default)
     assert (landing / "garbage.parquet").exists()
