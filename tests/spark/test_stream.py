@@ -430,8 +430,8 @@ def test_rows_that_are_not_whole_segments_are_quarantined_as_they_came_even_when
     (msg,) = read_committed(tmp_path / "out", "message")
     assert msg["status"] == "complete" and (tmp_path / "bodies" / msg["payload_path"]).read_bytes() == payload
     quarantined = Counter((r["reason"], r["raw"]) for r in read_committed(tmp_path / "out", "quarantine"))
-    truncated = int(Reason.TRUNCATED)
-    assert quarantined == Counter([(truncated, overlong), (truncated, short), (truncated, None)])  # NULL stays NULL
+    truncated, trailing = int(Reason.TRUNCATED), int(Reason.TRAILING_BYTES)
+    assert quarantined == Counter([(trailing, overlong), (truncated, short), (truncated, None)])  # NULL stays NULL
 
 
 def test_null_event_times_and_old_files_are_read(stream_spark: Any, tmp_path: Path) -> None:
