@@ -157,7 +157,7 @@ def test_runs_killed_at_every_step_leave_committed_runs_that_equal_one_plain_run
     assert list(out.glob(".run=1.*.staging")), "the killed run had staged its output"
     done = reassemble(*command)
     assert done.returncode == 0, done.stderr
-    assert "run 1: 1 new files" in done.stdout and "committed: run 1" in done.stdout
+    assert "run 1: 1 new file" in done.stdout and "committed: run 1" in done.stdout
     assert _accounted(done.stdout)[1] > 0  # the messages cut in two wait for their other part
     _consistent(out, ck)
 
