@@ -88,7 +88,7 @@ def test_spark_submit_runs_the_command_with_the_environment_it_ships(
     (executor,) = apps(cluster_dir) - before
     assert (executor / "environment" / "bin" / "python").exists()
     site = next((executor / "environment" / "lib").glob("python*/site-packages"))
-    assert (site / "reassembly" / "spark" / "environment.py").exists()
+    assert (site / "reassembly" / "spark" / "engine" / "environment.py").exists()
 
 
 # Slow: the same one-line refusal of workers without the library runs in the default run through a
