@@ -195,10 +195,14 @@ class KafkaDispatchSource:
     def _batch_size(self) -> int:
         """Records to read at once: ``batch``, or with ``budget_bytes`` no more than the room left
         in it holds of the largest records seen (at least one), so that one fetch cannot carry the
-        held bytes far past the budget before the runner pauses: by one record at most."""
+        held bytes far past the budget before the runner pauses: by one record at most. Until a
+        record has been seen its size is unknown: one record (a first fetch of ``batch`` records
+        that were all waiting would carry the held bytes up to ``batch`` records past the budget)."""
         d = self._dispatcher
-        if self.budget_bytes is None or d is None or not self.loop.largest_record:
+        if self.budget_bytes is None or d is None:
             return self.batch
+        if not self.loop.largest_record:
+            return 1
         room = self.budget_bytes - d.held_bytes() - self.held_bytes()
         return max(1, min(self.batch, room // self.loop.largest_record))
 

@@ -66,6 +66,12 @@ class Budget:
     consumer near its limit from pausing and resuming on every message (each a broker round trip).
     The caller counts what it holds (segments in assembly, messages queued and in flight) and
     calls :meth:`update` after every change; the answer is what to do, ``None`` for nothing.
+
+    A pause needs something that can end it: with no message held, nothing will be settled, and
+    the bytes held are segments of messages still in assembly that only more fetching can complete
+    (or the assembler's own limits expire). So with no message held the budget never pauses and a
+    paused budget resumes, whatever the bytes: a budget smaller than the messages in assembly
+    cannot stall the consumer for good.
     """
 
     __slots__ = ("low_water", "max_bytes", "max_messages", "paused")
@@ -84,12 +90,15 @@ class Budget:
         self.paused = False
 
     def over(self, messages: int, bytes_: int) -> bool:
-        """At or over the high-water mark: either limit reached."""
-        return messages >= self.max_messages or bytes_ >= self.max_bytes
+        """At or over the high-water mark: either limit reached, with a message held."""
+        return messages > 0 and (messages >= self.max_messages or bytes_ >= self.max_bytes)
 
     def under(self, messages: int, bytes_: int) -> bool:
-        """Under the low-water mark: both amounts below ``low_water`` of their limits."""
-        return messages < self.low_water * self.max_messages and bytes_ < self.low_water * self.max_bytes
+        """Under the low-water mark: both amounts below ``low_water`` of their limits, or no
+        message held."""
+        return messages == 0 or (
+            messages < self.low_water * self.max_messages and bytes_ < self.low_water * self.max_bytes
+        )
 
     def update(self, messages: int, bytes_: int) -> bool | None:
         """``True``: pause fetching; ``False``: resume; ``None``: leave it as it is (repeated calls

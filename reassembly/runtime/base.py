@@ -298,8 +298,9 @@ class Runner:
         for o in offered:
             self.dispatcher.offer(o.message, now=now, key=o.key, size=o.size, positions=o.positions)
             self.summary.offered += 1
-        if offered:
-            self._check_budget()
+        # after every fetch, not only one that completed a message: the segments of messages still
+        # in assembly count too, and fetches that only add to them must pause once they fill the budget
+        self._check_budget()
         return len(offered), timeout > 0
 
     def _until_due(self, now: float, wait: float) -> float:

@@ -51,8 +51,17 @@ def test_the_budget_pauses_at_either_limit_and_resumes_under_both_low_marks() ->
     assert budget.update(49, 600) is None  # the bytes still over their low mark
     assert budget.update(49, 499) is False and not budget.paused
     assert budget.update(60, 900) is None  # between the marks: stays running
-    assert budget.update(0, 1000) is True  # the byte limit reached
+    assert budget.update(1, 1000) is True  # the byte limit reached
     assert "paused" in repr(budget)
+
+
+def test_with_no_message_held_the_budget_never_pauses_and_a_pause_ends() -> None:
+    """Bytes with no message held are segments still in assembly: only fetching completes them."""
+    budget = Budget(max_messages=100, max_bytes=1000, low_water=0.5)
+    assert budget.update(0, 5000) is None and not budget.paused
+    assert budget.update(1, 5000) is True
+    assert budget.update(1, 4000) is None  # one message still to settle: the pause holds
+    assert budget.update(0, 4000) is False and not budget.paused  # settled: nothing else can end it
 
 
 @given(st.lists(st.tuples(st.integers(0, 200), st.integers(0, 2000)), max_size=50))
@@ -65,8 +74,8 @@ def test_the_budget_alternates_and_always_answers_its_state(steps: list[tuple[in
         if answer is not None:
             answers.append(answer)
             assert answer == budget.paused != was
-        over = messages >= 100 or bytes_ >= 1000
-        under = messages < 30 and bytes_ < 300
+        over = messages > 0 and (messages >= 100 or bytes_ >= 1000)
+        under = messages == 0 or (messages < 30 and bytes_ < 300)
         assert budget.paused == (over or (was and not under))
     assert all(a != b for a, b in pairwise(answers))  # pause, resume, pause...
 

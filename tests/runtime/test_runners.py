@@ -173,6 +173,76 @@ def test_budget_pauses_and_bounds_what_is_held(tmp_path: Path) -> None:
     assert summary.peak_held_bytes <= 20_000 + 1000, "held bytes within the budget plus one message"
 
 
+class AssemblingSource(PausingSource):
+    """One segment per fetch, as a log consumer reads records: a message is offered when its last
+    part arrives; until then its parts are held as segments in assembly (``held_bytes``)."""
+
+    def __init__(self, records: Sequence[tuple[MessageComplete, int, bool]]) -> None:
+        super().__init__([])
+        self.records = iter(records)
+        self.assembling = 0
+        self.peak_assembling = 0
+        self.runner: Runner | None = None
+        self.peak_held = 0  # segments in assembly and the runner's messages, after every fetch
+
+    def fetch(self, timeout: float) -> Sequence[Offered]:
+        if self.paused or self.exhausted:
+            return []
+        record = next(self.records, None)
+        if record is None:
+            self.exhausted = True
+            return []
+        msg, part, last = record
+        self.assembling += part
+        self.peak_assembling = max(self.peak_assembling, self.assembling)
+        if self.runner is not None:
+            self.peak_held = max(self.peak_held, self.assembling + self.runner.dispatcher.held_bytes())
+        if not last:
+            return []
+        self.assembling -= len(msg.payload)
+        return [Offered(msg)]
+
+    def held_bytes(self) -> int:
+        return self.assembling
+
+
+def records(msgs: Sequence[MessageComplete], parts: int) -> list[tuple[MessageComplete, int, bool]]:
+    """Each message as ``parts`` records, the records of ``len(msgs)`` messages interleaved."""
+    out = []
+    for i in range(parts):
+        for m in msgs:
+            out.append((m, len(m.payload) // parts, i == parts - 1))
+    return out
+
+
+def test_every_fetch_counts_segments_in_assembly_against_the_budget() -> None:
+    """Three messages' segments interleaved: two of three fetches complete nothing, yet the
+    held bytes never pass the budget by more than one record."""
+    msgs = [m for i in range(0, 120, 3) for m in interleaved([1, 1, 1], size=1200, first=i)]
+    recs = [r for k in range(0, len(msgs), 3) for r in records(msgs[k : k + 3], 3)]
+    source = AssemblingSource(recs)
+    runner = ThreadRunner(source, lambda m: source.paused_once.wait(30), workers=2,
+                          budget=Budget(max_messages=10_000, max_bytes=20_000))  # fmt: skip
+    source.runner = runner
+    summary = runner.run()
+    assert summary.done == 120 and summary.pauses >= 1
+    print("PEAK", source.peak_held, summary.peak_held_bytes)
+    assert 20_000 <= source.peak_held <= 20_000 + 400, "held bytes within the budget plus one record"
+    assert summary.peak_held_bytes == source.peak_held
+
+
+def test_segments_in_assembly_alone_over_the_budget_do_not_stall_the_consumer() -> None:
+    """Every message's first part before any second part: the segments in assembly pass the
+    budget with no message held; a pause then could never end, so none is taken until messages
+    are held, and every message is handled."""
+    msgs = interleaved([1] * 60, size=1000)
+    source = AssemblingSource(records(msgs, 2))
+    runner = ThreadRunner(source, lambda m: None, workers=2, budget=Budget(max_messages=10_000, max_bytes=20_000))
+    summary = runner.run()
+    assert source.peak_assembling >= 60 * 500 > 20_000
+    assert summary.done == 60
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_stop_drains_in_flight_work(kind: str, tmp_path: Path) -> None:
     log = str(tmp_path / "log")
