@@ -98,7 +98,10 @@ class Chunker:
         )
 
     def chunk_size(self, template: RMH) -> int:
-        """Bulk bytes per message for this header."""
+        """Bulk bytes per message for this header.
+
+        ``template``: the reference message header the chunks are sent with (its strings' lengths count).
+        """
         size = self.max_length
         if self.limit_includes_header:
             trailer = BLOCK_LENGTH + self.digest.extension_size() if self.integrity else 0
@@ -125,6 +128,11 @@ class Chunker:
 
         ``header_only`` sends the headers (with their checksums) but not the
         bytes: the receiver fetches each range from shared storage.
+
+        ``source``: the object, a path or a binary file object read from its start. ``dest_name``: the object's name at
+        the receiver (MQRMH DestName). ``src_name``: its name at the sender (SrcName; "": the path of a path source).
+        ``src_env``, ``dest_env``: the source and destination environments (SrcEnv, DestEnv). ``instance_id``: the
+        24-byte ObjectInstanceId of this transfer (None: a random one).
         """
         if isinstance(source, (str, os.PathLike)):
             with open(source, "rb") as f:
@@ -169,11 +177,18 @@ class Chunker:
             pending = following
 
     def encode(self, source: Source, dest_name: str, **options: object) -> Iterator[bytes]:
-        """Encoded message bodies (put each with MQMD Format "MQHREF  ")."""
+        """Encoded message bodies (put each with MQMD Format "MQHREF  ").
+
+        ``source``, ``dest_name``: as for :meth:`messages`; ``**options``: its keyword arguments.
+        """
         for message in self.messages(source, dest_name, **options):  # type: ignore[arg-type]
             yield message.encode(header_encoding=self.header_encoding)
 
 
 def chunk(source: Source, dest_name: str, *, max_length: int = DEFAULT_MAX_LENGTH, **options: object) -> list[bytes]:
-    """One-shot: every encoded message for ``source`` (small objects; use :class:`Chunker` to stream)."""
+    """One-shot: every encoded message for ``source`` (small objects; use :class:`Chunker` to stream).
+
+    ``source``: the object, a path or a binary file object. ``dest_name``: its name at the receiver. ``max_length``: the
+    largest message, MQRMH included, in bytes. ``**options``: the keyword arguments of :meth:`Chunker.messages`.
+    """
     return list(Chunker(max_length=max_length).encode(source, dest_name, **options))

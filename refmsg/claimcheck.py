@@ -126,6 +126,10 @@ def claim_check_message(
     ``data_format``, ``header_encoding`` and ``ccsid`` describe the payload
     (MQRMH Format, Encoding, CodedCharSetId), for the application that resolves it;
     ``digests`` (of the object) travel in the integrity block.
+
+    ``store_name``: the name of the store that holds the object, which the resolving side looks up. ``key``: the
+    object's key in that store. ``length``: the object's size in bytes. ``object_checksum``: its checksum by
+    ``algorithm`` (the checksum the reference carries to verify the fetched bytes).
     """
     if not 0 <= length <= MAX_MQLONG:
         raise MessageTooBigError(f"{length} bytes exceed DataLogicalLength's range", length=length, limit=MAX_MQLONG)
@@ -162,6 +166,12 @@ def offload(
     A reference carries the SHA-256 / HMAC-SHA-256 of the payload that ``digest``
     asks for. A payload that :func:`is_claim_check` would take for a reference is stored
     whatever its size, so that :func:`resolve` gives every offloaded payload back.
+
+    ``payload``: the message's bytes (any bytes-like object, counted in bytes). ``store``: where a payload over the
+    threshold is put. ``algorithm``: the checksum of the stored object carried in the reference. ``key``: the object's
+    key (None: a random UUID). ``inline_format``: the MQ Format of the payload, kept on an inline message and written as
+    the reference's DataFormat. ``header_encoding``, ``ccsid``: the payload's Encoding and CodedCharSetId, carried in
+    the reference.
     """
     if inline_format == FORMAT_REF_MSG_HEADER:  # resolve() would take any inline payload for a reference
         raise argument_error(f"inline_format {inline_format!r} is the claim check's own Format")
@@ -193,6 +203,8 @@ def read_claim(body: Buffer) -> Claim:
     appended), ObjectType is "CLAIMCHK", LAST is set, the offset is 0, the
     object length and checksum are present and agree with DataLogicalLength
     and the chunk checksum, and the store and key are named.
+
+    ``body``: the message body, the reference's bytes from its first (the StrucId ``"RMH "``).
     """
     decoded = decode_message(body, require_integrity=True)
     ref, struc_length = decoded.message, decoded.layout.struc_length
@@ -431,6 +443,8 @@ def resolve(
     it is verified, *before* the caller has committed its work: a crash then
     loses the payload while the message is redelivered. Prefer :func:`release`
     after the commit.
+
+    ``message``: the :class:`Message` received, or its body bytes (a reference is recognised by :func:`is_claim_check`).
     """
     _check_missing_policy(missing)
     claim = _claim_of(message)
@@ -493,6 +507,10 @@ def resolve_into(
     of the object, never all of it: write to a temporary file and rename it
     only after this returns. With ``missing="skip"`` and no object, nothing is
     written and a :class:`MissingPayload` is returned.
+
+    ``message``: the :class:`Message` received, or its body bytes. ``store``: one store or an allowlist, as for
+    :func:`resolve`. ``max_size``: the largest object accepted, in bytes. ``digest``: the digests a reference must carry
+    and the keys to check them.
     """
     if chunk_size < 1:
         raise SegmentationError(f"chunk_size {chunk_size} must be positive", chunk_size=chunk_size)
@@ -523,6 +541,8 @@ def release(message: Message | Buffer, store: Stores) -> Claim | None:
     allowlist) as :func:`resolve` does. Idempotent: releasing twice, or a
     payload already gone, is not an error. Returns the claim released, or None
     for an inline message (nothing stored).
+
+    ``message``: the reference (a :class:`Message` or its body bytes) whose payload is deleted.
     """
     claim = _claim_of(message)
     if claim is None:

@@ -90,7 +90,11 @@ class ObjectState:
         object_length: int | None = None,
         object_checksum: int | None = None,
     ) -> Plan:
-        """Validate a chunk against the state (nothing changes); raise on any contradiction."""
+        """Validate a chunk against the state (nothing changes); raise on any contradiction.
+
+        ``offset``, ``length``: the chunk's byte range in the object. ``last``: the chunk carries LAST (the object's
+        end). ``object_length``, ``object_checksum``: what the chunk declares about the whole object (None: nothing).
+        """
         if self.conflict:
             raise ConflictError(
                 f"object {self.name!r} is in conflict (two verified copies differ); nothing is delivered",
@@ -161,14 +165,20 @@ class ObjectState:
         )
 
     def commit(self, plan: Plan) -> None:
-        """Record a planned chunk as applied (its new bytes written and durable)."""
+        """Record a planned chunk as applied (its new bytes written and durable).
+
+        ``plan``: what :meth:`plan` returned for the chunk.
+        """
         for span in plan.write:
             self.applied.add(span.start, span.end)
         self.note(plan.last, plan.object_length, plan.object_checksum)
 
     def note_digests(self, digests: Digests) -> bool:
         """Record declared digests; True when they are new. Different digests from another copy
-        of the LAST message: a conflict (which is genuine is not for a guess to say)."""
+        of the LAST message: a conflict (which is genuine is not for a guess to say).
+
+        ``digests``: the digests the chunk declares for the whole object.
+        """
         if not digests or digests == self.digests:
             return False
         if self.digests:
@@ -177,7 +187,10 @@ class ObjectState:
         return True
 
     def note(self, last: bool, object_length: int | None, object_checksum: int | None) -> None:
-        """Record what a chunk declared about the whole object."""
+        """Record what a chunk declared about the whole object.
+
+        ``last``: the chunk carries LAST. ``object_length``, ``object_checksum``: what it declares (None: nothing).
+        """
         if object_length is not None:
             self.object_length = object_length
         if object_checksum is not None:
@@ -256,6 +269,10 @@ def assemble_chunks(
     of the chunks' ``digests`` column are checked as ``digest`` says
     (:class:`~refmsg.integrity.ObjectCheck`). Raises the first
     :class:`SegmentationError` found.
+
+    ``rows``: the chunks, as :class:`ChunkRow`, mappings or tuples of its fields. ``algorithm``: the checksum the chunk
+    and object checksums are computed with. ``max_object_size``: the largest object accepted, in bytes. ``name``: the
+    object's name in error messages.
     """
     algorithm = ChecksumAlgorithm.parse(algorithm)
     state = ObjectState(name, algorithm, max_object_size)

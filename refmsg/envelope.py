@@ -272,6 +272,10 @@ class EncryptedStore:
     the inner store only ever sees envelopes (module docstring). ``name`` is the
     inner store's unless given. ``list`` reports the inner store's objects
     (sizes are envelope sizes); ``delete`` deletes them.
+
+    ``store``: the inner store, which keeps the envelopes. ``keys``: the keys that wrap each object's data key (the
+    current one for new objects). ``chunk_size``: the plaintext bytes per encrypted chunk, what a reader decrypts at a
+    time.
     """
 
     def __init__(
@@ -303,6 +307,8 @@ class EncryptedStore:
 
         Nothing of the payload is decrypted here; the envelope's size must be
         exactly what its header declares (9019 otherwise).
+
+        ``key``: the object's key.
         """
         obj = self.store.open(key)
         try:
@@ -370,7 +376,10 @@ class EncryptedStore:
         self.store.delete(key)
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
-        """The inner store's objects (envelope sizes); a StoreError when the inner store cannot list."""
+        """The inner store's objects (envelope sizes); a StoreError when the inner store cannot list.
+
+        ``prefix``: only keys starting with it ("": every object).
+        """
         lister = getattr(self.store, "list", None)
         if lister is None:
             raise StoreError(f"{self.store!r} cannot list its objects", cause=StoreFault.CONFIG)

@@ -168,11 +168,17 @@ class RMH:
         return {name: getattr(self, name) for name in STRING_FIELDS}
 
     def with_(self, **changes: object) -> RMH:
-        """A copy with some fields changed."""
+        """A copy with some fields changed.
+
+        ``**changes``: the fields to change, by name, with their new values.
+        """
         return replace(self, **changes)  # type: ignore[arg-type]
 
     def encoded_strings(self, header_ccsid: int = CCSID_UTF8) -> dict[str, bytes]:
-        """The non-empty strings in the header's character set."""
+        """The non-empty strings in the header's character set.
+
+        ``header_ccsid``: the character set (CodedCharSetId) the strings are encoded in.
+        """
         out: dict[str, bytes] = {}
         for name, value in self.strings().items():
             if not value:

@@ -53,7 +53,13 @@ class ReferenceMessage(NamedTuple):
         string_offsets: Mapping[str, int] | None = None,
         struc_length: int | None = None,
     ) -> bytes:
-        """The MQRMH bytes, integrity block (if any) sealed at its end."""
+        """The MQRMH bytes, integrity block (if any) sealed at its end.
+
+        ``header_encoding``: the byte order of the header's integers (None: its Encoding field's). ``header_ccsid``: the
+        character set of its strings. ``string_offsets``: where each string goes, by field name (None: after the fixed
+        part, in field order). ``struc_length``: the header's length, padded with NULs (None: rounded up to a multiple
+        of 4).
+        """
         if self.integrity is None:
             return self.header.pack(
                 header_encoding=header_encoding,
@@ -78,7 +84,10 @@ class ReferenceMessage(NamedTuple):
         string_offsets: Mapping[str, int] | None = None,
         struc_length: int | None = None,
     ) -> bytes:
-        """Header and bulk data as one ``bytes``: the message body to put with MQMD Format "MQHREF  "."""
+        """Header and bulk data as one ``bytes``: the message body to put with MQMD Format "MQHREF  ".
+
+        ``header_encoding``, ``header_ccsid``, ``string_offsets``, ``struc_length``: as for :meth:`pack_header`.
+        """
         if self.data and len(self.data) != self.header.data_logical_length:
             raise RmhError(
                 f"{len(self.data)} bytes of data, DataLogicalLength {self.header.data_logical_length}",
@@ -112,6 +121,8 @@ def decode_message(
     is present; with ``require_integrity`` a message without the block is
     refused. As in MQ, only the first DataLogicalLength bytes of the bulk data
     are relevant (normally all of it); less data than that is refused.
+
+    ``buf``: the message body, from the MQRMH's first byte.
     """
     view = memoryview(buf)
     layout = decode_rmh(view, encoding=encoding, ccsid=ccsid)

@@ -68,7 +68,10 @@ class RangeSource(Protocol):
 
 
 class DirectorySource:
-    """A shared directory as a :class:`RangeSource`; names are confined like destination names."""
+    """A shared directory as a :class:`RangeSource`; names are confined like destination names.
+
+    ``root``: the shared directory the ranges are read from.
+    """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = os.fspath(root)
@@ -134,6 +137,7 @@ class IncompleteObject(NamedTuple):
     conflict: bool = False  # two verified copies of a chunk differ: it will never be delivered
 
     def age(self, now: float) -> float:
+        """Seconds since its first chunk arrived, at ``now`` (on the receiver's clock)."""
         return now - self.first_seen
 
 
@@ -186,6 +190,11 @@ class Receiver:
     block (and objects without a whole-object checksum); ``max_age`` (seconds)
     is the default age past which :meth:`incomplete` reports and :meth:`purge`
     deletes unfinished objects.
+
+    ``root``: the directory objects are written under. ``digest``: the SHA-256 / HMAC-SHA-256 an object must carry, and
+    the keys to check them. ``max_object_size``: the largest object accepted, in bytes. ``replace_existing``: True
+    replaces a finished object already at the destination; False refuses the object instead (PathError). ``fsync``: True
+    makes each applied range, journal record and rename durable before it counts as done.
     """
 
     def __init__(
@@ -257,7 +266,11 @@ class Receiver:
     # -- receiving ---------------------------------------------------------------------------------
 
     def receive(self, message: Buffer | ReferenceMessage, *, encoding: int | None = None) -> Receipt:
-        """Apply one reference message (encoded bytes or decoded); raise on anything wrong."""
+        """Apply one reference message (encoded bytes or decoded); raise on anything wrong.
+
+        ``message``: the reference message, its encoded bytes or decoded. ``encoding``: the MQMD Encoding of the
+        header's integers, for encoded bytes (None: the header's own).
+        """
         verified = not isinstance(message, ReferenceMessage)  # decode_message checks carried data
         if not isinstance(message, ReferenceMessage):
             message = decode_message(message, encoding=encoding, require_integrity=self.require_integrity).message

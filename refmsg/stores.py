@@ -135,6 +135,9 @@ class DirectoryStore:
     payloads are readable by the owner only; directories are ``0o755``). Reads
     go through directory descriptors with ``O_NOFOLLOW``: a symlink at the key
     or on the way, a directory, FIFO, socket or device is refused.
+
+    ``root``: the directory the objects are kept under (created if missing). ``name``: the store's name, which
+    references carry. ``fsync``: True makes each put durable before it returns (the file and its directory fsynced).
     """
 
     def __init__(
@@ -292,6 +295,11 @@ class FsspecStore:
     name renamed over the key. ``open`` takes the size from ``info()`` and
     reads without read-ahead caching (``cache_type="none"``), so resolving
     fetches exactly the ranges it reads.
+
+    ``url_or_fs``: an fsspec URL, or a file system already built. ``root``: the path objects live under, joined to the
+    URL's path (None: the URL's path alone; with a file system, the path itself). ``name``: the store's name, which
+    references carry (None: the protocol). ``**options``: passed to fsspec to build the file system from a URL
+    (credentials, ``endpoint_url``, ...).
     """
 
     def __init__(
@@ -358,7 +366,10 @@ class FsspecStore:
             raise StoreError(f"cannot store {key!r}: {exc}", key=key) from None
 
     def open(self, key: str) -> StoredObject:
-        """The object's size from ``info()``, then a stream; nothing read yet."""
+        """The object's size from ``info()``, then a stream; nothing read yet.
+
+        ``key``: the object's key, under ``root``.
+        """
         path = self._path(key)
         self.fs.invalidate_cache(path)  # another process may have deleted or replaced it since a listing
         try:
@@ -461,6 +472,8 @@ def open_store(url: str | os.PathLike[str], *, name: str | None = None, **option
     :class:`DirectoryStore` (``fsync``, ``file_mode``). ``name`` is the name
     recorded in references (default: ``"dir"`` for a directory, the protocol
     otherwise: set it explicitly when several stores share a protocol).
+
+    ``url``: a directory path, a ``file://`` URL or any fsspec URL.
     """
     text = os.fspath(url)
     scheme, sep, rest = text.partition("://")

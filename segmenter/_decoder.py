@@ -165,7 +165,10 @@ def _check_header_fields(h: SegmentHeader, max_message_size: int) -> None:
 
 
 def check_prefix(buf: Buffer, max_header_length: int = MAX_HEADER_LENGTH) -> int:
-    """Check magic, version and header length (the first 10 bytes); return the latter."""
+    """Check magic, version and header length (the first 10 bytes); return the latter.
+
+    ``buf``: the bytes, from the header's first. ``max_header_length``: the longest header accepted, in bytes.
+    """
     view = memoryview(buf)
     if view.ndim != 1 or view.itemsize != 1 or not view.c_contiguous:
         view = byte_view(view)
@@ -191,7 +194,11 @@ def check_prefix(buf: Buffer, max_header_length: int = MAX_HEADER_LENGTH) -> int
 def decode_header(
     buf: Buffer, *, max_message_size: int = MAX_LENGTH, max_header_length: int = MAX_HEADER_LENGTH
 ) -> SegmentHeader:
-    """Parse and validate a header from the start of ``buf`` (data not needed)."""
+    """Parse and validate a header from the start of ``buf`` (data not needed).
+
+    ``max_message_size``: the largest message the header may declare, in bytes. ``max_header_length``: the longest
+    header accepted, in bytes.
+    """
     view = memoryview(buf)
     if view.ndim != 1 or view.itemsize != 1 or not view.c_contiguous:
         view = byte_view(view)
@@ -399,6 +406,10 @@ def decode_segment(
     The header's decoding is written out here again rather than called: a broker receive decodes one
     segment per delivery, and the call, a second flattening and the data checksum's two calls would be
     a tenth of it. The data checksum is compared here; ``verify_data`` explains a mismatch.
+
+    ``max_segment_size``: the largest segment accepted, header included, in bytes. ``max_message_size``: the largest
+    message the header may declare. ``verify``: True compares the data checksum; False skips it (for a caller that
+    checks it later).
     """
     view = memoryview(buf)
     if view.ndim != 1 or view.itemsize != 1 or not view.c_contiguous:

@@ -37,7 +37,10 @@ class ChecksumAlgorithm(IntEnum):
 
     @classmethod
     def parse(cls, value: int | str | ChecksumAlgorithm) -> ChecksumAlgorithm:
-        """Accept an id, a member or a name such as ``"crc32c"``."""
+        """Accept an id, a member or a name such as ``"crc32c"``.
+
+        ``value``: the algorithm's wire id, a member, or its name (case-insensitive).
+        """
         if isinstance(value, str):
             try:
                 return cls[value.upper().replace("-", "")]
@@ -71,7 +74,10 @@ def checksum_function(algorithm: ChecksumAlgorithm) -> Callable[[Any, int], int]
 
 
 def checksum(algorithm: ChecksumAlgorithm, data: Buffer, value: int = 0) -> int:
-    """CRC of ``data``, continuing from ``value`` (the CRC of what came before)."""
+    """CRC of ``data``, continuing from ``value`` (the CRC of what came before).
+
+    ``algorithm``: which CRC. ``data``: the bytes, any bytes-like object.
+    """
     return _FUNCS[algorithm](data, value)
 
 
@@ -210,7 +216,10 @@ _C_COMBINE: dict[ChecksumAlgorithm, Callable[[int, int, int], int]] = (
 
 
 def combine(algorithm: ChecksumAlgorithm, crc1: int, crc2: int, length2: int) -> int:
-    """CRC of A + B from CRC(A), CRC(B) and len(B)."""
+    """CRC of A + B from CRC(A), CRC(B) and len(B).
+
+    ``algorithm``: which CRC. ``crc1``: the CRC of A. ``crc2``: the CRC of B. ``length2``: B's length in bytes.
+    """
     if length2 == 0:
         return crc1
     fast = _C_COMBINE.get(algorithm)

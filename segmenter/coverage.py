@@ -48,7 +48,10 @@ class Span(NamedTuple):
 
 
 class RangeSet:
-    """Disjoint, merged half-open ranges, kept sorted."""
+    """Disjoint, merged half-open ranges, kept sorted.
+
+    ``spans``: the ranges to start with, ``(start, end)`` half-open pairs in any order.
+    """
 
     __slots__ = ("_ends", "_starts")
 
@@ -78,7 +81,10 @@ class RangeSet:
         ends[i:j] = [end]
 
     def covered(self, start: int, end: int) -> list[Span]:
-        """The parts of [start, end) already present."""
+        """The parts of [start, end) already present.
+
+        ``start``, ``end``: the half-open range asked about.
+        """
         out: list[Span] = []
         i = bisect.bisect_right(self._ends, start)
         while i < len(self._starts) and self._starts[i] < end:
@@ -87,7 +93,10 @@ class RangeSet:
         return out
 
     def missing(self, start: int, end: int) -> list[Span]:
-        """The parts of [start, end) not yet present."""
+        """The parts of [start, end) not yet present.
+
+        ``start``, ``end``: the half-open range asked about.
+        """
         out: list[Span] = []
         cursor = start
         for span in self.covered(start, end):

@@ -79,7 +79,11 @@ class Reason(IntEnum):
 
 
 class SegmentationError(Exception):
-    """Root of every error this library raises on purpose."""
+    """Root of every error this library raises on purpose.
+
+    ``message``: what happened, in words. ``reason``: the reason code (None: the class's ``default_reason``).
+    ``**details``: the facts of the case (lengths, offsets, the GroupId), kept in ``details`` for a program to read.
+    """
 
     default_reason: Reason = Reason.STATE_ERROR
 
@@ -98,6 +102,8 @@ class SegmentationError(Exception):
 
         The checks that raise see one segment or message, not always its group; the assembler, which
         knows it, names it before reporting, so an offset in an error can be traced to its message.
+
+        ``group_id``: the 24-byte GroupId.
         """
         if "group_id" not in self.details:
             gid = bytes(group_id).hex()

@@ -123,7 +123,10 @@ class Segment(NamedTuple):
 
 
 def verify_data(header: SegmentHeader, data: Buffer) -> None:
-    """Raise :class:`ChecksumError` unless ``data`` matches the header's data checksum."""
+    """Raise :class:`ChecksumError` unless ``data`` matches the header's data checksum.
+
+    ``header``: the segment's header. ``data``: its data, as received.
+    """
     actual = checksum(header.algorithm, data)
     if actual != header.data_checksum:
         raise ChecksumError(

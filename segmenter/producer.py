@@ -192,7 +192,13 @@ class Segmenter:
         """Split one logical message (bytes-like or binary file object). Arguments are checked here,
         before the first segment: a GroupId of another length than 24 bytes (2258), a MsgSeqNumber
         outside 1..999,999,999 (2250), flags other than the group bits (2249), a payload that is not
-        bytes (9020)."""
+        bytes (9020).
+
+        ``payload``: the message, bytes-like or a binary file object read to its end. ``group_id``: the 24-byte MQ
+        GroupId of the segments (None: a random one). ``msg_seq_number``: the message's MsgSeqNumber in its group (1 for
+        a message alone). ``group_flags``: the group bits of MsgFlags (MSG_IN_GROUP, LAST_MSG_IN_GROUP; 0 for a message
+        alone).
+        """
         gid = _checked_group_id(group_id)
         seq = _checked_seq(msg_seq_number)
         flags = _checked_group_flags(group_flags)
@@ -272,7 +278,11 @@ class Segmenter:
         yield from writer.close()
 
     def segment_group(self, payloads: Iterable[Payload], *, group_id: bytes | None = None) -> Iterator[Segment]:
-        """Split several logical messages sent as one MQ group (MsgSeqNumber 1..n)."""
+        """Split several logical messages sent as one MQ group (MsgSeqNumber 1..n).
+
+        ``payloads``: the messages, in order, each bytes-like or a binary file object. ``group_id``: the 24-byte GroupId
+        they share (None: a random one).
+        """
         writer = GroupWriter(self, group_id=group_id)
         it = iter(payloads)
         try:
@@ -285,11 +295,18 @@ class Segmenter:
         yield from writer.add(current, last=True)
 
     def message_writer(self, *, group_id: bytes | None = None, original_length: int = UNKNOWN_LENGTH) -> MessageWriter:
-        """A streaming writer for one message whose bytes arrive over time."""
+        """A streaming writer for one message whose bytes arrive over time.
+
+        ``group_id``: the 24-byte GroupId (None: a random one). ``original_length``: the message's length in bytes when
+        known (UNKNOWN_LENGTH: not known; the last segment carries the exact length either way).
+        """
         return MessageWriter(self, group_id=_checked_group_id(group_id), original_length=original_length)
 
     def group_writer(self, *, group_id: bytes | None = None) -> GroupWriter:
-        """A writer that adds messages to one group as they are produced."""
+        """A writer that adds messages to one group as they are produced.
+
+        ``group_id``: the 24-byte GroupId of every message added (None: a random one).
+        """
         return GroupWriter(self, group_id=group_id)
 
 
@@ -302,6 +319,10 @@ class MessageWriter:
     last segment always carries the exact lengths and the message checksum,
     and only the last carries the checksum (the rule :meth:`Segmenter.segment`
     follows for in-memory payloads too, so every input gives the same segments).
+
+    ``segmenter``: the settings (segment size, codec, checksum, digests) the segments are made with. ``group_id``: the
+    24-byte GroupId. ``msg_seq_number``, ``group_flags``: the message's place in its group, as for
+    :meth:`Segmenter.segment`. ``original_length``: the message's length when known, else UNKNOWN_LENGTH.
     """
 
     def __init__(
@@ -373,7 +394,11 @@ class MessageWriter:
         return out
 
     def write(self, data: Buffer) -> list[Segment]:
-        """Add message bytes; return the segments now complete."""
+        """Add message bytes; return the segments now complete.
+
+        ``data``: the next bytes of the message, any bytes-like object, counted by bytes (not items); it is copied, so
+        the buffer may be reused after the call.
+        """
         if self._closed:
             raise SegmentationError("write after close")
         data = byte_view(data)  # its bytes, not its items: an array('I') view counts 4 per item
@@ -409,7 +434,11 @@ class MessageWriter:
 
 
 class GroupWriter:
-    """Adds logical messages to one group, MsgSeqNumber 1, 2, ...; flag the last with ``last=True``."""
+    """Adds logical messages to one group, MsgSeqNumber 1, 2, ...; flag the last with ``last=True``.
+
+    ``segmenter``: the settings the segments are made with. ``group_id``: the 24-byte GroupId of the group (None: a
+    random one).
+    """
 
     def __init__(self, segmenter: Segmenter, *, group_id: bytes | None = None) -> None:
         self._s = segmenter
@@ -419,7 +448,11 @@ class GroupWriter:
 
     def add(self, payload: Payload, *, last: bool = False) -> Iterator[Segment]:
         """Segments of the next message of the group. A payload refused here uses up no MsgSeqNumber
-        (a retry takes the same number, so the group has no hole)."""
+        (a retry takes the same number, so the group has no hole).
+
+        ``payload``: the message, bytes-like or a binary file object. ``last``: True for the group's last message (its
+        segments carry LAST_MSG_IN_GROUP).
+        """
         if self._done:
             raise SequenceError("the group's last message was already added", msg_seq_number=self._next_seq)
         segments = self._s.segment(
@@ -439,7 +472,11 @@ def segment(
     group_id: bytes | None = None,
     digest: DigestPolicy = NO_POLICY,
 ) -> list[Segment]:
-    """One-shot: the segments of one payload."""
+    """One-shot: the segments of one payload.
+
+    ``payload``: the message, bytes-like or a binary file object. ``max_segment_size``, ``codec``, ``algorithm``,
+    ``digest``: as the :class:`Segmenter` fields of those names. ``group_id``: the 24-byte GroupId (None: a random one).
+    """
     s = Segmenter(max_segment_size=max_segment_size, codec=codec, algorithm=algorithm, digest=digest)
     return list(s.segment(payload, group_id=group_id))
 
@@ -453,13 +490,20 @@ def segment_group(
     group_id: bytes | None = None,
     digest: DigestPolicy = NO_POLICY,
 ) -> list[Segment]:
-    """One-shot: the segments of a logical group of messages."""
+    """One-shot: the segments of a logical group of messages.
+
+    ``payloads``: the messages, in order. ``max_segment_size``, ``codec``, ``algorithm``, ``digest``: as the
+    :class:`Segmenter` fields of those names. ``group_id``: the 24-byte GroupId they share (None: a random one).
+    """
     s = Segmenter(max_segment_size=max_segment_size, codec=codec, algorithm=algorithm, digest=digest)
     return list(s.segment_group(payloads, group_id=group_id))
 
 
 def write_segments(sink: BinaryIO, segments: Iterable[Segment]) -> int:
-    """Write segments back to back (header, then data: no concatenation copy); return bytes written."""
+    """Write segments back to back (header, then data: no concatenation copy); return bytes written.
+
+    ``sink``: a binary file object written to. ``segments``: the segments, written in the order given.
+    """
     total = 0
     for seg in segments:
         total += sink.write(seg.header.pack()) + sink.write(seg.data)

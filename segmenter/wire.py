@@ -131,7 +131,15 @@ def make_header(
     message_checksum: int | None,
     data_checksum: int | None = None,
 ) -> SegmentHeader:
-    """Build a header for ``data`` (computing its checksum unless given)."""
+    """Build a header for ``data`` (computing its checksum unless given).
+
+    ``group_id``: the 24-byte GroupId. ``msg_seq_number``: the message's MsgSeqNumber. ``offset``: where ``data`` starts
+    in the stored message, in bytes. ``original_length``: the message's length before compression (UNKNOWN_LENGTH: not
+    known). ``stored_length``: its length as stored, after compression (UNKNOWN_LENGTH: not known). ``msg_flags``: MQ's
+    MsgFlags (segment and group bits). ``codec``: how the message is compressed. ``algorithm``: the checksum algorithm.
+    ``message_checksum``: the whole message's checksum, on the last segment (None elsewhere). ``data_checksum``:
+    ``data``'s checksum when already known (None: computed here).
+    """
     return SegmentHeader(
         group_id=group_id,
         msg_seq_number=msg_seq_number,
@@ -157,6 +165,9 @@ class SegmentStreamDecoder:
     trustworthy frame boundary to resume from. Segments framed before the error in the same
     :meth:`feed` are returned first and the error is raised by the next call (``feed`` or
     :meth:`close`), so what comes out does not depend on how the bytes were chunked.
+
+    ``max_message_size``: the largest message a header may declare, in bytes. ``verify``: True compares each segment's
+    data checksum as it is decoded; False skips the comparison (for a caller that checks it later).
     """
 
     def __init__(
@@ -176,7 +187,10 @@ class SegmentStreamDecoder:
         self._deferred: Exception | None = None  # an error met after segments the same call returned
 
     def feed(self, data: Buffer) -> list[Segment]:
-        """Add bytes; return every segment they complete."""
+        """Add bytes; return every segment they complete.
+
+        ``data``: the next bytes of the stream, any length (copied into the decoder's buffer).
+        """
         self._raise_deferred()
         if self._failed is not None:
             raise HeaderError("stream decoder failed earlier", reason=Reason.STATE_ERROR) from self._failed

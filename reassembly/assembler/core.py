@@ -92,6 +92,12 @@ class Assembler(_Judging):
     position to commit (:mod:`reassembly.assembler.positions`), :meth:`revoke` drops
     what a rebalance took away. ``second_chance=True`` lets a segment of an
     expired or evicted group start it again instead of being :class:`Late`.
+
+    ``limits``: the bounds on memory, sizes and age (None: :class:`Limits` with its defaults). ``clock``: seconds, from
+    any monotonic origin, for expiry (needed when ``limits`` sets ``expiry_seconds``; None: no clock). ``bodies``: a
+    :class:`BodyStore` that keeps the bodies of the large messages it wants out of memory (None: all in memory).
+    ``join``: True delivers a message of several segments as one buffer; False as a :class:`ScatteredPayload` of views
+    of its segments, saving the copy.
     """
 
     # False: every segment is filed as it comes (what the tests compare runs against, :meth:`_collect`).
@@ -158,6 +164,8 @@ class Assembler(_Judging):
         ``seen`` is called with the header once the segment decoded and verified, before it is
         judged: a broker receiver files the delivery under its GroupId there, so the bytes are
         decoded once (not once by the caller to learn the GroupId and again here).
+
+        ``item``: one segment, its encoded bytes (header and data) or a decoded :class:`Segment`.
         """
         events: list[Event] = []
         if self.limits.expiry_seconds is not None:
@@ -190,7 +198,10 @@ class Assembler(_Judging):
         return events
 
     def receive_many(self, items: Iterable[Buffer | Segment]) -> list[Event]:
-        """``receive`` each item; all events in order."""
+        """``receive`` each item; all events in order.
+
+        ``items``: the segments, encoded bytes or :class:`Segment`, received in the order given.
+        """
         events: list[Event] = []
         for item in items:
             events += self.receive(item)
@@ -461,7 +472,10 @@ class Assembler(_Judging):
         return {t.partition: t.checkpoint() for t in self._ledger}
 
     def checkpoint(self, partition: Hashable = None) -> Checkpoint:
-        """One partition's checkpoint (all ``None`` for a partition nothing was received from)."""
+        """One partition's checkpoint (all ``None`` for a partition nothing was received from).
+
+        ``partition``: the partition given to :meth:`receive` (None: the segments received without one).
+        """
         track = self._ledger.get(partition)
         return Checkpoint(partition, None, None, None) if track is None else track.checkpoint()
 
@@ -490,7 +504,10 @@ class Assembler(_Judging):
     def forget(self, group_id: bytes, msg_seq_number: int) -> bool:
         """Have a delivered message again (its processing failed): its next copy is assembled as new
         instead of counted a duplicate. A message delivered in a Unit-of-Work group forgets the whole
-        group (the unit is the group). False when no delivery of it is remembered."""
+        group (the unit is the group). False when no delivery of it is remembered.
+
+        ``group_id``, ``msg_seq_number``: the delivered message, by its GroupId and MsgSeqNumber.
+        """
         self._flush()
         group = self._groups.get(group_id)
         if group is not None:  # still open: a message of it delivered on its own
@@ -532,7 +549,11 @@ class Assembler(_Judging):
         """Rebuild an assembler from :meth:`snapshot` output (segments are re-verified; with ``bodies``,
         those of large messages go back into the store, as they would have arrived). The keywords are
         the constructor's, given again (configuration, not state): a batch assembler's snapshot holds
-        whole messages, which restore only into a batch assembler."""
+        whole messages, which restore only into a batch assembler.
+
+        ``blob``: the bytes :meth:`snapshot` returned. ``limits``, ``clock``, ``unit_of_work``, ``second_chance``,
+        ``bodies``, ``batch``, ``join``: as the constructor's parameters of those names.
+        """
         asm = cls(limits, clock=clock, unit_of_work=unit_of_work, second_chance=second_chance, bodies=bodies,
                   batch=batch, join=join)  # fmt: skip
         asm._closed = codec.decode(blob, asm._feed, asm._groups, asm._ledger)
@@ -576,7 +597,11 @@ def _header_or_none(raw: bytes) -> SegmentHeader | None:
 
 
 def reassemble(segments: Iterable[Buffer | Segment], limits: Limits | None = None) -> bytes:
-    """One-shot: the payload of the single message in ``segments``; raises on any problem."""
+    """One-shot: the payload of the single message in ``segments``; raises on any problem.
+
+    ``segments``: the segments, encoded bytes or :class:`Segment`, in any order. ``limits``: the bounds applied (None:
+    the defaults of :class:`Limits`).
+    """
     messages = reassemble_all(segments, limits)
     if len(messages) != 1:
         raise SegmentationError(f"expected one message, found {len(messages)}", reason=Reason.STATE_ERROR)
@@ -584,7 +609,11 @@ def reassemble(segments: Iterable[Buffer | Segment], limits: Limits | None = Non
 
 
 def reassemble_all(segments: Iterable[Buffer | Segment], limits: Limits | None = None) -> list[bytes]:
-    """One-shot: every message in ``segments`` (groups in order); raises the first problem found."""
+    """One-shot: every message in ``segments`` (groups in order); raises the first problem found.
+
+    ``segments``: the segments of every message, encoded bytes or :class:`Segment`, in any order. ``limits``: the bounds
+    applied (None: the defaults of :class:`Limits`).
+    """
     asm = Assembler(limits)
     out: list[bytes] = []
     events = asm.receive_many(segments) + asm.close()

@@ -37,6 +37,8 @@ class ScatteredPayload:
     (``f.writelines(p)``, ``os.writev(fd, p.parts)``, ``sock.sendmsg(p.parts)``,
     ``hasher.update(part)``); ``bytes(p)`` joins them when one contiguous buffer is needed.
     The parts are read-only views of the deliveries; they keep them alive, never change.
+
+    ``parts``: the views of the segments' data, in message order.
     """
 
     __slots__ = ("parts",)

@@ -49,7 +49,10 @@ class Checkpoint(NamedTuple):
 
 def next_offset(cp: Checkpoint) -> int | None:
     """The offset a Kafka-style log commits for this checkpoint (the next one to read), or
-    ``None`` when nothing was received: ``restart`` when something is held, else ``safe + 1``."""
+    ``None`` when nothing was received: ``restart`` when something is held, else ``safe + 1``.
+
+    ``cp``: one partition's checkpoint.
+    """
     if cp.restart is not None:
         return int(cp.restart)
     return None if cp.safe is None else int(cp.safe) + 1
@@ -62,6 +65,8 @@ class Track:
     (a segment re-read after a rewind). Settled positions above the lowest held one wait in
     ``settled`` and fold into ``floor`` when it settles, so memory is bounded by what is held.
     A revoked track is ``live=False``: pieces still pointing at it release into nothing.
+
+    ``partition``: the partition whose positions it tracks.
     """
 
     __slots__ = ("_held", "_low", "_pins", "floor", "high", "live", "partition", "settled")
@@ -84,7 +89,10 @@ class Track:
         self._held[position] = n + 1
 
     def release(self, position: Any) -> None:
-        """A held segment left the assembler (in an event)."""
+        """A held segment left the assembler (in an event).
+
+        ``position``: the segment's position.
+        """
         n = self._held[position] - 1
         if n:
             self._held[position] = n
@@ -158,7 +166,10 @@ class Ledger:
 
     @staticmethod
     def detached(partition: Hashable) -> Track:
-        """A track for segments read from a partition no longer assigned (restored from a snapshot)."""
+        """A track for segments read from a partition no longer assigned (restored from a snapshot).
+
+        ``partition``: the partition the segments were read from.
+        """
         t = Track(partition)
         t.live = False
         return t
@@ -178,7 +189,10 @@ class Ledger:
     def load(self, saved: list[list[Any]]) -> None:
         """Positions as :meth:`state` wrote them. Raises TypeError or ValueError for any that could
         not have been written (a settled or pinned position missing, positions of one partition
-        that do not compare): a later receive would fail on them, far from the cause."""
+        that do not compare): a later receive would fail on them, far from the cause.
+
+        ``saved``: what :meth:`state` returned.
+        """
         for partition, floor, high, settled, pins in saved:
             if not isinstance(settled, list) or not isinstance(pins, list):
                 raise TypeError("settled and pinned positions must be lists")
@@ -198,6 +212,7 @@ def _hashable(value: Any) -> Any:
 
 
 def origin_from_json(value: Any) -> Origin | None:
+    """Where a piece was read, from its JSON form ``value`` (a (partition, position) pair; None: not known)."""
     return None if value is None else Origin(_hashable(value[0]), _hashable(value[1]))
 
 

@@ -17,6 +17,9 @@ def read_events(source: BinaryIO, assembler: Assembler | None = None, *, chunk_s
     A stream that cannot be framed (bad magic, truncated segment) raises the
     decoder's error: past that point no boundary can be trusted. A segment whose data fails its
     checksum is framed like any other and reported by the assembler (``ChecksumMismatch``).
+
+    ``source``: a binary file object of concatenated segments, read to its end. ``assembler``: the assembler the
+    segments go through (None: a new one with the default limits). ``chunk_size``: the bytes read at a time.
     """
     asm = assembler or Assembler()
     decoder = SegmentStreamDecoder(

@@ -25,7 +25,12 @@ from segmenter.brokers import Consumer, body_view
 
 
 class CompetingReceiver(MemberReceiver):
-    """One competing consumer of a queue, feeding a shared segment store."""
+    """One competing consumer of a queue, feeding a shared segment store.
+
+    ``consumer``: the queue's consumer (from :func:`segmenter.brokers.open_consumer`). ``store``: the segment store the
+    deliveries are written to. ``on_message``: called with each message (or Unit-of-Work group) this member delivers; it
+    returns once the message is safe. ``take_over_every``: seconds between looks for units whose claimant died.
+    """
 
     def __init__(
         self, consumer: Consumer, store: SegmentStore, on_message: OnMessage, *, take_over_every: float = 1.0
@@ -37,7 +42,10 @@ class CompetingReceiver(MemberReceiver):
     def receive(self, timeout: float = 1.0) -> tuple[int, list[Claim]]:
         """One fetch written and settled, nothing delivered: (deliveries read, the units the fetch
         completed, claimed by this member). For a caller that delivers the claims itself
-        (:class:`~reassembly.brokers.share_dispatch.ShareDispatchSource`)."""
+        (:class:`~reassembly.brokers.share_dispatch.ShareDispatchSource`).
+
+        ``timeout``: the longest wait for the first delivery, in seconds.
+        """
         deliveries = self.consumer.fetch(timeout)
         self.redelivered += sum(1 for d in deliveries if d.redelivered)
         written, claims = self.member.write([body_view(d) for d in deliveries])

@@ -142,7 +142,10 @@ class _OpenFile:
 
 def remove_orphans(landing: Path) -> int:
     """Delete temporary files of drains on this host that are no longer running (their segments
-    were never acknowledged, so the broker redelivers them); another live drain's files stay."""
+    were never acknowledged, so the broker redelivers them); another live drain's files stay.
+
+    ``landing``: the landing directory.
+    """
     host, removed = socket.gethostname(), 0
     # Exactly the names a drain writes: another host whose name starts with ours ("vm" and "vm-7")
     # or a stray file is left alone (a bad pid in a name stopped the drain from starting).
@@ -169,6 +172,10 @@ class Drain:
     ``on_file(path, segments)`` is called once a file is durable and visible, before its batch
     is acknowledged (to notify a downstream job; if it raises, the batch is not acknowledged).
     ``columns``: what lands beside ``segment`` (:data:`BROKER_LANDING`, :data:`KAFKA_LANDING`).
+
+    ``consumer``: the queue's consumer the deliveries come from. ``landing``: the directory the files are written to.
+    ``rolling``: when a file is closed and a new one begun (None: the defaults of :class:`Rolling`). ``clock``: seconds,
+    for the file's age limit.
     """
 
     def __init__(

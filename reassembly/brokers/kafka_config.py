@@ -19,7 +19,10 @@ TP = tuple[str, int]  # (topic, partition): the assembler's partition key
 
 
 def bootstrap_servers(url: str) -> str:
-    """``kafka://HOST:PORT[,HOST:PORT...]`` to librdkafka's ``bootstrap.servers``."""
+    """``kafka://HOST:PORT[,HOST:PORT...]`` to librdkafka's ``bootstrap.servers``.
+
+    ``url``: the ``kafka://`` URL.
+    """
     parts = urlsplit(url)
     hosts = [h.strip() for h in parts.netloc.split(",")]
     if parts.scheme != "kafka" or not hosts or not all(h.rpartition(":")[2].isdigit() for h in hosts):

@@ -105,6 +105,9 @@ class BrokerReceiver:
     are about to be dead-lettered. With ``defer=True`` a message's deliveries are not accepted when
     ``handler`` returns but when :meth:`settle_message` is called (the group dispatcher's source,
     :mod:`reassembly.brokers.receiver_dispatch`, settles once a worker handled the message).
+
+    ``consumer``: the queue's consumer (from :func:`segmenter.brokers.open_consumer`). ``assembler``: the assembler the
+    segments go through (None: a new one with the default limits).
     """
 
     def __init__(
@@ -139,7 +142,10 @@ class BrokerReceiver:
         return len(deliveries)
 
     def run(self, stop: Callable[[], bool], *, timeout: float = 0.2) -> ReceiverStats:
-        """Poll until ``stop()`` is true (checked between fetches)."""
+        """Poll until ``stop()`` is true (checked between fetches).
+
+        ``stop``: asked between fetches; True ends the loop. ``timeout``: each fetch's longest wait, in seconds.
+        """
         while not stop():
             self.poll(timeout)
         return self.stats
@@ -214,7 +220,10 @@ class BrokerReceiver:
 
     def settle_message(self, ev: Delivered) -> int:
         """``defer=True``: accept every delivery of a message handed out (handled, or written to a
-        dead letter); returns how many. A message not waiting here (settled already) settles nothing."""
+        dead letter); returns how many. A message not waiting here (settled already) settles nothing.
+
+        ``ev``: the message handed out, as ``handler`` got it.
+        """
         seq = None if isinstance(ev, GroupComplete) else ev.msg_seq_number
         items = self._deferred.pop((ev.group_id, seq), [])
         for x in items:

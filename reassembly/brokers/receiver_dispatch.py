@@ -49,6 +49,10 @@ class BrokerDispatchSource(PauseFlag):
     GroupId as key (the broker's own message group, ``JMSXGroupID``) for
     :attr:`~reassembly.dispatcher.Ordering.KEY`. ``on_quarantine`` sees every event whose segments
     the receiver rejects.
+
+    ``assembler``: the assembler the deliveries go through (None: a new one with the default limits and
+    ``unit_of_work``). ``unit_of_work``: for the assembler made here, deliver an MQ group whole (True) or message by
+    message.
     """
 
     def __init__(
@@ -78,12 +82,18 @@ class BrokerDispatchSource(PauseFlag):
         return out
 
     def settled(self, work: Work, outcome: reassembly.dispatcher.Outcome) -> None:
-        """DONE or DEAD (the dead letter written): the message's deliveries are accepted."""
+        """DONE or DEAD (the dead letter written): the message's deliveries are accepted.
+
+        ``work``: the message settled. ``outcome``: how (DONE or DEAD).
+        """
         if outcome in (Outcome.DONE, Outcome.DEAD):
             self.receiver.settle_message(work.message)  # type: ignore[arg-type]
 
     def commit(self, dispatcher: Dispatcher, force: bool = False) -> None:
-        """Nothing to commit: a queue's deliveries are settled one by one (:meth:`settled`)."""
+        """Nothing to commit: a queue's deliveries are settled one by one (:meth:`settled`).
+
+        ``dispatcher``, ``force``: as :class:`~reassembly.runtime.Source` gives them (unused here).
+        """
 
     def held_bytes(self) -> int:
         return self.receiver.assembler.buffered_bytes

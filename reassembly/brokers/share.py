@@ -47,6 +47,11 @@ class ShareGroupReceiver(MemberReceiver):
     refused). :meth:`~reassembly.segstore.MemberReceiver.poll` handles one batch;
     :meth:`~reassembly.segstore.MemberReceiver.run` polls until ``stop()`` is true;
     :meth:`close` leaves the group (unacknowledged records go back to it).
+
+    ``topics``: the topics subscribed. ``store``: the segment store records are written to. ``on_message``: called with
+    each message (or Unit-of-Work group) this member delivers; it returns once the message is safe. ``delivery_limit``:
+    the group's ``share.delivery.count.limit``. ``take_over_every``: seconds between looks for units whose claimant
+    died.
     """
 
     def __init__(
@@ -78,7 +83,10 @@ class ShareGroupReceiver(MemberReceiver):
     def receive(self, timeout: float = 1.0) -> tuple[int, list[Claim]]:
         """One batch written and acknowledged, nothing delivered: (records read, the units the
         batch completed, claimed by this member). For a caller that delivers the claims itself
-        (:class:`~reassembly.brokers.share_dispatch.ShareDispatchSource`)."""
+        (:class:`~reassembly.brokers.share_dispatch.ShareDispatchSource`).
+
+        ``timeout``: the longest wait for the first record, in seconds.
+        """
         batch = self.consumer.poll(timeout) or []
         records = []
         for m in batch:

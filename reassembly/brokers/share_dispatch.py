@@ -87,7 +87,10 @@ class _Held:
 
 
 def _never(event: object) -> None:
-    """The receiver's own ``on_message``: unused, this source delivers what it claims through the runner."""
+    """The receiver's own ``on_message``: unused, this source delivers what it claims through the runner.
+
+    ``event``: what the receiver would hand on (never called with one).
+    """
     raise SegmentationError(
         "a ShareDispatchSource hands its claims to the runner, not to on_message", reason=Reason.STATE_ERROR
     )
@@ -99,6 +102,9 @@ class ShareDispatchSource(PauseFlag):
     ``receiver`` wraps ``store`` (built with ``on_message=`` :data:`ON_MESSAGE`; the source owns
     both and closes them). Each message is offered with its GroupId as key and no positions (the
     store keeps the segments: nothing is held in this process and nothing is committed by offset).
+
+    ``take_over_every``: seconds between looks for units whose claimant's lease ran out. ``clock``: the clock those
+    seconds are read on.
     """
 
     def __init__(
@@ -122,7 +128,10 @@ class ShareDispatchSource(PauseFlag):
 
     def fetch(self, timeout: float) -> list[Offered]:
         """One batch stored and acknowledged; the messages of the units it completed and of those
-        taken over; leases renewed when due. While paused: nothing read, leases still renewed."""
+        taken over; leases renewed when due. While paused: nothing read, leases still renewed.
+
+        ``timeout``: the longest wait for the first record, in seconds.
+        """
         out: list[Offered] = []
         if not self._paused:
             read, claims = self.receiver.receive(timeout)
@@ -172,7 +181,10 @@ class ShareDispatchSource(PauseFlag):
             self.stats.renewals += 1
 
     def settled(self, work: Work, outcome: reassembly.dispatcher.Outcome) -> None:
-        """DONE, or DEAD once the dead letter has it: the unit is settled in the store with its last message."""
+        """DONE, or DEAD once the dead letter has it: the unit is settled in the store with its last message.
+
+        ``work``: the message settled. ``outcome``: how (DONE or DEAD).
+        """
         key = self._unit_of.pop(id(work.message), None)
         if key is None:
             return
@@ -191,7 +203,10 @@ class ShareDispatchSource(PauseFlag):
             log.warning("%s unit %d was settled by another member (lease lost)", claim.group_id.hex(), claim.unit)
 
     def commit(self, dispatcher: Dispatcher, force: bool = False) -> None:
-        """Nothing to commit: each record was acknowledged once the store kept it."""
+        """Nothing to commit: each record was acknowledged once the store kept it.
+
+        ``dispatcher``, ``force``: as :class:`~reassembly.runtime.Source` gives them (unused here).
+        """
 
     def held_bytes(self) -> int:
         """Incomplete messages are held in the store, not in this process."""

@@ -112,6 +112,8 @@ class Ledger:
 
     ``Ledger.open("ledger.db")`` or ``Ledger.open("postgresql://...")``; a ledger may share
     the collector's database. Close it (or use it as a context manager) when done.
+
+    ``table``: the ledger table over its database connection (:meth:`open` makes one from a path or URL).
     """
 
     def __init__(self, table: LedgerTable) -> None:
@@ -120,7 +122,10 @@ class Ledger:
     @classmethod
     def open(cls, url: str) -> Ledger:
         """A SQLite file path (created if missing) or a ``postgresql://`` URL; a file that is not a
-        SQLite database, or a server that refuses, raises :class:`~reassembly.storage.sql.StorageError`."""
+        SQLite database, or a server that refuses, raises :class:`~reassembly.storage.sql.StorageError`.
+
+        ``url``: a SQLite file path or a ``postgresql://`` URL.
+        """
         return cls(open_ledger_table(url))
 
     @property
@@ -149,6 +154,8 @@ class Ledger:
 
         Idempotent. A key the ledger never recorded is kept as settled-never-recorded
         (:attr:`Settled.UNKNOWN`, logged as a warning): never dropped in silence.
+
+        ``store``: the store, or its name as references carry it. ``key``: the object's key. ``at``: when (None: now).
         """
         name, key = _name(store), _key(key)
         found = Settled(self.table.settle(name, key, _seconds(at)))
@@ -158,7 +165,10 @@ class Ledger:
 
     def settle_claim(self, message: Message | Buffer, at: datetime | None = None) -> Settled | None:
         """:meth:`settle` the object a claim-check reference names; None for a message that carries
-        its payload inline (nothing stored). A damaged reference raises, as :func:`refmsg.read_claim` does."""
+        its payload inline (nothing stored). A damaged reference raises, as :func:`refmsg.read_claim` does.
+
+        ``message``: the reference message, or its body bytes. ``at``: when (None: now).
+        """
         if isinstance(message, Message):
             if not message.is_reference:
                 return None
@@ -185,7 +195,10 @@ class Ledger:
 
     def mark_deleted(self, store: StoreRef, key: str, at: datetime | None = None) -> bool:
         """The settled object is gone from the store (the sweep calls it after the delete); False if
-        the row is not settled (recorded again meanwhile: it stays live) or was marked before."""
+        the row is not settled (recorded again meanwhile: it stays live) or was marked before.
+
+        ``store``: the store, or its name. ``key``: the object's key. ``at``: when it was deleted (None: now).
+        """
         return self.table.mark_deleted(_name(store), _key(key), _seconds(at))
 
     @staticmethod
@@ -217,6 +230,10 @@ def offload_recorded(
     send it after this returns. A payload small enough to travel inline is not stored and
     not recorded. If the record fails, the object is in the store with no row naming it:
     the sweep deletes it once it is older than ``older_than``.
+
+    ``payload``: the message's bytes. ``store``: where a payload over the threshold is put. ``ledger``: where the stored
+    object is recorded. ``message_id``: the message's id, kept in the ledger row to trace the object back (None: none).
+    ``at``: the time recorded (None: now).
     """
     message = offload(payload, store, **options)
     if message.is_reference:

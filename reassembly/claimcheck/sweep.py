@@ -94,6 +94,9 @@ def plan_sweep(
     ``now`` is when the listing began: a live row recorded after it is not reported missing
     (its object may have been put after the listing). Swept rows (``deleted_at`` set) name no
     object: an object under such a key was put again without a record, and counts as unreferenced.
+
+    ``listing``: the store's objects, as listed. ``entries``: the ledger's rows for the store. ``older_than``: how old
+    an object no row names must be before it is deleted.
     """
     if now.tzinfo is None or now.utcoffset() is None:
         raise argument_error(f"now must be a timezone-aware datetime, not {now!r}")
@@ -178,6 +181,8 @@ def sweep(
     no row for its name: every unreferenced object older than ``older_than`` would go, which is
     almost always a wrong store name or ledger; ``allow_unknown_store`` sweeps it anyway (a store
     whose objects all predate the ledger).
+
+    ``now``: when the listing begins (None: the time now, UTC).
     """
     started = now or datetime.now(timezone.utc)
     listing = list(store.list())  # first the store, then the ledger: see the module

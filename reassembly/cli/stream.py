@@ -66,7 +66,10 @@ def _trigger(text: str) -> str:
 
 
 def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
-    """The ``stream`` subcommand. Every option's help shows its default (durations as given, e.g. ``1h``)."""
+    """The ``stream`` subcommand. Every option's help shows its default (durations as given, e.g. ``1h``).
+
+    ``sub``: the ``reassemble`` command's subparsers the subcommand is added to.
+    """
     p = sub.add_parser("stream", help="reassemble a landing directory as it fills")
     p.add_argument("input", help="directory that Parquet files of segments land in")
     p.add_argument("output", help="directory for messages/, quarantine/, duplicates/ (created; reused on restart)")
@@ -144,6 +147,8 @@ def check_args(args: argparse.Namespace) -> Path:
     --payload-dir and --checkpoint (deleting a checkpoint to start over must not delete the bodies
     that delivered rows name). Nor may --summary-json land in any of them
     (:func:`reassembly._files.claim_output`).
+
+    ``args``: the parsed command line.
     """
     try:
         master_endpoints(args.master)
@@ -174,7 +179,10 @@ def _epoch_ms(text: str | None) -> int | None:
 
 
 def age(ms: int) -> str:
-    """A duration for a person: ``850ms``, ``42.0s``, ``12m05s``, ``3h07m``, ``2d04h``."""
+    """A duration for a person: ``850ms``, ``42.0s``, ``12m05s``, ``3h07m``, ``2d04h``.
+
+    ``ms``: the duration in milliseconds.
+    """
     if ms < 1000:
         return f"{max(ms, 0)}ms"
     s = ms / 1000
@@ -192,7 +200,11 @@ def age(ms: int) -> str:
 
 def event_time_now(progress: Any, lateness: float) -> int | None:
     """The stream's event time after a batch (epoch ms): the latest event time it has seen, i.e. the
-    batch's newest row or, from earlier batches, the watermark plus the allowed lateness it trails by."""
+    batch's newest row or, from earlier batches, the watermark plus the allowed lateness it trails by.
+
+    ``progress``: Spark's progress of the batch (a StreamingQueryProgress). ``lateness``: the stream's watermark delay,
+    in seconds.
+    """
     if progress is None:
         return None
     newest = _epoch_ms(progress.eventTime.get("max"))
@@ -219,6 +231,9 @@ def status_line(batch: int, counts: Counter[str], progress: Any, lateness: float
     ``oldest held``: event time now (the newest seen, see :func:`event_time_now`; ``lateness`` is the
     stream's ``--watermark``) minus the first event time of the oldest group still open.
     ``store rows`` is Spark's count of every row in the state store (timers and state variables).
+
+    ``batch``: the micro-batch's id. ``counts``: its committed marker's counts, by kind and status. ``progress``:
+    Spark's progress for the batch.
     """
     from reassembly.spark.stream.functions import OLDEST
 
@@ -589,7 +604,10 @@ def _said_output(out: Path, to: TextIO) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """The ``stream`` command: exit code 0 (130 when Ctrl-C stopped it), or JobError / UsageError."""
+    """The ``stream`` command: exit code 0 (130 when Ctrl-C stopped it), or JobError / UsageError.
+
+    ``args``: the parsed command line.
+    """
     from reassembly._keyring import digest_policy
     from reassembly.spark.batch.pipeline import ReassemblyOptions
     from reassembly.spark.footers import check_files

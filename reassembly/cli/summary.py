@@ -223,6 +223,9 @@ def problems(doc: Any, schema: dict[str, Any] = SCHEMA, at: str = "$") -> list[s
 
     Checks the keywords :data:`SCHEMA` uses (type, const, enum, minimum, properties, required,
     additionalProperties, items); enough to check a document without a JSON Schema library.
+
+    ``doc``: the document checked. ``schema``: the JSON Schema it is checked against. ``at``: the JSON path of ``doc``
+    in the whole document, which the lines name.
     """
     found: list[str] = []
     types = schema.get("type")
@@ -293,7 +296,10 @@ def process_age() -> float | None:
 
 
 class Record:
-    """What a run learns as it goes, for ``--summary-json``: the subcommand sets fields, ``main`` writes it."""
+    """What a run learns as it goes, for ``--summary-json``: the subcommand sets fields, ``main`` writes it.
+
+    ``command``: the subcommand's name. ``argv``: the command line as given, recorded in the document.
+    """
 
     def __init__(self, command: str, argv: Sequence[str]) -> None:
         self.command = command
@@ -315,7 +321,8 @@ class Record:
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        """Time the block as ``durations_seconds[name]`` (recorded also when it fails)."""
+        """Time the block as ``durations_seconds[name]`` (recorded also when it fails); ``name``: the
+        phase's key there (``spark_start``, ``read``, ...)."""
         start = time.monotonic()
         try:
             yield
@@ -323,7 +330,11 @@ class Record:
             self.durations[name] = round(time.monotonic() - start, 3)
 
     def document(self, exit_code: int, outcome: str, error: str | None) -> dict[str, Any]:
-        """The JSON document (see :data:`SCHEMA`)."""
+        """The JSON document (see :data:`SCHEMA`).
+
+        ``exit_code``: the command's exit code. ``outcome``: ``completed``, ``failed`` or ``interrupted``. ``error``:
+        the error line of a failed run (None: none).
+        """
         f = self.fields
         doc: dict[str, Any] = {
             "summary_version": SUMMARY_VERSION,
@@ -347,7 +358,10 @@ class Record:
         return doc
 
     def write(self, path: str, exit_code: int, outcome: str, error: str | None) -> None:
-        """Write the document to ``path`` atomically (a hidden temporary beside it, renamed over it)."""
+        """Write the document to ``path`` atomically (a hidden temporary beside it, renamed over it).
+
+        ``path``: the file written. ``exit_code``, ``outcome``, ``error``: as for :meth:`document`.
+        """
         write_json(Path(path), self.document(exit_code, outcome, error))
 
 

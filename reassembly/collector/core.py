@@ -184,7 +184,12 @@ class Collector:
         return {m.id for m in batch.members} if batch else set()
 
     def add(self, destination: str, msg_id: int, payload: bytes, received_at: float | None = None) -> list[BatchReady]:
-        """Hold one message; return the batches this closes (a full one, before or after it)."""
+        """Hold one message; return the batches this closes (a full one, before or after it).
+
+        ``destination``: the destination whose rule batches the message. ``msg_id``: the message's id, unique per
+        destination (the database row id, for one that stores them). ``payload``: the message's bytes. ``received_at``:
+        when it arrived, in the collector clock's seconds (None: the clock's now).
+        """
         held = Held(msg_id, payload, self._clock() if received_at is None else received_at)
         return self._hold(destination, held)
 
@@ -193,6 +198,9 @@ class Collector:
 
         They keep their received time: the next :meth:`tick` recycles them once they have been
         held longer than the rule's ``stranded_after``, or times them out as usual before that.
+
+        ``destination``: the destination they were held for. ``messages``: the stored messages, with their ids and
+        received times.
         """
         out: list[BatchReady] = []
         for m in messages:
@@ -263,13 +271,19 @@ class Collector:
         return min(deadlines, default=None)
 
     def drop(self, destination: str) -> list[Held]:
-        """Forget a destination's open batch (its lease was lost: another collector owns those messages now)."""
+        """Forget a destination's open batch (its lease was lost: another collector owns those messages now).
+
+        ``destination``: the destination whose open batch is forgotten.
+        """
         batch = self._open.pop(destination, None)
         return batch.members if batch else []
 
     def force(self, destination: str) -> list[BatchReady]:
         """Close one destination's open batch now, whatever its rule says (Camel's
-        ``forceCompletionOfGroup``): cause ``forced``, cut to the rule's limits; [] if none is open."""
+        ``forceCompletionOfGroup``): cause ``forced``, cut to the rule's limits; [] if none is open.
+
+        ``destination``: the destination whose open batch is closed.
+        """
         if destination not in self._open:
             return []
         return self._close(destination, Cause.FORCED, self._rules(destination))
@@ -280,10 +294,16 @@ class Collector:
 
 
 def group_id_for(batch_id: str) -> bytes:
-    """The batch's GroupId: derived, so a batch re-emitted after a crash is the same MQ group."""
+    """The batch's GroupId: derived, so a batch re-emitted after a crash is the same MQ group.
+
+    ``batch_id``: the batch's id.
+    """
     return hashlib.sha256(b"collector-batch:" + batch_id.encode()).digest()[:GROUP_ID_LENGTH]
 
 
 def batch_segments(batch: BatchReady, segmenter: Segmenter) -> Iterator[Segment]:
-    """The batch as one MQ logical group: MsgSeqNumber 1..n, LAST_MSG_IN_GROUP on the last."""
+    """The batch as one MQ logical group: MsgSeqNumber 1..n, LAST_MSG_IN_GROUP on the last.
+
+    ``batch``: the closed batch. ``segmenter``: the settings the segments are made with.
+    """
     return segmenter.segment_group((m.payload for m in batch.messages), group_id=group_id_for(batch.batch_id))

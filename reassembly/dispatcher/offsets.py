@@ -115,6 +115,9 @@ def decode(text: str | None, commit: int, log_end: int | None) -> tuple[list[tup
     beside, or naming offsets at or past ``log_end`` (the partition's end: offsets that do not
     exist were never settled) is refused whole: skipping a message on a wrong record is a loss,
     reading it again is only a duplicate. Nothing but the two answers comes out, whatever the text.
+
+    ``text``: the commit's metadata. ``commit``: the offset committed beside it. ``log_end``: the partition's end offset
+    (None: not known, not checked).
     """
     if not text:
         return [], None

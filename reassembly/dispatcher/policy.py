@@ -52,7 +52,10 @@ class RetryPolicy:
     def decide(self, attempt: int, now: float, rnd: float) -> float | None:
         """The time to hand the message out again after failed attempt ``attempt``, or ``None``:
         it is dead (``attempt >= max_attempts``). ``rnd`` in [0, 1) comes from the caller (the
-        runtime's ``random.random``), so the decision is reproducible."""
+        runtime's ``random.random``), so the decision is reproducible.
+
+        ``now``: the current time, in the runner clock's seconds.
+        """
         if attempt >= self.max_attempts:
             return None
         return now + self.delay(attempt, rnd)
@@ -72,6 +75,9 @@ class Budget:
     (or the assembler's own limits expire). So with no message held the budget never pauses and a
     paused budget resumes, whatever the bytes: a budget smaller than the messages in assembly
     cannot stall the consumer for good.
+
+    ``max_messages``: the most whole messages held (queued and in flight). ``max_bytes``: the most bytes held (segments
+    in assembly and messages). ``low_water``: the fraction of both limits to fall under before fetching resumes.
     """
 
     __slots__ = ("low_water", "max_bytes", "max_messages", "paused")
@@ -90,19 +96,28 @@ class Budget:
         self.paused = False
 
     def over(self, messages: int, bytes_: int) -> bool:
-        """At or over the high-water mark: either limit reached, with a message held."""
+        """At or over the high-water mark: either limit reached, with a message held.
+
+        ``messages``, ``bytes_``: what the consumer holds now, in messages and in bytes.
+        """
         return messages > 0 and (messages >= self.max_messages or bytes_ >= self.max_bytes)
 
     def under(self, messages: int, bytes_: int) -> bool:
         """Under the low-water mark: both amounts below ``low_water`` of their limits, or no
-        message held."""
+        message held.
+
+        ``messages``, ``bytes_``: what the consumer holds now, in messages and in bytes.
+        """
         return messages == 0 or (
             messages < self.low_water * self.max_messages and bytes_ < self.low_water * self.max_bytes
         )
 
     def update(self, messages: int, bytes_: int) -> bool | None:
         """``True``: pause fetching; ``False``: resume; ``None``: leave it as it is (repeated calls
-        on one side of the marks, or between them)."""
+        on one side of the marks, or between them).
+
+        ``messages``, ``bytes_``: what the consumer holds after the change, in messages and in bytes.
+        """
         if not self.paused and self.over(messages, bytes_):
             self.paused = True
             return True

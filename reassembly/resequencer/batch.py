@@ -100,14 +100,22 @@ class BatchResequencer:
 
     # ------------------------------------------------------------------ input
     def offer(self, group: Hashable, key: Any, item: Any, size: int = 0) -> list[BatchEvent]:
-        """One item of ``group`` with sort key ``key``; ``size`` counts toward the byte bounds."""
+        """One item of ``group`` with sort key ``key``; ``size`` counts toward the byte bounds.
+
+        ``group``: the item's group (any hashable). ``key``: its sort key. ``item``: the item itself, handed back in the
+        events.
+        """
         events: list[BatchEvent] = []
         self._offer(group, key, item, size, self._clock(), events)
         return events
 
     def offer_item(self, group: Hashable, item: Any, size: int = 0) -> list[BatchEvent]:
         """One item whose key is ``options.key(item)``; a key function that raises is a 9050
-        :class:`BatchInvalid` (key None), not an exception out of here."""
+        :class:`BatchInvalid` (key None), not an exception out of here.
+
+        ``group``: the item's group. ``item``: the item, whose key the options' key function gives. ``size``: its size
+        in bytes, counted toward the byte bounds.
+        """
         fn = self.options.key
         if fn is None:
             raise SegmentationError("offer_item needs BatchOptions(key=...)", reason=Reason.STATE_ERROR)
@@ -121,7 +129,10 @@ class BatchResequencer:
 
     def offer_many(self, messages: Iterable[BatchMessage], now: float | None = None) -> list[BatchEvent]:
         """Many items at one time ``now`` (default: the clock, read once): exactly the events of
-        offering each in turn with the clock reading ``now``."""
+        offering each in turn with the clock reading ``now``.
+
+        ``messages``: the items, each a tuple (group, key, item) or (group, key, item, size), offered in order.
+        """
         t = self._clock() if now is None else now
         events: list[BatchEvent] = []
         for m in messages:
@@ -273,7 +284,12 @@ class BatchResequencer:
     ) -> BatchResequencer:
         """A batch resequencer in the snapshot's state, under ``options`` (configuration, not state:
         give the same ones; a snapshot holding more than their bounds allow is refused). A malformed
-        or hostile snapshot is a STATE_ERROR."""
+        or hostile snapshot is a STATE_ERROR.
+
+        ``blob``: the bytes :meth:`snapshot` returned. ``clock``: the clock the windows are timed on, as the
+        constructor's. ``decode``: turns each held item's bytes in the snapshot back into the item (None: items come
+        back as bytes).
+        """
         r = cls(options, clock=clock)
         r._next, loaded = codec.decode(blob, r.options, decode)
         for group, number, opened, duplicates, entries in loaded:

@@ -178,6 +178,9 @@ def sort_key(key: Any, depth: int = 0) -> tuple[Hashable, Any]:
     compare). Exact types only (a ``str`` enum or a pandas ``Timestamp`` is refused, not guessed at):
     within one kind every pair of keys compares and the order is total, and every key can be written
     into a snapshot and read back equal. Keys of one window must be of one kind.
+
+    ``key``: the key offered. ``depth``: how deep in a tuple key this member is (0 for the key itself), bounded so a
+    hostile key cannot nest without end.
     """
     t = type(key)
     if t is int:

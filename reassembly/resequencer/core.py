@@ -131,7 +131,10 @@ class Resequencer:
         """One message of ``group`` with sequence number ``seq``; ``size`` counts toward the byte limits.
 
         The same fast paths as :meth:`offer_many`, kept here too: delegating to it doubles the cost of
-        a single message (its per-batch set-up is paid per message)."""
+        a single message (its per-batch set-up is paid per message).
+
+        ``item``: the message itself, handed back in the events.
+        """
         g = self._groups.get(group)
         events: list[Event]
         if g is not None and type(seq) is int and seq < g.stop:  # running, no end predicate, below the end
@@ -176,6 +179,8 @@ class Resequencer:
         The events are exactly those of offering each message in turn with the clock reading ``now``
         (offers never fire timeouts, so only deadlines *set* by the batch see the sampled time). It is
         the fast form: one call, one clock reading and the attribute lookups per batch, not per message.
+
+        ``messages``: the messages, offered in order.
         """
         t = self._clock() if now is None else now
         events: list[Event] = []
@@ -550,7 +555,12 @@ class Resequencer:
         clock: Clock,
         decode: Callable[[bytes], Any] | None = None,
     ) -> Resequencer:
-        """A resequencer in the snapshot's state; a malformed or hostile snapshot is a STATE_ERROR."""
+        """A resequencer in the snapshot's state; a malformed or hostile snapshot is a STATE_ERROR.
+
+        ``blob``: the bytes :meth:`snapshot` returned. ``options``: the constructor's options, given again
+        (configuration, not state; None: the defaults). ``clock``: the clock the timeouts are read on. ``decode``: turns
+        each held item's bytes in the snapshot back into the item (None: items come back as bytes).
+        """
         r = cls(options, clock=clock)
         r._groups, r._waiting, r._closed, timers, r._floor = codec.decode(blob, r.limits, decode, whole=r._whole)
         for g in timers:  # in the order they fire: equal deadlines keep their order

@@ -56,6 +56,11 @@ class OrderedGroups:
     earlier one before the gap is skipped (then it and the rest of its group go
     to Expire). ``keep_closed``: how long a finished group id is remembered (a
     group id reused later is a new instance).
+
+    ``limits``: the assembler's bounds (None: the defaults of :class:`Limits`). ``clock``: the time source of both
+    timeouts, in the units they are given in. ``resequence_limits``: the resequencer's bounds on what waits (None: the
+    defaults of :class:`ResequenceLimits`). ``bodies``: where the assembler keeps the bodies of large messages (None: in
+    memory).
     """
 
     def __init__(
@@ -80,7 +85,10 @@ class OrderedGroups:
         self.resequencer = Resequencer(options, clock=clock)
 
     def receive(self, item: Buffer | Segment) -> list[AssemblerEvent | Event]:
-        """One segment in; what can be delivered now out."""
+        """One segment in; what can be delivered now out.
+
+        ``item``: one segment, its encoded bytes or a decoded :class:`Segment`.
+        """
         return self._route(self.assembler.receive(item))
 
     def tick(self) -> list[AssemblerEvent | Event]:
@@ -100,7 +108,10 @@ class OrderedGroups:
     def restore(cls, blob: bytes, *args: Any, **kwargs: Any) -> OrderedGroups:
         """An instance in the state :meth:`snapshot` saved. ``args``/``kwargs`` are the constructor's (the
         limits, clock, timeouts and body store: configuration, not state, so given again). A malformed
-        snapshot is a STATE_ERROR."""
+        snapshot is a STATE_ERROR.
+
+        ``blob``: the bytes :meth:`snapshot` returned.
+        """
         assembler, resequencer = codec.decode(blob)
         og = cls(*args, **kwargs)
         asm, options, clock = og.assembler, og.resequencer.options, og._clock

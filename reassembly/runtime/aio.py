@@ -95,7 +95,12 @@ class AsyncCarrier:
 
 
 class AsyncRunner(Runner):
-    """Parallel ``async def`` handlers: ``workers`` tasks; see :class:`~reassembly.runtime.base.Runner`."""
+    """Parallel ``async def`` handlers: ``workers`` tasks; see :class:`~reassembly.runtime.base.Runner`.
+
+    ``source``: where the messages come from. ``handler``: the ``async def`` called with each message. ``**options``:
+    the :class:`~reassembly.runtime.Runner` keywords (workers, ordering, retry, dead letter, budget, clock, metrics,
+    drain timeout, prefetch).
+    """
 
     def __init__(
         self,

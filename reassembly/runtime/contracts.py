@@ -47,11 +47,18 @@ class Source(Protocol):
         ...
 
     def settled(self, work: Work, outcome: reassembly.dispatcher.Outcome) -> None:
-        """The message is settled DONE or DEAD: settle the source's side (broker accept/reject)."""
+        """The message is settled DONE or DEAD: settle the source's side (broker accept/reject).
+
+        ``work``: the message settled. ``outcome``: how (DONE or DEAD).
+        """
         ...
 
     def commit(self, dispatcher: Dispatcher, force: bool = False) -> None:
-        """Commit what may be committed (Kafka: ``dispatcher.commit_offset`` per partition)."""
+        """Commit what may be committed (Kafka: ``dispatcher.commit_offset`` per partition).
+
+        ``dispatcher``: the runner's dispatcher, which knows what is settled. ``force``: True for the runner's last
+        commit, as it stops.
+        """
         ...
 
     def pause(self) -> None:
@@ -82,6 +89,7 @@ class Failure:
 
     @classmethod
     def of(cls, exc: BaseException) -> Failure:
+        """The failure ``exc`` describes: its type's name and its text."""
         return cls(type(exc).__qualname__, str(exc)[:2000])
 
     def __str__(self) -> str:

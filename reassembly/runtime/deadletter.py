@@ -118,7 +118,10 @@ class ParquetDeadLetter:
         return rows
 
     def write(self, records: Sequence[DeadRecord]) -> None:
-        """One file for the batch, durable and visible when this returns."""
+        """One file for the batch, durable and visible when this returns.
+
+        ``records``: the dead messages of the batch.
+        """
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -154,7 +157,10 @@ def _arrow(kind: str) -> Any:
 
 
 def read_dead_letters(folder: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Every row of a :class:`ParquetDeadLetter` folder, oldest file first (temporary files skipped)."""
+    """Every row of a :class:`ParquetDeadLetter` folder, oldest file first (temporary files skipped).
+
+    ``folder``: the dead-letter folder.
+    """
     import pyarrow.parquet as pq
 
     rows: list[dict[str, Any]] = []
@@ -189,7 +195,10 @@ class KafkaDeadLetter:
         self.sent = 0
 
     def write(self, records: Sequence[DeadRecord]) -> None:
-        """Send every message of the batch; return once each segment is acknowledged (raise if not)."""
+        """Send every message of the batch; return once each segment is acknowledged (raise if not).
+
+        ``records``: the dead messages of the batch.
+        """
         from segmenter.brokers.kafka import group_id_for
 
         handles = []

@@ -59,7 +59,11 @@ class Runner(Protocol):
 
 
 class Metrics:
-    """Counters and gauges of one runner; ``port``: serve them to Prometheus on ``addr:port``."""
+    """Counters and gauges of one runner; ``port``: serve them to Prometheus on ``addr:port``.
+
+    ``log_interval``: seconds between log lines of the gauges. ``publish_interval``: seconds between readings of the
+    runner (what the Prometheus endpoint serves). ``addr``: the address the endpoint listens on.
+    """
 
     def __init__(
         self,
@@ -115,7 +119,11 @@ class Metrics:
         self.close()
 
     def tick(self, runner: Runner, now: float, *, force: bool = False) -> None:
-        """Publish (and log) when due: called by the loop once per turn, cheap when not due."""
+        """Publish (and log) when due: called by the loop once per turn, cheap when not due.
+
+        ``runner``: the runner read. ``now``: its clock's time. ``force``: True publishes and logs now, whatever the
+        intervals.
+        """
         if not force and now - self._published < self.publish_interval:
             return
         self._published = now
@@ -140,7 +148,10 @@ class Metrics:
 
     @staticmethod
     def read(runner: Runner, now: float) -> Gauges:
-        """The gauges of ``runner`` now (from the loop's thread: it reads the dispatcher)."""
+        """The gauges of ``runner`` now (from the loop's thread: it reads the dispatcher).
+
+        ``now``: the runner clock's time, to age the oldest held group.
+        """
         d = runner.dispatcher
         st = d.stats
         oldest = min((g.oldest_offer for g in d.groups() if g.oldest_offer is not None), default=None)

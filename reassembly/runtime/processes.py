@@ -269,7 +269,11 @@ class ProcessCarrier:
 class ProcessRunner(Runner):
     """Parallel handlers in ``workers`` processes; see :class:`~reassembly.runtime.base.Runner`.
     ``handler``: ``"module:function"`` or a picklable top-level function. ``shared_min``: the
-    smallest payload handed over through shared memory."""
+    smallest payload handed over through shared memory.
+
+    ``source``: where the messages come from. ``**options``: the :class:`~reassembly.runtime.Runner` keywords (workers,
+    ordering, retry, dead letter, budget, clock, metrics, drain timeout, prefetch).
+    """
 
     def __init__(
         self,

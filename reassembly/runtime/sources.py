@@ -65,6 +65,11 @@ class IterableSource:
 
     ``on_event``: where items that are not whole messages go. ``on_settled(work, outcome)``:
     called when a message is settled DONE or DEAD (what a broker would be told).
+
+    ``items``: what is read, in order: :class:`~reassembly.runtime.Offered` messages, or an assembler's events (a
+    ``MessageComplete`` or ``GroupComplete`` is offered, any other goes to ``on_event``). ``batch``: the most messages
+    one :meth:`fetch` returns. ``assembler``: the assembler whose next offsets :meth:`commit` records
+    (None: the dispatcher's floor alone).
     """
 
     def __init__(
@@ -103,7 +108,12 @@ class IterableSource:
         on_settled: Callable[[Work, reassembly.dispatcher.Outcome], None] | None = None,
     ) -> IterableSource:
         """Encoded segments (or ``(segment, partition, offset)``) through an assembler; at the end
-        its open groups come back as ``Unfinished`` events (to ``on_event``)."""
+        its open groups come back as ``Unfinished`` events (to ``on_event``).
+
+        ``segments``: the encoded segments, or ``(segment, partition, offset)`` triples, in arrival order.
+        ``assembler``: the assembler they go through (None: a new one with the default limits). ``batch``, ``on_event``,
+        ``on_settled``: as the constructor's.
+        """
         asm = assembler if assembler is not None else Assembler()
 
         def events() -> Iterator[object]:
@@ -120,7 +130,10 @@ class IterableSource:
     # ------------------------------------------------------------------ Source
     def fetch(self, timeout: float) -> Sequence[Offered]:
         """Up to ``batch`` whole messages; nothing while paused or once exhausted (never waits:
-        the items are there or they are not)."""
+        the items are there or they are not).
+
+        ``timeout``: ignored (nothing is waited for).
+        """
         out: list[Offered] = []
         if self.paused or self.exhausted:
             return out
@@ -154,7 +167,11 @@ class IterableSource:
     def commit(self, dispatcher: Dispatcher, force: bool = False) -> None:
         """Record what a log consumer would commit per partition seen: ``dispatcher.commit_offset``
         over the assembler's next offset (its safe position; the dispatcher's floor alone without
-        an assembler)."""
+        an assembler).
+
+        ``dispatcher``: the runner's dispatcher, which knows what is settled. ``force``: True for the runner's last
+        commit, as it stops (every commit is recorded either way).
+        """
         checkpoints = self.assembler.checkpoints() if self.assembler is not None else {}
         done: dict[Hashable, int | None] = {}
         for p in sorted(self._partitions, key=repr):

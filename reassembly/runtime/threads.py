@@ -70,7 +70,12 @@ class ThreadCarrier:
 
 
 class ThreadRunner(Runner):
-    """Parallel handlers on ``workers`` threads; see :class:`~reassembly.runtime.base.Runner`."""
+    """Parallel handlers on ``workers`` threads; see :class:`~reassembly.runtime.base.Runner`.
+
+    ``source``: where the messages come from. ``handler``: called with each message, on a worker thread. ``**options``:
+    the :class:`~reassembly.runtime.Runner` keywords (workers, ordering, retry, dead letter, budget, clock, metrics,
+    drain timeout, prefetch).
+    """
 
     def __init__(
         self,

@@ -17,7 +17,10 @@ from reassembly.segstore.store import Claim, OnMessage, SegmentStore, Settled, V
 
 def open_store(url: str, *, member: str, **options: Any) -> SegmentStore:
     """The store a URL names: ``postgresql://...`` (or ``postgres://``) on a server, else a SQLite file
-    (``sqlite:///abs/path``, ``sqlite://rel/path`` or a plain path). ``options`` go to the store."""
+    (``sqlite:///abs/path``, ``sqlite://rel/path`` or a plain path). ``options`` go to the store.
+
+    ``url``: the database. ``member``: this process's name in claims and counters (the store's ``member``).
+    """
     if url.startswith(("postgresql://", "postgres://")):
         from reassembly.segstore.postgres import PostgresSegmentStore
 

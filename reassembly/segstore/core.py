@@ -317,6 +317,8 @@ class StoreStats:
     counters: dict[str, int] = field(default_factory=dict)  # stored, duplicates, variants, delivered, taken_over...
 
     def as_dict(self, now: float) -> dict[str, object]:
+        """The counters as a JSON-ready dict, the age of the oldest incomplete unit taken at ``now`` (the store
+        clock's seconds)."""
         age = None if self.oldest_first_seen is None else max(0.0, now - self.oldest_first_seen)
         return {
             "units": self.units,

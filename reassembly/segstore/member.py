@@ -64,6 +64,8 @@ class StoreMember:
     returns once the message is safe. If it raises, the claim's lease is released (any member
     retries) and the exception propagates to the adapter's loop. ``take_over_every`` seconds (on
     ``clock``), :meth:`tick` looks for units to take over.
+
+    ``store``: the segment store written to and delivered from.
     """
 
     def __init__(
@@ -83,7 +85,10 @@ class StoreMember:
 
     def write(self, bodies: Sequence[bytes | memoryview]) -> tuple[list[Written], list[Claim]]:
         """Store a batch of record bodies (one transaction). Every record may be acknowledged when
-        this returns: each is stored, a duplicate, or quarantined in the store with its bytes."""
+        this returns: each is stored, a duplicate, or quarantined in the store with its bytes.
+
+        ``bodies``: the records' bodies, each an encoded segment.
+        """
         if not bodies:
             return [], []
         written, claims = self.store.write(bodies)
@@ -102,14 +107,21 @@ class StoreMember:
         return written, claims
 
     def quarantine(self, body: bytes | memoryview, reason: Reason, detail: str) -> None:
-        """Keep a record's bytes in the store's quarantine (committed on return): reject it after."""
+        """Keep a record's bytes in the store's quarantine (committed on return): reject it after.
+
+        ``body``: the record's bytes, kept as they came. ``reason``: why it is kept aside. ``detail``: what happened, in
+        words.
+        """
         self.store.quarantine(body, reason, detail)
         self.stats.received += 1
         self.stats.quarantined += 1
         self.stats.by_reason[int(reason)] = self.stats.by_reason.get(int(reason), 0) + 1
 
     def deliver(self, claims: Sequence[Claim]) -> int:
-        """Deliver claimed units (assembled from the store, handed on, settled); messages handed on."""
+        """Deliver claimed units (assembled from the store, handed on, settled); messages handed on.
+
+        ``claims``: the units this member claimed.
+        """
         handed = 0
         for claim in claims:
             try:
@@ -148,21 +160,30 @@ class MemberReceiver(ABC):
 
     @abstractmethod
     def receive(self, timeout: float = 1.0) -> tuple[int, list[Claim]]:
-        """One fetch written and acknowledged, nothing delivered: (records read, the units it completed)."""
+        """One fetch written and acknowledged, nothing delivered: (records read, the units it completed).
+
+        ``timeout``: the longest wait for the first record, in seconds.
+        """
 
     @property
     def stats(self) -> MemberStats:
         return self.member.stats
 
     def poll(self, timeout: float = 1.0) -> int:
-        """One fetch: write, acknowledge, deliver what it completed, take over what is due. Records read."""
+        """One fetch: write, acknowledge, deliver what it completed, take over what is due. Records read.
+
+        ``timeout``: the longest wait for the first record, in seconds.
+        """
         read, claims = self.receive(timeout)
         self.member.deliver(claims)
         self.member.tick()
         return read
 
     def run(self, stop: Callable[[], bool], *, timeout: float = 0.5) -> MemberStats:
-        """Poll until ``stop()`` is true (checked between fetches)."""
+        """Poll until ``stop()`` is true (checked between fetches).
+
+        ``stop``: asked between fetches; True ends the loop. ``timeout``: each fetch's longest wait, in seconds.
+        """
         while not stop():
             self.poll(timeout)
         return self.stats

@@ -146,6 +146,10 @@ class SegmentStore:
     ``unit_of_work`` (recorded in the store by the first member, True unless it says otherwise; a
     member giving ``None`` takes the store's, one giving another value is refused) makes an
     MQ group one claim, delivered as one ``GroupComplete`` once every message 1..last is complete.
+
+    ``conn``: the open DB-API connection to the store's database (SQLite or PostgreSQL, as the subclass says).
+    ``limits``: the bounds segments and messages are checked against (None: the defaults of :class:`Limits`). ``clock``:
+    seconds since the epoch, for leases and ages (None: ``time.time``).
     """
 
     placeholder = "?"
@@ -256,7 +260,10 @@ class SegmentStore:
     def write(self, raws: Sequence[bytes | memoryview]) -> tuple[list[Written], list[Claim]]:
         """Store a batch of encoded segments in one transaction; per segment what happened, and the
         units this write completed (claimed by this member, to :meth:`deliver`). Acknowledge the
-        records once this returned: every one of them is then durable, a duplicate or quarantined."""
+        records once this returned: every one of them is then durable, a duplicate or quarantined.
+
+        ``raws``: the encoded segments (header and data), as received.
+        """
         now = self.clock()
         taken = [core.take(bytes(r), self.limits, self.unit_of_work) for r in raws]
         order = sorted(range(len(taken)), key=lambda i: _lock_key(taken[i]))  # one lock order: no deadlock
@@ -371,7 +378,10 @@ class SegmentStore:
         return Claim(gid, unit, new.token, new.until)
 
     def take_over(self, limit: int = 16) -> list[Claim]:
-        """Claim units that are ready but unclaimed, or whose claimant's lease ran out (oldest first)."""
+        """Claim units that are ready but unclaimed, or whose claimant's lease ran out (oldest first).
+
+        ``limit``: the most units claimed by one call.
+        """
         now = self.clock()
         claims: list[Claim] = []
         with self._tx():
@@ -387,7 +397,11 @@ class SegmentStore:
 
     def quarantine(self, raw: bytes | memoryview, reason: Reason, detail: str) -> None:
         """Keep a record's bytes aside (a record at its delivery limit, anything refused before the
-        store saw it as a segment), committed when this returns."""
+        store saw it as a segment), committed when this returns.
+
+        ``raw``: the record's bytes, kept as they came. ``reason``: why it is kept aside. ``detail``: what happened, in
+        words.
+        """
         data = bytes(raw)
         taken = core.take(data, self.limits, self.unit_of_work)
         with self._tx():
@@ -397,7 +411,11 @@ class SegmentStore:
     def deliver(self, claim: Claim, on_message: OnMessage) -> Settled:
         """Assemble a claimed unit from the store, hand it on, then settle it (segments deleted,
         tombstones written, losers quarantined). ``on_message`` raising: the lease is released (so
-        any member retries) and the exception propagates."""
+        any member retries) and the exception propagates.
+
+        ``claim``: the unit this member claimed (from :meth:`write` or :meth:`take_over`). ``on_message``: called with
+        each event of the unit before it is settled.
+        """
         opened = self.open(claim)
         if opened is None:
             return Settled()
@@ -414,7 +432,10 @@ class SegmentStore:
         the unit's messages on and settles later (:meth:`settle`, or :meth:`release` to give it
         back), keeping the lease alive meanwhile (:meth:`renew`). None when the claim was lost
         (settled or taken over since) or the unit is not decided yet (the claim is then released
-        and the unit waits for more segments or its expiry)."""
+        and the unit waits for more segments or its expiry).
+
+        ``claim``: the unit this member claimed (from :meth:`write` or :meth:`take_over`).
+        """
         gid, unit = claim.group_id, claim.unit
         lease = self._lease(gid, unit)
         if lease is None or lease.token != claim.token or lease.claimant != self.member:
@@ -436,16 +457,25 @@ class SegmentStore:
     def settle(self, opened: Opened) -> Settled:
         """Settle an opened unit once its messages are safe: its segments deleted, tombstones
         written, losers quarantined. ``settled`` False when the lease was lost meanwhile (another
-        member took the unit over and delivers it again: at least once)."""
+        member took the unit over and delivers it again: at least once).
+
+        ``opened``: what :meth:`open` returned for the unit.
+        """
         return self._settle(opened.claim, opened.result, opened.keys, opened.raws)
 
     def release(self, claim: Claim) -> None:
-        """Give a claimed unit back, not settled: any member (this one too) claims it again."""
+        """Give a claimed unit back, not settled: any member (this one too) claims it again.
+
+        ``claim``: the unit given back.
+        """
         self._release(claim, ready=True)
 
     def renew(self, claim: Claim) -> Claim | None:
         """Extend the lease of a unit this member still holds (the same token) to ``lease_seconds``
-        from now; None when it was taken over or settled since (its next settle is then lost)."""
+        from now; None when it was taken over or settled since (its next settle is then lost).
+
+        ``claim``: the unit whose lease is extended.
+        """
         until = self.clock() + self.lease_seconds
         with self._tx():
             n = self._x(
@@ -572,7 +602,11 @@ class SegmentStore:
     def expire(self, older_than: float, *, dry_run: bool = False) -> list[UnitReport]:
         """Quarantine every segment of the units :meth:`incomplete` lists (reason 2242 with the
         missing ranges, 2241 when only whole messages of a group are missing) and remember the units
-        as expired, so their late segments are quarantined too. A dry run reports and changes nothing."""
+        as expired, so their late segments are quarantined too. A dry run reports and changes nothing.
+
+        ``older_than``: the age in seconds of a unit's first segment past which an incomplete unit is expired.
+        ``dry_run``: True reports the units and changes nothing.
+        """
         reports = self.incomplete(older_than)
         if dry_run:
             return reports
@@ -611,7 +645,10 @@ class SegmentStore:
     def vacuum(self, retention: float, *, dry_run: bool = False, quarantine_too: bool = False) -> Vacuumed:
         """Drop tombstones of units settled or expired more than ``retention`` seconds ago (a copy
         redelivered after that is taken as new), and with ``quarantine_too`` quarantined segments as
-        old; then let the database reclaim the space. A dry run counts and changes nothing."""
+        old; then let the database reclaim the space. A dry run counts and changes nothing.
+
+        ``dry_run``: True counts what would go and changes nothing.
+        """
         cut = self.clock() - retention
         if dry_run:
             t = self._x("SELECT count(*) FROM seg_settled WHERE at < ?", (cut,)).fetchone()[0]

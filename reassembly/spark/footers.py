@@ -112,7 +112,11 @@ def footer_types(paths: Sequence[str], pattern: str, *, strict: bool = True) -> 
     """The input's columns with the names of their Spark types, from the files' footers; None where
     Spark's view cannot be told for certain. JobError naming a file that is not Parquet (the
     ``.parquet`` files of the input are Parquet, or the job's own read says what is wrong); not
-    ``strict`` (Spark told to skip unreadable files), None for it instead: the job counts it skipped."""
+    ``strict`` (Spark told to skip unreadable files), None for it instead: the job counts it skipped.
+
+    ``paths``: the input's files, as Spark would read them. ``pattern``: the input as given (a path or a glob), named in
+    the error with the glob that reads only the Parquet files.
+    """
     files = _files(paths)
     if not files or len(files) > MAX_FILES:
         return None
@@ -174,7 +178,10 @@ def check_files(
     ``what``, a ``column`` that is missing or not binary (``event_time``: a stream's event-time
     column, which must exist too); JobError for a file that is not Parquet (``strict``, see
     :func:`footer_types`). Says nothing where it cannot be certain (module doc); what it could
-    tell is returned (None: nothing, Spark checks it all)."""
+    tell is returned (None: nothing, Spark checks it all).
+
+    ``pattern``: the input as given, named in the errors.
+    """
     types = footer_types(paths, pattern, strict=strict)
     if types is None:
         return None

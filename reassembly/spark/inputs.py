@@ -86,7 +86,10 @@ class SegmentInput:
 
 
 def described(schema: Any) -> str:
-    """``name type, ...`` for a Spark schema, as a refusal lists them (the first 30, then how many more)."""
+    """``name type, ...`` for a Spark schema, as a refusal lists them (the first 30, then how many more).
+
+    ``schema``: the Spark schema (a StructType).
+    """
     return _described(_pairs(schema))
 
 
@@ -115,13 +118,20 @@ def check_schema(schema: Any, what: SegmentInput, *, event_time: str | None = No
     """Refuse a schema without the columns ``what`` names, or with one of another type (InputRefused).
 
     ``event_time`` (a stream's event-time column, if one is named) must exist too. Works on the
-    schema of any DataFrame, a streaming one included (it reads no value)."""
+    schema of any DataFrame, a streaming one included (it reads no value).
+
+    ``schema``: the input's Spark schema. ``what``: which columns hold the segments and what type each must have.
+    """
     check_types(_pairs(schema), what, event_time=event_time)
 
 
 def check_types(types: list[tuple[str, str]], what: SegmentInput, *, event_time: str | None = None) -> None:
     """:func:`check_schema` over the columns as (name, Spark type name) pairs: the same refusal, for a
-    schema read elsewhere than in Spark (the Parquet footers, :mod:`reassembly.spark.footers`)."""
+    schema read elsewhere than in Spark (the Parquet footers, :mod:`reassembly.spark.footers`).
+
+    ``types``: the input's columns, as (name, Spark type name) pairs. ``what``: which columns hold the segments.
+    ``event_time``: the stream's event-time column (None: none named).
+    """
     named = dict(types)
     wanted = what.wanted()
     fmt = "" if what.encoded else " (input format columns)"
@@ -137,7 +147,10 @@ def check_types(types: list[tuple[str, str]], what: SegmentInput, *, event_time:
 
 
 def check_binary_column(schema: Any, column: str) -> None:
-    """Refuse a schema whose ``column`` is missing or not binary (for inputs that are not segments)."""
+    """Refuse a schema whose ``column`` is missing or not binary (for inputs that are not segments).
+
+    ``schema``: the input's Spark schema. ``column``: the column that must be binary.
+    """
     check_schema(schema, SegmentInput(raw_column=column))
 
 
@@ -173,14 +186,20 @@ def frames(value: bytes) -> SegmentationError | None:
 def check_input(df: Any, what: SegmentInput, *, event_time: str | None = None, sample: int = SAMPLE) -> None:
     """Refuse ``df`` (a batch DataFrame of the input) when it cannot hold what ``what`` names:
     :func:`check_schema`, then none of the first ``sample`` non-NULL values framing as a segment.
-    Runs one small Spark job (``sample`` header-sized values)."""
+    Runs one small Spark job (``sample`` header-sized values).
+
+    ``event_time``: the event-time column that must exist (None: none named).
+    """
     check_schema(df.schema, what, event_time=event_time)
     refuse_heads(_prefixes(df, what, sample), what, _pairs(df.schema))
 
 
 def refuse_heads(heads: list[bytes], what: SegmentInput, types: list[tuple[str, str]]) -> None:
     """Refuse the input (its columns ``types``) when none of ``heads``, the starts of its first
-    non-NULL values, frames as a segment; nothing to sample (no file, no row, only NULLs) is no refusal."""
+    non-NULL values, frames as a segment; nothing to sample (no file, no row, only NULLs) is no refusal.
+
+    ``what``: which columns hold the segments (named in the refusal).
+    """
     errors = [frames(head) for head in heads]
     if not errors or None in errors:  # nothing to sample yet (no file, no row, only NULLs), or segments
         return

@@ -65,11 +65,18 @@ class Delivery(Protocol):
 
     def reject(self, reason: int, description: str) -> None:
         """Refuse: ActiveMQ moves a durable message to its dead-letter queue (ActiveMQ.DLQ).
-        Written like :meth:`accept`."""
+        Written like :meth:`accept`.
+
+        ``reason``: the :class:`~segmenter.Reason` code why (reported to the application; a broker may not carry it).
+        ``description``: what happened, in words.
+        """
 
 
 def body_view(d: Delivery) -> bytes | memoryview:
-    """A delivery's body without a copy: its ``view`` where it has one (STOMP), else ``body``."""
+    """A delivery's body without a copy: its ``view`` where it has one (STOMP), else ``body``.
+
+    ``d``: the delivery.
+    """
     view: bytes | memoryview | None = getattr(d, "view", None)
     return d.body if view is None else view
 
@@ -91,6 +98,8 @@ class Sender:
     Up to ``window`` sends are unconfirmed at a time (pipelining; the broker confirms a durable
     message once stored). ``max_message_size`` (the broker's limit, see :func:`segment_size_for`)
     makes an oversized segment a 2218 error here instead of a dropped connection there.
+
+    ``transport``: the broker connection, already open on the queue.
     """
 
     def __init__(self, transport: Transport, max_message_size: int | None) -> None:
@@ -105,7 +114,10 @@ class Sender:
         """Send one segment: body = its encoding (header, then data), broker group = its GroupId in hex.
 
         The header and the data go to the transport separately and are joined only in the frame
-        it writes: :meth:`Segment.encode` first would copy every byte once more than the floor."""
+        it writes: :meth:`Segment.encode` first would copy every byte once more than the floor.
+
+        ``segment``: the segment sent.
+        """
         gid = segment.header.group_id
         if gid != self._gid:  # a message's segments share it: hex once per message, not per segment
             self._gid, self._group = gid, gid.hex()
@@ -118,7 +130,10 @@ class Sender:
 
     def send_bytes(self, body: bytes, group: str | None = None) -> None:
         """Send one broker message as is, with no segment header (for a message that needs none, or
-        to compare with the segmented path on the same connection)."""
+        to compare with the segmented path on the same connection).
+
+        ``body``: the message's bytes. ``group``: the broker's message group (None: none).
+        """
         self._send(b"", body, len(body), group)
 
     def _send(self, header: bytes, data: Buffer, size: int, group: str | None) -> None:
@@ -135,7 +150,10 @@ class Sender:
         self.sent_bytes += size
 
     def flush(self, timeout: float = 60.0) -> None:
-        """Wait until the broker confirmed every message sent so far."""
+        """Wait until the broker confirmed every message sent so far.
+
+        ``timeout``: the longest wait, in seconds.
+        """
         self._t.flush(timeout)
 
     def close(self) -> None:

@@ -18,7 +18,12 @@ def open_sender(
     window: int = 256,
     amqp_frame_size: int = AMQP_FRAME_SIZE,
 ) -> Sender:
-    """A :class:`Sender` for ``amqp://host:port`` or ``stomp://host:port``."""
+    """A :class:`Sender` for ``amqp://host:port`` or ``stomp://host:port``.
+
+    ``url``: the broker. ``queue``: the queue sent to. ``max_message_size``: the broker's largest message, in bytes
+    (None: not checked here). ``window``: the most sends unconfirmed at a time. ``amqp_frame_size``: the AMQP maximum
+    frame size, in bytes (AMQP only).
+    """
     scheme = urlsplit(url).scheme
     transport: Transport
     if scheme in ("amqp", "amqps"):
@@ -38,6 +43,8 @@ def open_consumer(url: str, queue: str, *, prefetch: int = 1000, amqp_frame_size
     at once, or the consumer stalls. AMQP credit is refilled as messages arrive, not as they are
     settled, so it does not cap what is held (it must be at least 2: ActiveMQ stalls at 1).
     ``amqp_frame_size``: see :data:`AMQP_FRAME_SIZE`.
+
+    ``url``: the broker, ``amqp://host:port`` or ``stomp://host:port``.
     """
     scheme = urlsplit(url).scheme
     if scheme in ("amqp", "amqps"):

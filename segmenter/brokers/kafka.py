@@ -160,6 +160,9 @@ class KafkaSegmentProducer:
     a warning saying so. ``max_segment_size`` (optional) asks for smaller segments than the limit
     allows; one larger than it is refused. ``codec``, ``level``, ``algorithm`` and ``digest`` are
     :class:`~segmenter.Segmenter`'s; ``headers=True`` adds the MQ fields as record headers.
+
+    ``topic``: the topic every record goes to. ``max_segment_size``: None cuts segments at the size the record limit
+    allows. ``headers``: True adds the MQ fields as record headers. ``describe_timeout``: seconds.
     """
 
     def __init__(
@@ -275,7 +278,11 @@ class KafkaSegmentProducer:
 
     def segment_size(self, key: bytes | str | None = None, headers: Headers = ()) -> int:
         """The ``max_segment_size`` a message with this key (default: the 48-byte GroupId key) and
-        these extra headers is cut at."""
+        these extra headers is cut at.
+
+        ``key``: the record key (None: the default, the GroupId in hex). ``headers``: the extra record headers, (name,
+        value) pairs.
+        """
         return self._segment_size(len(_as_key(key, bytes(GROUP_ID_LENGTH))), headers)
 
     # ---------------------------------------------------------------- sending
@@ -298,6 +305,8 @@ class KafkaSegmentProducer:
         record; ``partition`` pins the partition (default: the key's). Returns once every segment is
         handed to librdkafka (produce() copies it); the message is sent when the returned
         :class:`KafkaSend` is done and ok. A segment refused on the spot raises here.
+
+        ``payload``: the message.
         """
         gid = self._group_id(msg_id, group_id)
         with _Opened() as opened:
@@ -316,7 +325,10 @@ class KafkaSegmentProducer:
     ) -> KafkaSend:
         """Segment and produce several messages as one MQ logical group (MsgSeqNumber 1..n, one
         GroupId, one key: one partition); one :class:`KafkaSend` for the whole group. ``payloads``
-        is read lazily, each like :meth:`send`'s payload."""
+        is read lazily, each like :meth:`send`'s payload.
+
+        ``msg_id``, ``group_id``, ``key``, ``headers``, ``partition``: as for :meth:`send`, once for the whole group.
+        """
         gid = self._group_id(msg_id, group_id)
         with _Opened() as opened:
             # Segmenter.segment_group takes the next payload before cutting the current one: a file
@@ -336,7 +348,11 @@ class KafkaSegmentProducer:
         are. They should be one message or group: the key and the handle's GroupId are the first
         segment's. A segment whose record would not fit the topic's limit is refused (2218) before
         it is produced; the ones before it are produced already (the handle is in the error's
-        ``details["send"]``)."""
+        ``details["send"]``).
+
+        ``segments``: the segments, produced in the order given. ``key``: the record key (None: the first segment's
+        GroupId in hex). ``headers``: added to every record. ``partition``: the partition (None: the key's).
+        """
         it = iter(segments)
         try:
             first = next(it)
@@ -451,7 +467,10 @@ class KafkaSegmentProducer:
             self._failed.append(handle)
 
     def poll(self, timeout: float = 0.0) -> int:
-        """Serve delivery reports (librdkafka calls the callbacks inside this call); the number served."""
+        """Serve delivery reports (librdkafka calls the callbacks inside this call); the number served.
+
+        ``timeout``: the longest wait for a report, in seconds (0: serve what is there and return).
+        """
         return self._client.poll(timeout)
 
     def flush(self, timeout: float = 60.0) -> None:
@@ -490,7 +509,10 @@ class KafkaSegmentProducer:
         return self._client
 
     def close(self, timeout: float = 60.0) -> None:
-        """Flush (raising for what failed); the client is released with this object."""
+        """Flush (raising for what failed); the client is released with this object.
+
+        ``timeout``: the longest wait for the outstanding records to be acknowledged, in seconds.
+        """
         self.flush(timeout)
 
     def __enter__(self) -> KafkaSegmentProducer:

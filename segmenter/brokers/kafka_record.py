@@ -74,7 +74,10 @@ def group_id_for(msg_id: bytes | str) -> bytes:
     """The 24-byte GroupId of a caller's message id: the first 24 bytes of its SHA-256 (of the
     UTF-8 text for a ``str``). Deterministic, so a producer restarted after a crash that sends the
     message again under the same id sends the same segments, which the consumer's assembler
-    recognises as duplicates."""
+    recognises as duplicates.
+
+    ``msg_id``: the caller's message id, bytes or text.
+    """
     import hashlib
 
     if isinstance(msg_id, str):

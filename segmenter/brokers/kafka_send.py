@@ -53,6 +53,9 @@ class KafkaSend:
     ``segments`` counts the records produced; ``records`` (acknowledged, in delivery order) and
     ``failed`` fill in as librdkafka reports deliveries, which happens inside the producer's calls
     (:meth:`KafkaSegmentProducer.poll`, :meth:`wait`, ``flush``).
+
+    Made by :class:`KafkaSegmentProducer`, not by the caller: ``owner`` (the producer that serves its delivery reports),
+    ``topic``, ``key`` (the records' key) and ``group_id`` (the message's GroupId).
     """
 
     def __init__(self, owner: _Owner, topic: str, key: bytes, group_id: bytes) -> None:

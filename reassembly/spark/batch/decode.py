@@ -40,6 +40,10 @@ def decode_segments(
     would accept the row). ``data_ok`` is true/false for CRC-32/IEEE segments (verified
     here) and NULL for CRC-32C (verified in Python). Lengths above 2^63-1 (the unknown
     length 2^64-1 included) read as NULL.
+
+    ``df``: the input DataFrame. ``raw_column``: its binary column of encoded segments. ``max_message_size``: the
+    largest message a header may declare, in bytes. ``max_segment_size``: the largest segment accepted, in bytes (None:
+    segment sizes are not checked).
     """
     from pyspark.sql import functions as F
 

@@ -55,7 +55,10 @@ def layout(output: str | os.PathLike[str]) -> str:
 
 
 def committed_runs(output: str | os.PathLike[str]) -> list[int]:
-    """The runs of an incremental output that readers see (committed and published)."""
+    """The runs of an incremental output that readers see (committed and published).
+
+    ``output``: the incremental output directory.
+    """
     folder = Path(output) / RUN_MARKERS
     return _ids(folder) if folder.is_dir() else []
 
@@ -81,6 +84,8 @@ def read_output(spark: Any, output: str | os.PathLike[str], kind: str = "message
     puts the ``run=N/`` in front), so
     :func:`~reassembly.spark.batch.quarantine.read_quarantined` ``(row, OUTPUT/payloads)`` reads any
     quarantine row back; a stream's are relative to its ``--payload-dir``.
+
+    ``spark``: the session that reads.
     """
     from pyspark.sql import functions as F
 

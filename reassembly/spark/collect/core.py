@@ -83,14 +83,21 @@ class Step:
 
 
 class CollectCore:
-    """The streaming collector's decisions (see the module docstring); holds only the segmenter."""
+    """The streaming collector's decisions (see the module docstring); holds only the segmenter.
+
+    ``max_segment_size``: the largest segment a batch is cut into, in bytes.
+    """
 
     def __init__(self, max_segment_size: int = DEFAULT_SEGMENT_SIZE) -> None:
         self.segmenter = Segmenter(max_segment_size=max_segment_size)
 
     def take(self, destination: str, rule: Rule, state: OpenBatch, new: Iterable[Member]) -> Step:
         """New messages for ``destination``: within one call ordered by event time (ties by bytes, so the
-        order does not depend on how Spark delivered them), after the held ones."""
+        order does not depend on how Spark delivered them), after the held ones.
+
+        ``rule``: the destination's rule in force. ``state``: its open batch (empty when none). ``new``: the new
+        messages, each (payload, event time in epoch milliseconds).
+        """
         incoming = sorted(new, key=lambda m: (m[1], m[0]))
         batch_no = state.batch_no
         out: list[Out] = []
@@ -117,7 +124,11 @@ class CollectCore:
         """The timer set for ``at`` fired: the open batch leaves as ``timeout`` or ``idle``, after the
         deadline the rule in force says passed first; None (nothing to do) for a timer the open batch no
         longer has. A rule raised since the timer was set keeps the batch open and sets the timer its
-        deadlines now give."""
+        deadlines now give.
+
+        ``destination``: the destination whose timer fired. ``rule``: its rule in force. ``state``: its open batch
+        (None: none).
+        """
         if state is None or not state.members or at != state.deadline:
             return None
         cause = _due(rule, state.first_ms, state.newest_ms, at)

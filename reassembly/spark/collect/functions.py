@@ -76,7 +76,11 @@ def collect_stream(df: Any, options: SparkCollectOptions) -> Any:
 
 def message_source(spark: Any, path: str, *, event_time: str | None = None) -> Any:
     """A landing directory of (destination, payload) Parquet files as a stream; event time from the
-    named column, or each file's modification time."""
+    named column, or each file's modification time.
+
+    ``spark``: the session. ``path``: the landing directory. ``event_time``: the column of event times (None: each
+    file's modification time).
+    """
     from pyspark.sql import functions as F
 
     schema = "destination string, payload binary" + (f", `{event_time}` timestamp" if event_time else "")
@@ -91,6 +95,8 @@ class TargetWriter:
     A replay of a committed micro-batch is skipped; of an uncommitted one, its leftovers are
     removed and it is written again (same state version, same rows, same batch ids). Read
     ``OUTPUT/batch=*/target=<t>`` for one target's batches.
+
+    ``out``: the output directory.
     """
 
     def __init__(self, out: Path) -> None:
@@ -110,7 +116,10 @@ class TargetWriter:
 
 
 def start(stream: Any, out: Path, checkpoint: str, trigger: str = "available-now") -> Any:
-    """Write ``stream`` (from :func:`collect_stream`) under ``out``; ``trigger`` available-now or an interval."""
+    """Write ``stream`` (from :func:`collect_stream`) under ``out``; ``trigger`` available-now or an interval.
+
+    ``checkpoint``: the stream's checkpoint location.
+    """
     writer = stream.writeStream.foreachBatch(TargetWriter(out)).option("checkpointLocation", checkpoint)
     writer = writer.trigger(availableNow=True) if trigger == "available-now" else writer.trigger(processingTime=trigger)
     return writer.start()

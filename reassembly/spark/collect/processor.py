@@ -39,13 +39,17 @@ class Batcher(StatefulProcessor):
     """One destination's open batch in Spark state; the rules database (``rules``: SQLite path or
     PostgreSQL URL, readable from every executor) is read at :meth:`init`, once per task, so a
     changed rule applies from the next micro-batch on. The instance is made on the driver and
-    pickled to the workers: the constructor keeps only its arguments and the core."""
+    pickled to the workers: the constructor keeps only its arguments and the core.
+
+    ``max_segment_size``: the largest segment a batch is cut into, in bytes.
+    """
 
     def __init__(self, *, rules: str, max_segment_size: int) -> None:
         self.rules_url = rules
         self.core = CollectCore(max_segment_size)
 
     def init(self, handle: Any) -> None:
+        """Open the destination's state variables through Spark's ``handle``, and read the rules."""
         self.handle = handle
         self.held = handle.getListState("held", HELD)
         self.info = handle.getValueState("info", INFO)
@@ -72,12 +76,16 @@ class Batcher(StatefulProcessor):
         return iter([Row(**o._asdict()) for o in step.rows])
 
     def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
+        """Spark's call for one destination's new rows: ``key`` (the destination, as a one-field row), ``rows`` (the
+        messages and their event times), ``timerValues`` (unused); yields the closed batches' rows."""
         destination = key[0]
         rule = self.rules(destination)
         new = [(bytes(r.payload), int(r.event_ms)) for r in rows]
         return self._write(self.core.take(destination, rule, self._state() or OpenBatch(), new))
 
     def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[Any]:
+        """Spark's call when a destination's timer fires: ``key`` (the destination), ``timerValues`` (unused),
+        ``expiredTimerInfo`` (the time the timer was set for): the open batch closes (timeout or idle)."""
         destination = key[0]
         state = self._state()
         step = self.core.expire(destination, self.rules(destination), state, expiredTimerInfo.getExpiryTimeInMs())

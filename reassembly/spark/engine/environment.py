@@ -160,7 +160,10 @@ def probe_workers(spark: Any) -> WorkerPython:
 
     It uses a plain (pickled, not Arrow) Python UDF, so a worker without pyarrow still answers.
     A worker that cannot run a Python task at all (no such executable, another Python version than
-    the driver's) raises :class:`WorkerPythonError` with Spark's root cause in one line."""
+    the driver's) raises :class:`WorkerPythonError` with Spark's root cause in one line.
+
+    ``spark``: the session whose workers are asked.
+    """
     from pyspark.sql import functions as F
 
     probe = F.udf(_probe_function(), "string", useArrow=False)
@@ -237,7 +240,10 @@ def _refusal(w: WorkerPython, kind: SessionKind = SessionKind.BUILDER) -> str:
 def check_worker_python(spark: Any) -> WorkerPython:
     """What the workers' Python holds; :class:`WorkerPythonError` (one line, the fix) if it cannot run
     the library. Runs the probe once per SparkContext (per session on Spark Connect); later calls
-    return the cached answer. A failed check is not cached: fix it (``ship=True``) and call again."""
+    return the cached answer. A failed check is not cached: fix it (``ship=True``) and call again.
+
+    ``spark``: the session whose workers are checked.
+    """
     key = _key(spark)
     with _lock:
         known = _checked.get(key)
@@ -292,7 +298,10 @@ def ship_library(spark: Any) -> Path:
     Enough where the workers have the library's compiled dependencies (:data:`DEPENDENCIES`) but not the
     library. The driver keeps the packages it imported: the zip is put on ``sys.path`` here too (by
     pyspark, in local mode), so they are imported first, and packages already imported are not looked up
-    on the path again."""
+    on the path again.
+
+    ``spark``: the session the library is added to.
+    """
     for name in LIBRARY:
         importlib.import_module(name)
     path = library_zip()

@@ -135,7 +135,10 @@ _LOG_LINE = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (?:WARN|INFO|DEBUG|TRACE
 def root_cause(lines: list[str]) -> str | None:
     """The line of a failed launch's output that says why: the deepest ``Caused by``, else the main
     thread's exception, else an ``Error:`` line (spark-submit's argument checks, a missing Java), else the
-    last line that is not a stack frame or a warning. The Java class name is dropped when a message follows."""
+    last line that is not a stack frame or a warning. The Java class name is dropped when a message follows.
+
+    ``lines``: the launch's output, line by line.
+    """
     text = [line.rstrip() for line in lines if line.strip()]
     for pattern in (_CAUSE, _THREAD_EXCEPTION):
         found = [m for line in text if (m := pattern.match(line))]
@@ -163,6 +166,8 @@ def get_session(
     exits instead of starting, :class:`SparkEnvironmentError` names the cause from that output in one line.
     Under spark-submit (:func:`submitted`) ``master`` is not used: spark-submit's session is returned,
     with :data:`DEFAULT_CONF` added where spark-submit was not given the setting (``conf`` always wins).
+
+    ``app_name``: the Spark application's name, shown in Spark's UI and in the JVM's command line.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if submitted():
@@ -314,7 +319,10 @@ class SparkSettings:
 
 
 def master_endpoints(master: str) -> list[tuple[str, int]]:
-    """The (host, port) pairs a master URL names (none for local, YARN, Kubernetes); ValueError if malformed."""
+    """The (host, port) pairs a master URL names (none for local, YARN, Kubernetes); ValueError if malformed.
+
+    ``master``: the Spark master URL.
+    """
     if _LOCAL.fullmatch(master) or master == "yarn" or master.startswith("k8s://"):
         return []
     scheme, sep, rest = master.partition("://")
@@ -350,7 +358,10 @@ def _check_master_answers(master: str) -> None:
 
 def open_session(settings: SparkSettings) -> Any:
     """A Spark session, or a one-line JobError naming why there is none (the launch's root cause, such
-    as YARN's missing HADOOP_CONF_DIR, first). Under spark-submit, spark-submit's session and master."""
+    as YARN's missing HADOOP_CONF_DIR, first). Under spark-submit, spark-submit's session and master.
+
+    ``settings``: the master, configuration and application name the command was given.
+    """
     if not submitted():  # under spark-submit the JVM runs already, with spark-submit's --master
         _check_master_answers(settings.master)
     try:
@@ -400,6 +411,8 @@ def stop_spark(spark: Any) -> bool:
     every job, wait until no job, stage or task is active, stop the session (pyspark's daemon
     then ends its workers), and wait for the processes that ran below the JVM to exit (Linux,
     where they can be listed). Each wait is bounded; a JVM that is gone already is not waited for.
+
+    ``spark``: the session to stop.
     """
     sc = getattr(spark, "sparkContext", None)
     if sc is None:

@@ -24,7 +24,10 @@ CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabl
 def require_rocksdb(spark: Any, what: str) -> None:
     """Refuse a session whose state store is not RocksDB: ``ValueError("<what> needs <PROVIDER>=<ROCKSDB>")``.
 
-    ``what`` names the stream being set up, as the message's subject."""
+    ``what`` names the stream being set up, as the message's subject.
+
+    ``spark``: the session checked.
+    """
     if spark.conf.get(PROVIDER, "") != ROCKSDB:
         raise ValueError(f"{what} needs {PROVIDER}={ROCKSDB}")
 

@@ -37,7 +37,10 @@ def with_routing_key(df: Any, raw_column: str, name: str = _KEY) -> Any:
 
     The same rules as :func:`~reassembly.spark.batch.decode.decode_segments`' ``routable`` (generated from
     :mod:`segmenter.header_table`, ``ROUTING_STAGES``), over ``df``'s other columns untouched (they
-    travel in one struct while the header's fields are computed beside them)."""
+    travel in one struct while the header's fields are computed beside them).
+
+    ``raw_column``: ``df``'s binary column of encoded segments.
+    """
     from pyspark.sql import functions as F
 
     from reassembly.spark.batch.decode import routable_sql

@@ -32,7 +32,11 @@ def check_paths(pattern: str, output: str, checkpoint: str, summary: str | None 
     OUTPUT is claimed as ``reassemble run`` claims it (:func:`~reassembly._files.claim_output`: equal
     to, inside or a parent of an input path, through symlinks, or matched by the glob: a UsageError);
     it may exist (it is appended to). The checkpoint likewise, and the two apart (each holds files the
-    other's reader does not expect)."""
+    other's reader does not expect).
+
+    ``pattern``: the input path or glob. ``output``: OUTPUT. ``checkpoint``: the checkpoint directory. ``summary``: the
+    ``--summary-json`` file (None: none).
+    """
     claimed = claim_output(
         output, inputs(pattern), pattern=pattern, may_exist=True, apart=[("checkpoint", checkpoint)], summary=summary
     )
@@ -62,7 +66,11 @@ def recorded_runs(ck: Path) -> list[int]:
 
 def check_binding(out: Path, ck: Path, raw_column: str, encoded: bool) -> dict[str, Any] | None:
     """The checkpoint's manifest as this run binds it (None: a new checkpoint), or a JobError saying
-    why this OUTPUT, checkpoint and input format do not belong together; touches nothing."""
+    why this OUTPUT, checkpoint and input format do not belong together; touches nothing.
+
+    ``out``: OUTPUT. ``ck``: the checkpoint directory. ``raw_column``: the column of encoded segments the checkpoint
+    reads. ``encoded``: True when the landing rows hold encoded segments, False when they hold segments as columns.
+    """
     manifest = read_json(ck / MANIFEST)
     bound = read_json(out / MANIFEST)
     if manifest is None:

@@ -22,7 +22,11 @@ def _skipped(name: str) -> bool:
 
 def landing_files(pattern: str, paths: Sequence[str]) -> list[LandingFile]:
     """Every file the input names, as Spark would read it: directories listed recursively (through
-    symlinks, each real directory once) without the names Spark skips; a glob's matches likewise."""
+    symlinks, each real directory once) without the names Spark skips; a glob's matches likewise.
+
+    ``pattern``: the input as given (a path or a glob): a file named literally is read whatever its name. ``paths``:
+    what it expands to.
+    """
     found: dict[str, LandingFile] = {}
     seen_dirs: set[str] = set()
 
@@ -66,7 +70,10 @@ def iso_utc(ns: int, digits: int = 9) -> str:
 
 
 def new_files(listing: Sequence[LandingFile], known: dict[str, tuple[int, int, int]]) -> list[LandingFile]:
-    """The files of ``listing`` no committed run read; JobError naming a read file that has changed since."""
+    """The files of ``listing`` no committed run read; JobError naming a read file that has changed since.
+
+    ``known``: every file a committed run read, real path -> (size, modification time in ns, run).
+    """
     fresh, changed = [], []
     for f in listing:
         was = known.get(f.path)

@@ -57,7 +57,12 @@ class IncrementalOptions:
 
         ``--overwrite`` is refused: an incremental output is appended to, run by run; replacing
         it would leave a checkpoint recording runs the output no longer holds. Starting over is
-        removing OUTPUT and the checkpoint."""
+        removing OUTPUT and the checkpoint.
+
+        ``incremental``: ``--incremental`` was given. ``checkpoint``: ``--checkpoint`` (None: not given). ``overwrite``:
+        ``--overwrite`` was given. ``expire_after``: ``--expire-after`` in seconds (None: the default).
+        ``carry_max_bytes``: ``--carry-max-bytes``, in bytes (None: the default).
+        """
         if not incremental:
             named = [f for f, v in (("--checkpoint", checkpoint), ("--expire-after", expire_after),
                                     ("--carry-max-bytes", carry_max_bytes)) if v is not None]  # fmt: skip
@@ -126,7 +131,11 @@ class CarryFacts:
     oldest_ms: int | None = None
 
     def due(self, now_ms: int, options: IncrementalOptions) -> bool:
-        """Would a run now write some carried group instead of carrying it (age or size)?"""
+        """Would a run now write some carried group instead of carrying it (age or size)?
+
+        ``now_ms``: the time now, in epoch milliseconds. ``options``: the run's ``expire_after`` and
+        ``carry_max_bytes``.
+        """
         if not self.rows:
             return False
         old = self.oldest_ms is not None and now_ms - self.oldest_ms >= options.expire_after * 1000

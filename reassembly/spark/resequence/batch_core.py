@@ -67,12 +67,18 @@ class BatchItem(NamedTuple):
 
     @classmethod
     def of(cls, row: Any) -> BatchItem:
-        """From a row (a Spark Row or a dict) with the helper columns."""
+        """From a row (a Spark Row or a dict) with the helper columns.
+
+        ``row``: the input row.
+        """
         return cls(row[MS_COLUMN], row[KEY_COLUMN], row[SIZE_COLUMN])
 
 
 def batch_core_options(options: BatchOptions) -> BatchOptions:
-    """Seconds to milliseconds; refuses what Spark cannot honour (``ValueError``, as the sequence mode)."""
+    """Seconds to milliseconds; refuses what Spark cannot honour (``ValueError``, as the sequence mode).
+
+    ``options``: the user's options.
+    """
     if options.key is not None:
         raise ValueError("in Spark the key is a column (key=): compute it with withColumn, not BatchOptions(key=...)")
     if options.max_items < options.max_window_items or options.max_bytes < options.max_window_bytes:
@@ -87,7 +93,10 @@ def batch_core_options(options: BatchOptions) -> BatchOptions:
 
 def batch_outputs(events: list[BatchEvent]) -> Iterator[tuple[BatchEvent, tuple[Any, ...]]]:
     """Every event with its extra columns (:data:`BATCH_EXTRA_FIELDS`): a row per item, and a row per
-    :class:`~reassembly.resequencer.batch_model.WindowClosed` (terminal ``window_closed``)."""
+    :class:`~reassembly.resequencer.batch_model.WindowClosed` (terminal ``window_closed``).
+
+    ``events``: the batch resequencer's events for one key, in order.
+    """
     dup = int(Reason.RESEQ_DUPLICATE)
     for ev in events:
         if isinstance(ev, BatchReleased):
@@ -102,7 +111,10 @@ def batch_outputs(events: list[BatchEvent]) -> Iterator[tuple[BatchEvent, tuple[
 
 
 def batch_ref_of(ev: BatchEvent) -> HeldRef | None:
-    """Where an item event's row is; None for ``WindowClosed`` (a row of its own)."""
+    """Where an item event's row is; None for ``WindowClosed`` (a row of its own).
+
+    ``ev``: the batch resequencer's event.
+    """
     return None if isinstance(ev, WindowClosed) else ev.item  # type: ignore[no-any-return]
 
 
@@ -123,7 +135,10 @@ class BatchDecision:
 
 class BatchCore(KeyCore[BatchResequencer, BatchItem, BatchEvent, int, BatchDecision]):
     """The stream's per-key decisions in the batch mode (see the module docstring). Made from the
-    user's options (seconds): refuses options Spark cannot honour (:func:`batch_core_options`)."""
+    user's options (seconds): refuses options Spark cannot honour (:func:`batch_core_options`).
+
+    ``options``: the user's batch resequencing options.
+    """
 
     def __init__(self, options: BatchOptions) -> None:
         self.options = batch_core_options(options)
@@ -179,7 +194,11 @@ def batch_table(
 ) -> list[tuple[int | None, tuple[Any, ...]]]:
     """One group of a finished table, in-process: ``(row index, extras)`` per output row, in event
     order (index None: a ``window_closed`` row). Rows are offered in event-time order, each after
-    every deadline up to its own time; then every deadline passes and what is left is flushed."""
+    every deadline up to its own time; then every deadline passes and what is left is flushed.
+
+    ``options``: the user's batch resequencing options. ``group``: the group's value. ``rows``: the group's rows, as
+    dicts with the helper columns.
+    """
     return BatchCore(options).table(group, [BatchItem.of(row) for row in rows])
 
 

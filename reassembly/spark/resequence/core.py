@@ -83,7 +83,10 @@ class Item(NamedTuple):
 
     @classmethod
     def of(cls, row: Any) -> Item:
-        """From a row (a Spark Row or a dict) with the helper columns."""
+        """From a row (a Spark Row or a dict) with the helper columns.
+
+        ``row``: the input row.
+        """
         return cls(row[MS_COLUMN], row[SEQ_COLUMN], row[FLAGS_COLUMN], row[SIZE_COLUMN])
 
 
@@ -106,7 +109,10 @@ def _ends(seq: Any, ref: Ref) -> bool:
 
 
 def core_options(options: ResequenceOptions) -> ResequenceOptions:
-    """Seconds to milliseconds; SQL predicates to readers of the flags computed in the JVM."""
+    """Seconds to milliseconds; SQL predicates to readers of the flags computed in the JVM.
+
+    ``options``: the user's options.
+    """
 
     lim = options.limits
     if lim.max_messages < lim.max_group_messages or lim.max_bytes < lim.max_group_bytes:
@@ -134,7 +140,10 @@ def core_options(options: ResequenceOptions) -> ResequenceOptions:
 
 def outputs(events: list[Event]) -> Iterator[tuple[Event, tuple[Any, ...]]]:
     """Every event with its extra columns (:data:`EXTRA_FIELDS`): a row per message, and a row per
-    ``Skipped`` (terminal ``skipped``) and ``GroupClosed`` (terminal ``group_closed``)."""
+    ``Skipped`` (terminal ``skipped``) and ``GroupClosed`` (terminal ``group_closed``).
+
+    ``events``: the resequencer's events for one key, in order.
+    """
     none = (None,) * 8  # cause, skip_first, skip_stop, the four counts, gaps
     for ev in events:
         if isinstance(ev, Failed):
@@ -153,12 +162,18 @@ def outputs(events: list[Event]) -> Iterator[tuple[Event, tuple[Any, ...]]]:
 
 
 def ref_of(ev: Event) -> Ref | None:
-    """Where a message event's row is; None for ``Skipped`` / ``GroupClosed`` (rows of their own)."""
+    """Where a message event's row is; None for ``Skipped`` / ``GroupClosed`` (rows of their own).
+
+    ``ev``: the resequencer's event.
+    """
     return None if isinstance(ev, (Skipped, GroupClosed)) else ev.item  # type: ignore[no-any-return]
 
 
 def group_of(key: Sequence[Any]) -> Any:
-    """The group value of a Spark grouping key (binary as bytes: the resequencer hashes it)."""
+    """The group value of a Spark grouping key (binary as bytes: the resequencer hashes it).
+
+    ``key``: Spark's grouping key, a row of one value.
+    """
     k = key[0]
     return bytes(k) if isinstance(k, (bytearray, memoryview)) else k
 
@@ -317,7 +332,10 @@ def deadline_of(r: Stepped[Any]) -> int | None:
 
 class ResequenceCore(KeyCore[Resequencer, Item, Event, None, Decision]):
     """The stream's per-key decisions in the sequence mode (see the module docstring). Made from the
-    user's options (seconds, SQL predicates): refuses options Spark cannot honour (:func:`core_options`)."""
+    user's options (seconds, SQL predicates): refuses options Spark cannot honour (:func:`core_options`).
+
+    ``options``: the user's resequencing options.
+    """
 
     def __init__(self, options: ResequenceOptions) -> None:
         self.options = core_options(options)
@@ -359,7 +377,11 @@ def resequence_table(
     options: ResequenceOptions, group: Any, rows: list[dict[str, Any]]
 ) -> list[tuple[int | None, tuple[Any, ...]]]:
     """One group of a finished table, in-process: ``(row index, extras)`` per output row, in event order
-    (index None: a ``skipped`` or ``group_closed`` row)."""
+    (index None: a ``skipped`` or ``group_closed`` row).
+
+    ``options``: the user's resequencing options. ``group``: the group's value. ``rows``: the group's rows, as dicts
+    with the helper columns.
+    """
     return ResequenceCore(options).table(group, [Item.of(row) for row in rows])
 
 

@@ -104,7 +104,11 @@ class ResequenceProcessor(_HeldRows):
     """One group key's resequencer in Spark state: its snapshot (value state ``core``) and the held rows
     by sequence number (map state ``held``). Made on the driver from the user's options (refused there
     if Spark cannot honour them), the input's columns, its schema (the held rows' state schema) and
-    the group column; pickled to the workers with them."""
+    the group column; pickled to the workers with them.
+
+    ``options``: the user's resequencing options. ``columns``: the input's column names, in order. ``value_schema``: the
+    input's Spark schema, the schema of the held rows' state. ``group_column``: the column whose value is the group key.
+    """
 
     STATE = ("core", "held", HELD_KEY)
 
@@ -117,13 +121,19 @@ class ResequenceProcessor(_HeldRows):
         return Item.of(row)
 
     def holds(self, decided: Decision, batch: list[Any]) -> Iterator[tuple[Any, Any]]:
+        """The rows ``decided`` holds, taken from ``batch`` (the key's rows of this call), each with its sequence
+        number."""
         return ((batch[i], batch[i][SEQ_COLUMN]) for i in decided.hold)
 
 
 class BatchResequenceProcessor(_HeldRows):
     """One group key's batch resequencer in Spark state: its snapshot (value state ``batch``) and the
     held rows by serial number (map state ``batch_held``: equal keys may be held together), the timer
-    of the key's open window. Made on the driver as :class:`ResequenceProcessor` is."""
+    of the key's open window. Made on the driver as :class:`ResequenceProcessor` is.
+
+    ``options``: the user's batch resequencing options. ``columns``, ``value_schema``, ``group_column``: as for
+    :class:`ResequenceProcessor`.
+    """
 
     STATE = ("batch", "batch_held", SERIAL_KEY)
 
@@ -135,6 +145,8 @@ class BatchResequenceProcessor(_HeldRows):
         return BatchItem.of(row)
 
     def holds(self, decided: BatchDecision, batch: list[Any]) -> Iterator[tuple[Any, Any]]:
+        """The rows ``decided`` holds, taken from ``batch`` (the key's rows of this call), each with its serial
+        number."""
         return ((batch[i], serial) for i, serial in decided.hold)
 
 

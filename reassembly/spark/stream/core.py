@@ -72,11 +72,17 @@ class Footprint(NamedTuple):
     tombstone_bytes: int = 0
 
     def plus(self, other: Footprint, sign: int = 1) -> Footprint:
+        """This footprint with ``other`` added field by field, or subtracted with ``sign=-1`` (a key's change between
+        batches)."""
         return Footprint(*(a + sign * b for a, b in zip(self, other, strict=True)))
 
     @classmethod
     def of(cls, rows: Iterable[tuple[bytes, int, SegmentHeader]]) -> Footprint:
-        """Held rows (header-or-segment bytes, where the data is, header) as a footprint."""
+        """Held rows (header-or-segment bytes, where the data is, header) as a footprint.
+
+        ``rows``: each held segment as (the bytes kept in state, where its data is: in state or a spool position, its
+        header).
+        """
         segments = held = spooled = 0
         for head, at, h in rows:
             segments += 1
@@ -86,6 +92,8 @@ class Footprint(NamedTuple):
 
     @staticmethod
     def tombstone_size(blob: bytes, state: str) -> int:
+        """The bytes of a tombstone's value: ``blob`` (the assembler snapshot), ``state`` (how the key
+        ended) and its four longs (first, until, held bytes, last)."""
         return len(blob) + len(state.encode()) + 32  # + first, until, held bytes (0), last: four longs
 
 
@@ -133,6 +141,8 @@ class Summary:
     spool: SpoolState = field(default_factory=SpoolState)  # large messages: what is on disk
 
     def add(self, headers: Iterable[SegmentHeader]) -> None:
+        """Note the held segments of ``headers`` (their ranges, last segments and group flags): what
+        :meth:`ready` reads."""
         for h in headers:
             seq = h.msg_seq_number
             self.spans.setdefault(seq, RangeSet()).add(h.offset, h.end)
@@ -148,7 +158,10 @@ class Summary:
         return spans is not None and any(spans.covers(0, end) for end in self.ends.get(seq, ()))
 
     def ready(self, unit_of_work: bool) -> bool:
-        """True unless judging now certainly decides nothing (see the class docstring)."""
+        """True unless judging now certainly decides nothing (see the class docstring).
+
+        ``unit_of_work``: the stream's Unit-of-Work setting (a group leaves whole, or message by message).
+        """
         ready = {seq for seq in self.spans if self._ready(seq)}
         if not ready:
             return False
@@ -157,7 +170,10 @@ class Summary:
         return any(all(s in ready for s in range(1, last + 1)) for last in self.lasts)
 
     def forget(self, seqs: Iterable[int]) -> None:
-        """Messages that left: their held ranges go (late copies are judged by ``delivered``)."""
+        """Messages that left: their held ranges go (late copies are judged by ``delivered``).
+
+        ``seqs``: the MsgSeqNumbers of the messages that left.
+        """
         for seq in seqs:
             self.spans.pop(seq, None)
             self.ends.pop(seq, None)
@@ -170,7 +186,10 @@ class Summary:
         return self.last_left is not None and all(s in self.left for s in range(1, self.last_left + 1))
 
     def tombstone(self, group_id: bytes, state: GroupState = GroupState.COMPLETE) -> bytes:
-        """An assembler snapshot remembering what left (what :func:`late_rows` judges against)."""
+        """An assembler snapshot remembering what left (what :func:`late_rows` judges against).
+
+        ``group_id``: the key's GroupId. ``state``: how the group ended, which a late copy's detail names.
+        """
         return assembler_snapshot.encode({}, {group_id: Closed(state, dict(self.delivered))}, Ledger())
 
     def dump(self) -> bytes:
@@ -189,6 +208,7 @@ class Summary:
 
     @classmethod
     def load(cls, blob: bytes) -> Summary:
+        """The summary :meth:`dump` wrote: ``blob``, its JSON bytes."""
         d = json.loads(blob)
         return cls(
             {int(s): RangeSet(map(tuple, r)) for s, r in d["spans"].items()},
@@ -203,7 +223,10 @@ class Summary:
 
 
 def undecodable(raw: bytes) -> bool:
-    """True if the row has no readable header: it belongs to no group and is quarantined at once."""
+    """True if the row has no readable header: it belongs to no group and is quarantined at once.
+
+    ``raw``: the row's segment bytes.
+    """
     try:
         decode_header(raw)
     except SegmentationError:
@@ -213,7 +236,10 @@ def undecodable(raw: bytes) -> bool:
 
 def reject_now(raws: Sequence[bytes], limits: Limits, sources: Sources | None = None) -> list[Row]:
     """Quarantine rows for rows with no readable header (the assembler gives the exact reason);
-    ``sources``: the rows' kept columns, parallel to ``raws`` (lineage)."""
+    ``sources``: the rows' kept columns, parallel to ``raws`` (lineage).
+
+    ``raws``: the rows' segment bytes. ``limits``: the bounds the segments are checked against.
+    """
     asm = Assembler(limits)
     return event_rows(receive(asm, enumerate(raws), sources), sources=sources)
 
@@ -246,6 +272,9 @@ def judge(
     remembers them. With ``bodies``, the messages it wants are built there (rows with
     ``payload_path``), as the batch job does with ``payload_dir``. ``sources``: the held segments'
     kept columns, parallel to ``raws`` (lineage: rows carry ``source`` / ``sources``).
+
+    ``raws``: the held segments' bytes. ``limits``: the bounds applied. ``unit_of_work``: a group leaves whole (True) or
+    message by message. ``group_id``: the key's GroupId (None: the key of messages not in a group).
     """
     summary = summary if summary is not None else Summary()
     asm = Assembler(limits, batch=True, unit_of_work=unit_of_work, bodies=bodies)
@@ -365,7 +394,11 @@ def take(
     once as evicted (the bound is checked before anything is stored). Else judged with what it holds, but
     only when ``summary`` (updated with ``new``) says that could decide something: ``held`` is read back
     only then. ``None``: hold ``new`` too. Lineage: ``held_sources`` and ``sources`` give the kept
-    columns of the held and of the new segments, in their order."""
+    columns of the held and of the new segments, in their order.
+
+    ``held_bytes``: the bytes the key holds already. ``limits``: the bounds applied. ``unit_of_work``: a group leaves
+    whole (True) or message by message. ``bodies``: where large messages are built (None: in memory).
+    """
     over = held_bytes + sum(len(r) for r in new) > max_held_bytes
     summary.add(decode_header(r) for r in new)
     if not over and not summary.ready(unit_of_work):
@@ -408,7 +441,11 @@ def late_rows(
     sources: Sources | None = None,
 ) -> list[Row]:
     """Rows for segments of a decided key: duplicates (counted), conflicts and ``late`` (quarantined);
-    ``sources``: the segments' kept columns, parallel to ``raws`` (lineage)."""
+    ``sources``: the segments' kept columns, parallel to ``raws`` (lineage).
+
+    ``tombstone``: the assembler snapshot kept when the key was decided. ``state``: how it ended (complete, failed,
+    expired, evicted). ``limits``: the bounds applied. ``unit_of_work``: the stream's Unit-of-Work setting.
+    """
     asm = Assembler.restore(tombstone, limits, unit_of_work=unit_of_work)
     out: list[Row] = []
     for i, raw in enumerate(raws):

@@ -126,7 +126,11 @@ def bind_checkpoint(checkpoint: str, options: StreamOptions | None = None) -> No
     options (:class:`CheckpointMismatch`, naming what differs; nothing is touched); else record this
     version's layout (and the options, when given) in it. Spark checks its own part (the number of
     state partitions, the source); this guards what our state variables mean. A checkpoint that is
-    not a local path (``hdfs://...``) is not checked."""
+    not a local path (``hdfs://...``) is not checked.
+
+    ``checkpoint``: the stream's checkpoint location. ``options``: the stream's options, whose state-bound ones are
+    checked and recorded (None: only the layout).
+    """
     if "://" in checkpoint and not checkpoint.startswith("file:"):
         return
     root = Path(checkpoint.removeprefix("file://").removeprefix("file:"))
@@ -339,6 +343,11 @@ class BatchWriter:
     attempt left. Readers that must never see a batch being renamed read only
     the batches listed in ``_commits``. With a :class:`Halt`, a batch after the
     one a stop was asked for is not written.
+
+    ``out``: the output directory. ``on_batch``: called as ``on_batch(batch_id, counts)`` once a batch is committed,
+    with its rows by kind and status (None: nothing called). ``spool``: the stream's spool, whose files of the messages
+    a batch wrote are removed once it is committed (None: no spool). ``halt``: the stop request batches are checked
+    against (None: every batch is written).
     """
 
     def __init__(
@@ -509,7 +518,10 @@ def _summary(counts: Counter[str]) -> str:
 
 
 def batch_counts(out: Path, batch_id: int) -> Counter[str] | None:
-    """What a committed batch's marker records (rows by kind and status, ``state:*`` after it), or None."""
+    """What a committed batch's marker records (rows by kind and status, ``state:*`` after it), or None.
+
+    ``out``: the stream's output directory. ``batch_id``: the micro-batch.
+    """
     try:
         text = (out / "_commits" / str(batch_id)).read_text()
     except FileNotFoundError:
@@ -519,7 +531,10 @@ def batch_counts(out: Path, batch_id: int) -> Counter[str] | None:
 
 def state_after(out: Path, batch_id: int | None = None) -> Footprint | None:
     """What state held after a committed batch (default: the last one); None if that is not known
-    (no such batch, or a checkpoint begun by a version that kept no accounting)."""
+    (no such batch, or a checkpoint begun by a version that kept no accounting).
+
+    ``out``: the stream's output directory. ``batch_id``: the micro-batch (None: the last committed).
+    """
     if batch_id is None:
         batches = committed_batches(out)
         if not batches:
@@ -532,12 +547,18 @@ def state_after(out: Path, batch_id: int | None = None) -> Footprint | None:
 
 
 def committed_batches(out: Path) -> list[int]:
-    """The batch ids whose output is complete (what a reader should read)."""
+    """The batch ids whose output is complete (what a reader should read).
+
+    ``out``: the stream's output directory.
+    """
     return sorted(int(p.name) for p in (out / "_commits").iterdir() if p.name.isdigit())
 
 
 def read_committed(out: Path, kind: str) -> list[dict[str, Any]]:
-    """Every committed row of one kind (``message``, ``quarantine``, ``duplicate``), with its ``batch``."""
+    """Every committed row of one kind (``message``, ``quarantine``, ``duplicate``), with its ``batch``.
+
+    ``out``: the stream's output directory. ``kind``: which rows.
+    """
     import pyarrow.parquet as pq
 
     rows: list[dict[str, Any]] = []

@@ -55,12 +55,18 @@ OPENED_COLUMN = "message_checksum"
 
 
 def held_text(head: bytes) -> str:
-    """A held row's bytes as the state stores them (see :data:`HELD`)."""
+    """A held row's bytes as the state stores them (see :data:`HELD`).
+
+    ``head``: the held row's bytes (a segment, or a spooled segment's header).
+    """
     return b2a_base64(head, newline=False).decode("ascii")
 
 
 def held_bytes(text: str) -> bytes:
-    """A held row's bytes from what the state stores (see :data:`HELD`)."""
+    """A held row's bytes from what the state stores (see :data:`HELD`).
+
+    ``text``: the text the state stores.
+    """
     return a2b_base64(text)
 
 

@@ -90,6 +90,14 @@ class Reassembler(StatefulProcessor):
 
     The constructor takes what every task needs, decided on the driver (all picklable: the instance
     travels to the workers); :meth:`init` opens the state variables on each worker's copy.
+
+    ``limits``: the assembler's bounds. ``unit_of_work``: a group leaves whole (True) or message by message.
+    ``max_held_bytes``: the most bytes one key may hold in state before it is evicted. ``expire_ms``: an undecided key
+    leaves as incomplete this many milliseconds (event time) after its first segment. ``tombstone_ms``: how long, in
+    milliseconds, a decided key is remembered to judge late copies. ``large_message_bytes``: a message at least this
+    large is built in a spool file instead of in memory. ``spool``: where held large segments' data go (None: all in
+    state). ``profile``: a directory each task's cProfile output is written to (None: no profiling). ``lineage``: the
+    StructType of the input columns kept beside each segment (None: nothing kept).
     """
 
     def __init__(
@@ -119,6 +127,8 @@ class Reassembler(StatefulProcessor):
         self.names = _NAMES + ((SOURCES, SOURCE) if lineage is not None else ())
 
     def init(self, handle: Any) -> None:
+        """Open the key's state variables through Spark's ``handle`` (the StatefulProcessorHandle), on each worker's
+        copy."""
         self.profiler = _Profiler(self.profile) if self.profile else None
         self.handle = handle
         held = _struct(HELD)
@@ -133,6 +143,9 @@ class Reassembler(StatefulProcessor):
         self.read_src: list[Any] = []  # lineage: the held rows' kept columns, parallel to ``read``
 
     def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
+        """Spark's call for one key's new rows of a micro-batch: ``key`` (the GroupId, as a one-field row), ``rows``
+        (the raw segments and their event times), ``timerValues`` (the watermark, for rows without an event time);
+        yields the output rows."""
         self.change, self.read = Footprint(), None
         self.gid, self.opened = bytes(key[0]), None
         raws: list[bytes] = []
@@ -308,6 +321,9 @@ class Reassembler(StatefulProcessor):
             self.handle.registerTimer(until)
 
     def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[Any]:
+        """Spark's call when a key's timer fires: ``key`` (the GroupId), ``timerValues`` (the current times),
+        ``expiredTimerInfo`` (the time the timer was set for): an open key leaves as expired, a tombstone is
+        dropped."""
         self.change, self.read = Footprint(), None
         self.gid, self.opened = bytes(key[0]), None
         at = expiredTimerInfo.getExpiryTimeInMs()

@@ -53,12 +53,18 @@ class SpoolState:
 
     @classmethod
     def load(cls, d: dict[str, Any]) -> SpoolState:
+        """The state :meth:`dump` wrote, ``d`` (its JSON-ready dict)."""
         written = {int(s): RangeSet((a, b) for a, b in r) for s, r in d["written"].items()}
         return cls(written, {int(s): int(n) for s, n in d["aside"].items()})
 
 
 class Spool:
-    """The body files of a stream's large messages under ``directory`` (one both workers see)."""
+    """The body files of a stream's large messages under ``directory`` (one both workers see).
+
+    ``directory``: the spool directory, on storage every worker sees. ``large_message_bytes``: a message declaring more
+    than this many bytes has its segments' data spooled. ``max_message_size``: the largest message accepted, in bytes (a
+    segment declaring a larger one is never spooled).
+    """
 
     def __init__(self, directory: str, large_message_bytes: int, max_message_size: int) -> None:
         self.directory = directory
@@ -71,7 +77,10 @@ class Spool:
         stays in state as it came, to be quarantined with its own bytes; spooled, a longer one
         would overwrite the next range of the body and a shorter one come back padded with zeros) of a
         large message whose range lies inside what it declares (anything else stays in state,
-        whatever its size, and is rejected by the judgment)."""
+        whatever its size, and is rejected by the judgment).
+
+        ``raw``: the segment's bytes as received. ``h``: its decoded header.
+        """
         if len(raw) != h.header_length + h.data_length:
             return False
         if h.length_deferred:
@@ -86,7 +95,11 @@ class Spool:
         return Path(self.directory) / SPOOL / f"{group_id.hex()}-{seq}.{kind}"
 
     def put(self, raw: bytes, h: SegmentHeader, state: SpoolState) -> tuple[bytes, int]:
-        """Write the data of a wanted segment; the held row: (header bytes, where its data is)."""
+        """Write the data of a wanted segment; the held row: (header bytes, where its data is).
+
+        ``raw``: the segment's bytes. ``h``: its header. ``state``: the key's :class:`SpoolState`, updated with what is
+        written.
+        """
         head, data = raw[: h.header_length], memoryview(raw)[h.header_length :]
         seq = h.msg_seq_number
         written = state.written.setdefault(seq, RangeSet())
@@ -124,7 +137,11 @@ class Spool:
         self.unsynced.clear()
 
     def read(self, head: bytes, at: int, h: SegmentHeader) -> bytes:
-        """The whole segment back (header as received, then its data)."""
+        """The whole segment back (header as received, then its data).
+
+        ``head``: the header bytes held in state. ``at``: where the data is (IN_BODY: in the body file at the segment's
+        offset; else the offset in the message's aside file). ``h``: the decoded header.
+        """
         kind, position = ("body", h.offset) if at == IN_BODY else ("aside", at)
         fd = os.open(self._path(h.group_id, h.msg_seq_number, kind), os.O_RDONLY | os.O_NOFOLLOW)
         try:
@@ -134,13 +151,20 @@ class Spool:
         return head + data
 
     def drop(self, group_id: bytes, seq: int) -> None:
-        """The message's row is committed: its spool files are no longer needed."""
+        """The message's row is committed: its spool files are no longer needed.
+
+        ``group_id``, ``seq``: the message, by GroupId and MsgSeqNumber.
+        """
         for kind in ("body", "aside"):
             self._path(group_id, seq, kind).unlink(missing_ok=True)
 
 
 class HeldRows(Sequence[bytes]):
-    """Held rows as whole segments, read from the spool one at a time (never all in memory at once)."""
+    """Held rows as whole segments, read from the spool one at a time (never all in memory at once).
+
+    ``rows``: the held rows, each (the bytes kept in state, where its data is, its header). ``spool``: where spooled
+    data is read from (None: every row is a whole segment in state).
+    """
 
     def __init__(self, rows: list[tuple[bytes, int, SegmentHeader]], spool: Spool | None) -> None:
         self.rows, self.spool = rows, spool
