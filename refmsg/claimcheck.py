@@ -76,7 +76,9 @@ class Message(NamedTuple):
     """A message body and its MQMD Format ("MQHREF  " when it is a claim check)."""
 
     format: str
+    """The message's MQMD Format, 8 characters (``"MQHREF  "`` for a claim check)."""
     body: bytes
+    """The message body: a reference message for a claim check, else the payload itself."""
 
     @property
     def is_reference(self) -> bool:
@@ -86,12 +88,18 @@ class Message(NamedTuple):
 class Claim(NamedTuple):
     """What a verified claim-check reference says: where the object is, its size and checksum."""
 
-    store: str  # SrcEnv: the store's name
-    key: str  # SrcName
+    store: str
+    """The store's name, from the header's SrcEnv."""
+    key: str
+    """The object's key in that store, from the header's SrcName."""
     length: int
+    """The object's length in bytes (the header's DataLogicalLength)."""
     algorithm: ChecksumAlgorithm
+    """The algorithm of ``checksum``."""
     checksum: int
-    digests: Digests = NO_DIGESTS  # SHA-256 / HMAC-SHA-256 of the object, when the producer added them
+    """The whole object's checksum, checked when the object is read back."""
+    digests: Digests = NO_DIGESTS
+    """SHA-256 / HMAC-SHA-256 of the object, when the producer added them."""
 
 
 def is_claim_check(body: Buffer) -> bool:

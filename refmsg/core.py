@@ -57,14 +57,23 @@ class ObjectState:
     """What is known about one object under transfer."""
 
     name: str
+    """The object's name, as its reference messages give it (named in errors)."""
     algorithm: ChecksumAlgorithm = DEFAULT_ALGORITHM
+    """The checksum algorithm of every chunk and of the whole object."""
     max_object_size: int = DEFAULT_MAX_OBJECT_SIZE
+    """The largest object accepted, in bytes: a chunk reaching past it is refused."""
     applied: RangeSet = field(default_factory=RangeSet)
+    """The byte ranges of the object applied so far."""
     object_length: int | None = None
+    """The object's length once a chunk declared it (the LAST one, or any declaring chunk); None: not yet."""
     object_checksum: int | None = None
+    """The whole object's checksum once a chunk declared it; None: not yet."""
     last_arrived: bool = False
-    conflict: bool = False  # two verified chunks disagreed: the object is never delivered
-    digests: Digests = NO_DIGESTS  # SHA-256 / HMAC the LAST message declared
+    """Whether the chunk flagged LAST has arrived."""
+    conflict: bool = False
+    """Two verified chunks disagreed: the object is never delivered."""
+    digests: Digests = NO_DIGESTS
+    """SHA-256 / HMAC the LAST message declared."""
 
     @property
     def complete(self) -> bool:
@@ -230,13 +239,21 @@ class ChunkRow(NamedTuple):
     """One chunk of an object as a table row (the Spark helper's input)."""
 
     offset: int
+    """Where the chunk starts in the object, in bytes (the header's DataLogicalOffset)."""
     length: int
+    """Bytes of data the chunk carries (the header's DataLogicalLength)."""
     data: bytes | None
+    """The chunk's bytes; None for a header-only message, which is refused here."""
     last: bool
+    """True when the chunk's header carries the LAST flag."""
     chunk_checksum: int | None = None
+    """The checksum of the chunk's data, verified before it is applied; None: not carried."""
     object_checksum: int | None = None
-    digests: bytes | None = None  # the integrity block's digest records (on the LAST chunk)
-    object_length: int | None = None  # the object length the integrity block declares (checked as the receiver does)
+    """The whole object's checksum (on the LAST chunk); None: not carried."""
+    digests: bytes | None = None
+    """The integrity block's digest records (on the LAST chunk)."""
+    object_length: int | None = None
+    """The object length the integrity block declares (checked as the receiver does)."""
 
 
 def _as_row(row: Any) -> ChunkRow:

@@ -133,15 +133,24 @@ class RMH:
     """
 
     flags: int = RmhFlags.NOT_LAST
+    """The MQRMH Flags: ``RmhFlags.LAST`` on the last message of an object, else ``NOT_LAST``."""
     object_type: str = DEFAULT_OBJECT_TYPE
+    """The ObjectType, 8 characters naming the kind of object."""
     object_instance_id: bytes = bytes(OBJECT_INSTANCE_ID_LENGTH)
+    """The 24-byte ObjectInstanceId that identifies one transfer of an object (zeros: none)."""
     src_env: str = ""
+    """The SrcEnv string: the source environment (for a claim check, the store's name)."""
     src_name: str = ""
+    """The SrcName string: the object's name at the source (for a claim check, its key)."""
     dest_env: str = ""
+    """The DestEnv string: the destination environment."""
     dest_name: str = ""
+    """The DestName string: the object's name at the destination (the name a receiver writes it under)."""
     data_logical_length: int = 0
+    """Bytes of the object's data this message covers (carried after the header, or not: a header-only message)."""
     data_logical_offset: int = 0
     format: str = FORMAT_NONE
+    """The MQ Format of the data that follows the header."""
     encoding: int = ENCODING_NATIVE
     ccsid: int = CCSID_UTF8
 
@@ -296,10 +305,15 @@ class DecodedRMH(NamedTuple):
     """A decoded header and the facts about its layout a reader may need."""
 
     header: RMH
+    """The header's logical content."""
     struc_length: int
-    header_encoding: int  # byte order the integers were read in (546 or 273)
-    header_ccsid: int  # character set the strings were read in
-    spans: tuple[StringSpan, ...]  # the present strings, in field order
+    """The header's StrucLength in bytes: the fixed fields, the strings and any padding."""
+    header_encoding: int
+    """Byte order the integers were read in (546 or 273)."""
+    header_ccsid: int
+    """Character set the strings were read in."""
+    spans: tuple[StringSpan, ...]
+    """The present strings, in field order."""
 
 
 def detect_encoding(buf: Buffer) -> int:

@@ -56,10 +56,15 @@ class Integrity(NamedTuple):
     """Checksums one reference message carries."""
 
     algorithm: ChecksumAlgorithm
+    """The checksum algorithm of ``chunk_checksum`` and ``object_checksum``."""
     chunk_checksum: int
-    object_length: int | None = None  # both set, or both None
+    """The checksum of this message's chunk of data."""
+    object_length: int | None = None
+    """The whole object's length; set together with ``object_checksum`` (both, or neither)."""
     object_checksum: int | None = None
-    digests: Digests = NO_DIGESTS  # of the whole object; on the LAST message
+    """The whole object's checksum; set together with ``object_length`` (both, or neither)."""
+    digests: Digests = NO_DIGESTS
+    """Of the whole object; on the LAST message."""
 
     @property
     def has_object(self) -> bool:

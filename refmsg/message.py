@@ -25,8 +25,11 @@ class ReferenceMessage(NamedTuple):
     """One reference message."""
 
     header: RMH
+    """The MQRMH: what the chunk is and where it goes in the object."""
     data: Buffer = b""
+    """The chunk's bytes; empty for a header-only message, which names a range without carrying it."""
     integrity: Integrity | None = None
+    """The checksums the message carries; None when it carries none."""
 
     @property
     def header_only(self) -> bool:
@@ -107,7 +110,9 @@ class DecodedMessage(NamedTuple):
     """A decoded message and its header layout."""
 
     message: ReferenceMessage
+    """The decoded reference message."""
     layout: DecodedRMH
+    """The decoded header and its layout (StrucLength, byte order, character set, where the strings are)."""
 
 
 def decode_message(

@@ -114,27 +114,45 @@ class Outcome(Enum):
 
 
 class Receipt(NamedTuple):
+    """What one chunk did to its object."""
+
     outcome: Outcome
+    """What the chunk did: applied, a duplicate, completed the object, or came after it was complete."""
     name: str
+    """The object's name (the name it is written under once complete)."""
     key: str
+    """The transfer's key (its ObjectInstanceId in hex, else derived from its name)."""
     offset: int
+    """Where the chunk starts in the object, in bytes."""
     length: int
-    written: int  # new bytes written by this chunk
-    path: str | None = None  # the final path, once complete
+    """Bytes of data the chunk carries."""
+    written: int
+    """New bytes written by this chunk."""
+    path: str | None = None
+    """The final path, once complete."""
 
 
 class IncompleteObject(NamedTuple):
     """An object still in transfer, for reports and purging."""
 
     key: str
+    """The transfer's key (its ObjectInstanceId in hex, else derived from its name), naming its journal file."""
     name: str
+    """The object's name (the name it is written under once complete)."""
     first_seen: float
+    """When its first chunk was journaled, in the receiver clock's seconds."""
     last_seen: float
-    applied: int  # bytes applied so far
-    object_length: int | None  # known once LAST (or a declaring chunk) arrived
+    """When its latest chunk was journaled, in the receiver clock's seconds."""
+    applied: int
+    """Bytes of the object applied so far, each offset counted once."""
+    object_length: int | None
+    """The object's length, once the LAST chunk (or another declaring one) arrived; None until then."""
     last_arrived: bool
+    """Whether the chunk flagged LAST has arrived."""
     gaps: tuple[Span, ...]
-    conflict: bool = False  # two verified copies of a chunk differ: it will never be delivered
+    """The byte ranges missing up to the object's length (or the largest end seen when it is not known)."""
+    conflict: bool = False
+    """Two verified copies of a chunk differ: it will never be delivered."""
 
     def age(self, now: float) -> float:
         """Seconds since its first chunk arrived, at ``now`` (on the receiver's clock)."""

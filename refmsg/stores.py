@@ -62,7 +62,9 @@ class StoredObject(NamedTuple):
     """
 
     size: int
+    """The object's size in bytes, as the store reports it before any byte is read."""
     stream: BinaryIO
+    """A binary stream at the object's first byte; the caller closes it."""
 
 
 class ObjectInfo(NamedTuple):
@@ -73,6 +75,7 @@ class ObjectInfo(NamedTuple):
     """
 
     key: str
+    """The object's key in the store."""
     size: int
     modified: datetime
 

@@ -42,24 +42,37 @@ class SegmentHeader(NamedTuple):
     """The decoded header of one segment."""
 
     group_id: bytes
+    """The group's 24-byte identifier (MQ's GroupId): every segment of every message of a group carries it."""
     msg_seq_number: int
+    """The message's position in its group, from 1 (MQ's MsgSeqNumber)."""
     offset: int
+    """Where this segment's data starts in the message's stored bytes, in bytes (MQ's Offset)."""
     data_length: int
-    original_length: int  # decoded message length, or UNKNOWN_LENGTH
-    stored_length: int  # sum of all segment data of the message, or UNKNOWN_LENGTH
+    """Bytes of data this segment carries after its header."""
+    original_length: int
+    """The decoded message's length in bytes, or ``UNKNOWN_LENGTH`` when it was not known as this segment was cut."""
+    stored_length: int
+    """The message's stored length in bytes (the sum of all its segments' data, compressed when ``codec`` says so),
+    or ``UNKNOWN_LENGTH``."""
     msg_flags: int
+    """MQ's MsgFlags bits (``MsgFlags``: segment, last segment, message in group, last message in group)."""
     codec: Codec
+    """How the message's stored bytes are compressed (``Codec.NONE``: they are the original bytes)."""
     algorithm: ChecksumAlgorithm
+    """The checksum algorithm of ``data_checksum`` and ``message_checksum``."""
     data_checksum: int
-    message_checksum: int | None  # None when this segment does not carry it
+    """The checksum of this segment's data, verified before the data is used."""
+    message_checksum: int | None
+    """The whole message's checksum, or None when this segment does not carry it (the last segment does)."""
     header_length: int = HEADER_LENGTH
-    # Set in every segment of a message whose OriginalLength was not known when it was cut;
-    # without it every segment declares OriginalLength, so a consumer can route by size per row.
+    """Bytes of header, extension included: 84 without an extension."""
     length_deferred: bool = False
-    # Header bytes between the fixed fields and the header checksum (header_length > 84): carried
-    # by every segment, read from the last one when the message is verified (9030 malformed, 9031
-    # an unknown critical type), written back by pack (header_length = 84 + len(extension)).
+    """Set in every segment of a message whose OriginalLength was not known when it was cut; without it every segment
+    declares OriginalLength, so a consumer can route by size per row."""
     extension: bytes = b""
+    """Header bytes between the fixed fields and the header checksum (header_length > 84): carried by every segment,
+    read from the last one when the message is verified (9030 malformed, 9031 an unknown critical type), written back
+    by pack (header_length = 84 + len(extension))."""
 
     @property
     def end(self) -> int:
@@ -108,7 +121,9 @@ class Segment(NamedTuple):
     """One segment: header plus data (a zero-copy view where possible)."""
 
     header: SegmentHeader
+    """The segment's decoded header."""
     data: Buffer
+    """The segment's data, ``header.data_length`` bytes (a view of the received bytes where possible)."""
 
     def encode(self) -> bytes:
         """Header and data as one ``bytes`` (the only copy on the send path)."""

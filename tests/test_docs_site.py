@@ -143,6 +143,15 @@ def test_the_built_api_documents_every_public_name(site: Path) -> None:
     assert {m for m in ref.public_modules() if not any(e.canonical == m for e in ref.entries())} <= set(objects)
 
 
+def test_the_api_shows_field_meanings_not_field_numbers(site: Path) -> None:
+    """A NamedTuple's field shows its attribute docstring (or nothing, its record's docstring naming
+    it), never ``collections``' "Alias for field number N"."""
+    api = site / "reference" / "api"
+    pages = {p.name: p.read_text(encoding="utf-8") for p in api.glob("*.html")}
+    assert [name for name, html in pages.items() if "Alias for field number" in html] == []
+    assert "24-byte identifier (MQ" in pages["segmenter.html"]  # SegmentHeader.group_id's docstring
+
+
 def test_the_command_line_page_has_every_subcommand(site: Path) -> None:
     import argparse
 

@@ -198,6 +198,17 @@ def _drop_inherited_docstring(app: Any, what: str, name: str, obj: Any, options:
             lines.clear()
 
 
+_FIELD_ALIAS = re.compile(r"Alias for field number \d+")
+
+
+def _drop_field_alias(app: Any, what: str, name: str, obj: Any, options: Any, lines: list[str]) -> None:
+    """A NamedTuple field without an attribute docstring has ``collections``' "Alias for field number 0":
+    its meaning is in the record's docstring, above it, and the position says nothing to a reader."""
+    own = [line for line in lines if line.strip()]
+    if len(own) == 1 and _FIELD_ALIAS.fullmatch(own[0].strip()):
+        lines.clear()
+
+
 # --- the reason codes -----------------------------------------------------------------------------
 
 
@@ -328,6 +339,7 @@ def setup(app: Any) -> dict[str, Any]:
     app.connect("env-get-outdated", _always_reread)
     app.connect("source-read", _source_read)
     app.connect("autodoc-process-docstring", _drop_inherited_docstring)
+    app.connect("autodoc-process-docstring", _drop_field_alias)
     app.connect("autodoc-process-bases", _public_bases)
     app.connect("doctree-read", _builtins_are_builtins)
     app.connect("object-description-transform", _no_return_type_for_exceptions, priority=600)

@@ -82,16 +82,26 @@ class MessageComplete:
     """A logical message, reassembled and verified (segment and message checksums)."""
 
     group_id: bytes
+    """The 24-byte GroupId the message's segments carry."""
     msg_seq_number: int
-    # StoredBody: the message lives in the assembler's BodyStore; ScatteredPayload: Assembler(join=False)
+    """The message's MsgSeqNumber in its group (1 for a message not in a group)."""
     payload: bytes | memoryview | StoredBody | ScatteredPayload
+    """The original message bytes; a ``StoredBody`` when the message lives in the assembler's body store; a
+    :class:`ScatteredPayload` from an ``Assembler(join=False)``."""
     msg_flags: int
-    segments: int  # segments used
-    duplicates: int  # identical copies counted and ignored
+    """The MsgFlags of the message's last segment (whether it is in a group, and the group's last)."""
+    segments: int
+    """How many segments made up the message (copies counted in ``duplicates``, not here)."""
+    duplicates: int
+    """Identical copies of its segments, counted and ignored."""
     stored_length: int
+    """Bytes the segments' data adds up to (compressed, when the segments declare a codec)."""
     original_length: int
-    checksum: int | None = None  # the verified whole-message checksum (algorithm as in the segments)
-    positions: tuple[Origin, ...] = ()  # of the segments used
+    """Bytes of the original message, once decoded (equal to ``stored_length`` without a codec)."""
+    checksum: int | None = None
+    """The verified whole-message checksum (in the segments' algorithm); None when no segment carried one."""
+    positions: tuple[Origin, ...] = ()
+    """Where each segment used was read, in message order (empty for segments given without a position)."""
 
 
 @dataclass(frozen=True)
@@ -99,7 +109,9 @@ class GroupComplete:
     """Every message of a group, in MsgSeqNumber order, gap free (Unit-of-Work delivery)."""
 
     group_id: bytes
+    """The 24-byte GroupId of the group."""
     messages: tuple[MessageComplete, ...]
+    """Every message of the group, in MsgSeqNumber order from 1, with no gap."""
 
     @property
     def positions(self) -> tuple[Origin, ...]:
@@ -112,10 +124,15 @@ class Duplicate:
     """An identical copy of a segment already held: counted, ignored."""
 
     group_id: bytes
+    """The 24-byte GroupId the copy carries."""
     msg_seq_number: int
+    """The MsgSeqNumber of the message the copy belongs to."""
     offset: int
+    """Where the copy's data starts in the message's stored bytes."""
     length: int
-    positions: tuple[Origin, ...] = ()  # of this copy
+    """Bytes of data the copy carries."""
+    positions: tuple[Origin, ...] = ()
+    """Where this copy was read (empty when it was given without a position)."""
 
 
 @dataclass(frozen=True)
@@ -123,10 +140,15 @@ class Rejected:
     """A segment that was refused; ``raw`` holds its original bytes for quarantine."""
 
     reason: Reason
+    """Why the segment was refused: the same as ``error.reason``."""
     error: SegmentationError
+    """The error that refused it, with its details (offset, MsgSeqNumber, what was expected)."""
     raw: bytes
+    """The segment's original bytes, as received, for quarantine."""
     header: SegmentHeader | None = None
-    positions: tuple[Origin, ...] = ()  # of this segment
+    """The segment's decoded header; None when the header itself could not be read."""
+    positions: tuple[Origin, ...] = ()
+    """Where this segment was read (empty when it was given without a position)."""
 
 
 @dataclass(frozen=True)
@@ -151,15 +173,22 @@ class GapReport:
     """What one logical message is missing."""
 
     msg_seq_number: int
-    missing_ranges: tuple[tuple[int, int | None], ...]  # [start, end) of the stored body; end None = unknown
+    """The MsgSeqNumber of the incomplete message."""
+    missing_ranges: tuple[tuple[int, int | None], ...]
+    """The byte ranges missing, each ``(start, end)`` with ``end`` excluded, in the offsets ``basis`` names; an ``end``
+    of None: open up to a length not yet known."""
     stored_length: int | None
+    """The message's stored length when every segment declaring one agrees; None: not known."""
     received_bytes: int
+    """Bytes of the message held, each offset counted once however many copies cover it."""
     last_segment_seen: bool
-    # The original (decoded) length its headers declare, when every header declaring one agrees.
+    """Whether a segment flagged LAST of this message arrived."""
     original_length: int | None = None
-    # What the offsets of ``missing_ranges`` count: "original" when every segment held declares no
-    # codec (stored bytes are the original bytes), else "stored" (offsets into the compressed body).
+    """The original (decoded) length its headers declare, when every header declaring one agrees (None: none declares
+    one, or they disagree)."""
     basis: str = "stored"
+    """What the offsets of ``missing_ranges`` count: "original" when every segment held declares no codec (stored bytes
+    are the original bytes), else "stored" (offsets into the compressed body)."""
 
 
 @dataclass(frozen=True)
@@ -168,15 +197,26 @@ class MessageFailed:
     assemblies of them pass every check (conflict, 9012): nothing is delivered."""
 
     group_id: bytes
+    """The 24-byte GroupId the message's segments carry."""
     msg_seq_number: int
+    """The MsgSeqNumber of the failed message."""
     reason: Reason
+    """Why the message failed: the same as ``error.reason``."""
     error: SegmentationError
-    segments: tuple[bytes, ...]  # original bytes of every segment used
+    """The error that failed it, with its details."""
+    segments: tuple[bytes, ...]
+    """The original bytes of every segment of the message held in memory, for quarantine."""
     positions: tuple[Origin, ...] = ()
-    stored: tuple[StoredOriginal, ...] = ()  # the rest of them, left in the store
-    # The lengths its headers declare, when every header declaring one agrees (None: none, or disagreeing).
+    """Where each segment was read: parallel to ``(*segments, *stored)``."""
+    stored: tuple[StoredOriginal, ...] = ()
+    """The message's other segments, left in a store that keeps failed messages (``FileBodyStore(keep_failed=True)``),
+    as handles instead of bytes; empty with any other store."""
     stored_length: int | None = None
+    """The stored length its headers declare, when every header declaring one agrees (None: none declares one, or they
+    disagree)."""
     original_length: int | None = None
+    """The original length its headers declare, when every header declaring one agrees (None: none declares one, or they
+    disagree)."""
 
 
 @dataclass(frozen=True)
@@ -184,16 +224,28 @@ class Unfinished:
     """A group that left the assembler without completing; its segments come back."""
 
     group_id: bytes
+    """The 24-byte GroupId of the group that left."""
     cause: Cause
-    reason: Reason  # 2242 if a message is incomplete, else 2241 (MQ's preference)
-    gaps: tuple[GapReport, ...]  # messages that are incomplete
-    missing_seq_numbers: tuple[int, ...]  # messages of which nothing arrived (known range; the lowest 1,000)
-    last_seq_number: int | None  # the group's last MsgSeqNumber, if its LAST message was seen
-    segments: tuple[bytes, ...] = field(default=())  # original bytes of every segment held
-    failed: tuple[MessageFailed, ...] = field(default=())  # messages that failed inside the group
+    """Why it left: expired, evicted, closed at the end of input, or revoked with its partition."""
+    reason: Reason
+    """``INCOMPLETE_MSG`` (2242) when a message held is incomplete, else ``INCOMPLETE_GROUP`` (2241): the code MQ itself
+    prefers."""
+    gaps: tuple[GapReport, ...]
+    """What each incomplete message held is missing."""
+    missing_seq_numbers: tuple[int, ...]
+    """MsgSeqNumbers of which nothing arrived, within the known range (the lowest 1,000 at most)."""
+    last_seq_number: int | None
+    """The group's last MsgSeqNumber, when its LAST message was seen; None: not known."""
+    segments: tuple[bytes, ...] = field(default=())
+    """The original bytes of every segment held in memory, for quarantine."""
+    failed: tuple[MessageFailed, ...] = field(default=())
+    """The messages of the group that failed inside it, each with its own segments."""
     positions: tuple[Origin, ...] = ()
-    stored: tuple[StoredOriginal, ...] = ()  # the rest of the segments held, left in the store
-    grouped: bool = False  # an MQ group (its segments flagged in a group), not one message alone
+    """Where each segment handed back was read: parallel to ``(*segments, *stored)``."""
+    stored: tuple[StoredOriginal, ...] = ()
+    """The other segments held, left in a store that keeps them, as handles instead of bytes."""
+    grouped: bool = False
+    """True for an MQ group (its segments flagged in a group); False for one message alone."""
 
 
 @dataclass(frozen=True)
@@ -201,12 +253,19 @@ class GroupFailed:
     """A Unit-of-Work group with a failed message: nothing of it is delivered."""
 
     group_id: bytes
+    """The 24-byte GroupId of the group."""
     reason: Reason
+    """Why the group failed: the reason of its first failed message."""
     failed: tuple[MessageFailed, ...]
-    segments: tuple[bytes, ...]  # original bytes of the group's other segments
-    positions: tuple[Origin, ...] = ()  # of ``segments`` (each failed message carries its own)
-    stored: tuple[StoredOriginal, ...] = ()  # the rest of the group's other segments, left in the store
-    last_seq_number: int | None = None  # the group's last MsgSeqNumber, if its LAST message was seen
+    """The group's failed messages, each with its own segments and positions."""
+    segments: tuple[bytes, ...]
+    """The original bytes of the group's other segments held in memory, for quarantine."""
+    positions: tuple[Origin, ...] = ()
+    """Where each of the other segments was read: parallel to ``(*segments, *stored)``."""
+    stored: tuple[StoredOriginal, ...] = ()
+    """The group's other segments, left in a store that keeps them, as handles instead of bytes."""
+    last_seq_number: int | None = None
+    """The group's last MsgSeqNumber, when its LAST message was seen; None: not known."""
 
 
 Event = MessageComplete | GroupComplete | Duplicate | Rejected | MessageFailed | Unfinished | GroupFailed

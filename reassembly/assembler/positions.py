@@ -26,7 +26,9 @@ class Origin(NamedTuple):
     """Where one segment was read: its partition and its position there."""
 
     partition: Hashable
+    """The partition the segment was read from (a Kafka partition number, or any key the caller uses)."""
     position: Any
+    """The segment's position in that partition (a Kafka offset, or any ordered value the caller uses)."""
 
 
 class Checkpoint(NamedTuple):
@@ -42,6 +44,7 @@ class Checkpoint(NamedTuple):
     """
 
     partition: Hashable
+    """The partition these positions are in (a Kafka partition number, or any key the caller uses)."""
     safe: Any
     restart: Any
     high: Any

@@ -65,7 +65,9 @@ class Landing:
     so importing this module needs no pyarrow) and each delivery's values, given the landing time."""
 
     fields: Callable[[], list[tuple[str, Any]]]
+    """Builds the extra columns' pyarrow fields, as ``(name, type)`` pairs, when a file opens."""
     values: Callable[[Any, datetime], tuple[Any, ...]]
+    """Each delivery's values for those columns, given the delivery and the landing time (UTC)."""
 
 
 BROKER_LANDING = Landing(_broker_fields, lambda d, now: (d.redelivered, now))
@@ -77,10 +79,16 @@ KAFKA_LANDING = Landing(landing_fields, landing_values)
 
 @dataclass
 class DrainStats:
-    segments: int = 0  # landed and acknowledged
+    """What a drain has landed so far."""
+
+    segments: int = 0
+    """Segments landed in published files and acknowledged to the broker."""
     redelivered: int = 0
+    """Segments the broker flagged as redelivered (landed like the others: the reassembly counts copies)."""
     files: int = 0
+    """Parquet files published (renamed into the landing directory)."""
     bytes: int = 0
+    """Bytes of segments (broker message bodies) landed in published files."""
 
 
 class _OpenFile:

@@ -55,12 +55,19 @@ class ReceiverStats:
     """What happened to every delivery so far."""
 
     received: int = 0
-    redelivered: int = 0  # deliveries the broker marked as redelivered
-    used: int = 0  # accepted: segments of messages handed to the application
-    duplicates: int = 0  # accepted: identical copies
-    rejected: int = 0  # rejected (dead-lettered), with a reason
-    messages: int = 0  # messages handed to the application
+    """Deliveries taken from the broker, each counted once whatever happened to it."""
+    redelivered: int = 0
+    """Deliveries the broker marked as redelivered."""
+    used: int = 0
+    """Accepted: segments of messages handed to the application."""
+    duplicates: int = 0
+    """Accepted deliveries that were identical copies of segments already held."""
+    rejected: int = 0
+    """Rejected (dead-lettered), with a reason."""
+    messages: int = 0
+    """Messages handed to the application."""
     by_reason: dict[int, int] = field(default_factory=dict)
+    """Rejected deliveries by reason code (``int(Reason)`` -> count)."""
 
     def held(self) -> int:
         return self.received - self.used - self.duplicates - self.rejected

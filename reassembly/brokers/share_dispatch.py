@@ -67,16 +67,26 @@ class ShareSourceStats:
     stored their segments (``{"1": 40, "2": 30, "3": 12}``: the competing consumers at work)."""
 
     member: str
-    records: int = 0  # records (or deliveries) read
-    opened: int = 0  # claimed units assembled and offered (or settled at once: nothing to deliver)
-    messages: int = 0  # messages offered to the dispatcher
-    settled: int = 0  # units settled in the store after their messages were settled
-    settlements_lost: int = 0  # units whose lease another member took over before this one settled
+    """This member's name in the segment store."""
+    records: int = 0
+    """Records (or deliveries) read."""
+    opened: int = 0
+    """Claimed units assembled and offered (or settled at once: nothing to deliver)."""
+    messages: int = 0
+    """Messages offered to the dispatcher."""
+    settled: int = 0
+    """Units settled in the store after their messages were settled."""
+    settlements_lost: int = 0
+    """Units whose lease another member took over before this one settled."""
     renewals: int = 0
-    leases_lost: int = 0  # renewals refused: the unit was taken over (this process stalled past its lease)
-    released: int = 0  # units given back unsettled at close
+    """Leases of claimed units renewed while their messages were being handled."""
+    leases_lost: int = 0
+    """Renewals refused: the unit was taken over (this process stalled past its lease)."""
+    released: int = 0
+    """Units given back unsettled at close."""
     spread: dict[str, int] = field(default_factory=dict)
     store: MemberStats = field(default_factory=MemberStats)
+    """The counters of this member of the segment store (segments stored, units claimed)."""
 
 
 @dataclass

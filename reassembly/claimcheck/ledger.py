@@ -56,11 +56,16 @@ class LedgerEntry(NamedTuple):
     """One ledger row. ``stored_at`` is None for an object settled but never recorded."""
 
     store: str
+    """The name of the store holding the object (what references carry as SrcEnv)."""
     key: str
+    """The object's key in that store."""
     message_id: str | None
+    """The message that references the object, as text (bytes ids in hex); None: not given."""
     stored_at: datetime | None
-    settled_at: datetime | None  # None: nobody is done with it yet
-    deleted_at: datetime | None  # set by the sweep once the settled object is gone from the store
+    settled_at: datetime | None
+    """None: nobody is done with it yet."""
+    deleted_at: datetime | None
+    """Set by the sweep once the settled object is gone from the store."""
 
     @property
     def live(self) -> bool:

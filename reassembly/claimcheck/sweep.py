@@ -61,23 +61,36 @@ class Deletion(NamedTuple):
     """One object the sweep deletes (or, in a dry run, would delete)."""
 
     key: str
+    """The object's key in the store."""
     size: int
+    """The object's size in bytes, as listed."""
     modified: datetime
-    age: timedelta  # now - modified
+    """When the store last wrote the object, as listed (timezone-aware)."""
+    age: timedelta
+    """How old the object was when the listing began: ``at - modified``."""
     why: Why
-    entry: LedgerEntry | None  # the settled row; None for an unreferenced object
+    """Why it is deleted: its ledger row is settled, or no row names it and it is old enough."""
+    entry: LedgerEntry | None
+    """The settled row; None for an unreferenced object."""
 
 
 class SweepPlan(NamedTuple):
     """What :func:`plan_sweep` decided for one listing and one set of ledger rows."""
 
-    deletions: tuple[Deletion, ...]  # by key
-    listed: int  # objects in the listing
-    live: int  # listed objects kept because a live row names them
-    young: int  # listed objects no row names, not older than older_than: kept
-    stale: tuple[LedgerEntry, ...]  # live rows of listed objects recorded more than older_than ago, oldest first
-    missing: tuple[LedgerEntry, ...]  # live rows recorded before the listing whose object it lacks
-    gone: tuple[LedgerEntry, ...]  # settled rows whose object the listing lacks (marked deleted by the sweep)
+    deletions: tuple[Deletion, ...]
+    """The objects to delete, sorted by key."""
+    listed: int
+    """Objects in the listing."""
+    live: int
+    """Listed objects kept because a live row names them."""
+    young: int
+    """Listed objects no row names, not older than older_than: kept."""
+    stale: tuple[LedgerEntry, ...]
+    """Live rows of listed objects recorded more than older_than ago, oldest first."""
+    missing: tuple[LedgerEntry, ...]
+    """Live rows recorded before the listing whose object it lacks."""
+    gone: tuple[LedgerEntry, ...]
+    """Settled rows whose object the listing lacks (marked deleted by the sweep)."""
 
     @property
     def bytes(self) -> int:
@@ -149,13 +162,21 @@ class SweepResult(NamedTuple):
     """A sweep's plan and what was done with it."""
 
     store: str
-    at: datetime  # when the listing began: the ages are counted to it
+    """The name of the store swept (as its ledger rows name it)."""
+    at: datetime
+    """When the listing began: the ages are counted to it."""
     plan: SweepPlan
+    """What the sweep decided from the listing and the ledger."""
     dry_run: bool
+    """True when nothing was deleted or marked: ``plan.deletions`` says what would have been."""
     deleted: tuple[Deletion, ...]
-    changed: tuple[Deletion, ...]  # kept: recorded (again) while the sweep ran
-    failed: tuple[tuple[Deletion, str], ...]  # with the store's error, one line
-    marked: int  # settled rows marked deleted whose object was already gone
+    """The objects deleted, in key order (empty in a dry run)."""
+    changed: tuple[Deletion, ...]
+    """Kept: recorded (again) while the sweep ran."""
+    failed: tuple[tuple[Deletion, str], ...]
+    """The deletions the store refused, each with its error (one line)."""
+    marked: int
+    """Settled rows marked deleted whose object was already gone."""
 
 
 OnObject = Callable[[Deletion, Outcome, "str | None"], None]

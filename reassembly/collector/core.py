@@ -114,8 +114,11 @@ class Held(NamedTuple):
 
     id: int
     payload: bytes
+    """The message's bytes, as added."""
     received_at: float
-    restored: bool = False  # handed over from the database (an earlier collector's), not received here
+    """When the message arrived, in the collector clock's seconds."""
+    restored: bool = False
+    """Handed over from the database (an earlier collector's), not received here."""
 
 
 @dataclass(frozen=True)
@@ -123,9 +126,12 @@ class BatchReady:
     """A closed batch: emit ``messages`` (in this order) as one logical group under ``rule``."""
 
     destination: str
+    """The destination the batch was gathered for."""
     batch_id: str
+    """The batch's unique id (a UUID by default, from the collector's ``new_batch_id``)."""
     messages: tuple[Held, ...]
     cause: Cause
+    """Why the batch closed: full, timed out, idle, recycled, shut down or forced."""
     rule: Rule
 
     @property

@@ -51,18 +51,25 @@ class Alone:
     """
 
     ticket: int
+    """The ticket of the message this key is for: unique, so no other message shares the key."""
 
 
 @dataclass(frozen=True)
 class Work:
     """One message handed to one worker: what the worker needs, and what settles it."""
 
-    ticket: int  # unique per offer, never reused: the handle that settles it
-    group: Hashable  # the ordering key this message is serialized under
-    message: object  # what was offered (MessageComplete | GroupComplete | anything)
-    attempt: int  # 1 for the first hand-out; a hand-out taken back from a gone worker does not count
-    size: int  # bytes counted against the budget
-    positions: tuple[tuple[Hashable, int], ...]  # (partition, offset) of every segment it was built from
+    ticket: int
+    """Unique per offer, never reused: the handle that settles it."""
+    group: Hashable
+    """The ordering key this message is serialized under."""
+    message: object
+    """What was offered (MessageComplete | GroupComplete | anything)."""
+    attempt: int
+    """1 for the first hand-out; a hand-out taken back from a gone worker does not count."""
+    size: int
+    """Bytes counted against the budget."""
+    positions: tuple[tuple[Hashable, int], ...]
+    """(partition, offset) of every segment it was built from."""
 
 
 @dataclass(frozen=True)
@@ -70,12 +77,19 @@ class Settled:
     """The answer to a settle that changed the state."""
 
     ticket: int
+    """The ticket of the message settled."""
     group: Hashable
+    """The group the message was serialized under."""
     outcome: Outcome
-    attempt: int  # the attempt that ended
-    retry_at: float | None  # RETRY: not handed out again before this time (None: at once)
-    group_free: bool  # the group has no message in flight any more: any worker may take it
-    on_hold: bool  # DEAD with AfterDead.HOLD: the group waits for release()
+    """How it was settled: done, retry or dead."""
+    attempt: int
+    """The attempt that ended."""
+    retry_at: float | None
+    """RETRY: not handed out again before this time (None: at once)."""
+    group_free: bool
+    """The group has no message in flight any more: any worker may take it."""
+    on_hold: bool
+    """DEAD with AfterDead.HOLD: the group waits for release()."""
 
 
 @dataclass(frozen=True)
@@ -88,8 +102,11 @@ class Fenced:
     """
 
     ticket: int
+    """The ticket of the message whose settle was fenced."""
     group: Hashable
-    outcome: Outcome  # what the worker answered, ignored
+    """The group the message was serialized under."""
+    outcome: Outcome
+    """What the worker answered, ignored."""
 
 
 @dataclass(frozen=True)
@@ -97,9 +114,13 @@ class Revoked:
     """What a revocation took away from one partition."""
 
     partition: Hashable
-    dropped: tuple[int, ...]  # queued (or retrying, or held) tickets forgotten: never handed out here
-    fenced: tuple[int, ...]  # tickets in flight: their settle answers Fenced
-    dropped_bytes: int  # the size of the dropped messages (no longer held)
+    """The partition that was revoked."""
+    dropped: tuple[int, ...]
+    """Queued (or retrying, or held) tickets forgotten: never handed out here."""
+    fenced: tuple[int, ...]
+    """Tickets in flight: their settle answers Fenced."""
+    dropped_bytes: int
+    """The size of the dropped messages (no longer held)."""
 
 
 @dataclass(frozen=True)
@@ -107,28 +128,48 @@ class GroupView:
     """One group as a message-group broker answers a query: who holds what."""
 
     group: Hashable
-    queued: int  # messages waiting (retries and held ones included)
-    owner: Hashable | None  # the worker that holds the group, or None when it is free
-    acquired: int  # messages of it in flight
-    oldest_offer: float | None  # the offer time of its oldest unsettled message
-    on_hold: bool  # AfterDead.HOLD after a dead message: waits for release()
+    """The group's ordering key."""
+    queued: int
+    """Messages waiting (retries and held ones included)."""
+    owner: Hashable | None
+    """The worker that holds the group, or None when it is free."""
+    acquired: int
+    """Messages of it in flight."""
+    oldest_offer: float | None
+    """The offer time of its oldest unsettled message."""
+    on_hold: bool
+    """AfterDead.HOLD after a dead message: waits for release()."""
 
 
 @dataclass(frozen=True)
 class DispatchStats:
     """Counters and gauges for the metrics: what is held now and what happened so far."""
 
-    held_messages: int  # unsettled: queued, retrying, on hold and in flight
+    held_messages: int
+    """Unsettled: queued, retrying, on hold and in flight."""
     held_bytes: int
-    queued: int  # waiting for a worker (retries and held ones included)
-    in_flight: int  # handed out, not settled (fenced ones included)
-    groups: int  # groups with something held, or on hold
-    groups_owned: int  # groups a worker holds
-    groups_on_hold: int  # groups waiting for release()
-    offered: int  # counters from here on
+    """Bytes held: the sizes of the held messages, as offered."""
+    queued: int
+    """Waiting for a worker (retries and held ones included)."""
+    in_flight: int
+    """Handed out, not settled (fenced ones included)."""
+    groups: int
+    """Groups with something held, or on hold."""
+    groups_owned: int
+    """Groups a worker holds."""
+    groups_on_hold: int
+    """Groups waiting for release()."""
+    offered: int
+    """Messages offered so far (this and the counters below count from the start)."""
     done: int
+    """Messages settled DONE (handled)."""
     dead: int
+    """Messages settled DEAD (given up on)."""
     retries: int
-    returned: int  # hand-outs taken back from gone workers
-    fenced: int  # settles answered Fenced
-    dropped: int  # queued messages forgotten by revocations
+    """Settles answered RETRY: attempts that will be made again."""
+    returned: int
+    """Hand-outs taken back from gone workers."""
+    fenced: int
+    """Settles answered :class:`Fenced`: their partition was revoked while they were in flight."""
+    dropped: int
+    """Queued messages forgotten by revocations."""

@@ -118,9 +118,13 @@ class BatchReleased(NamedTuple):
     """Out: passed on in its window's sorted order; ``position`` counts 0, 1, ... within the window."""
 
     group: Any
+    """The group the item was offered under."""
     window: int
+    """The number of the item's window (one counter for every group, never reused)."""
     key: Any
+    """The item's sort key, by which its window is sorted."""
     item: Any
+    """The item as offered."""
     position: int
 
 
@@ -129,9 +133,12 @@ class BatchDuplicate(NamedTuple):
     item; ``replace``: the earlier one, which the later item replaced)."""
 
     group: Any
+    """The group the item was offered under."""
     window: int
     key: Any
+    """The item's sort key, equal to the key of an item already held in the window."""
     item: Any
+    """The item as offered, handed back so that nothing is lost."""
 
 
 class BatchInvalid(NamedTuple):
@@ -140,9 +147,13 @@ class BatchInvalid(NamedTuple):
     is not a whole number >= 0 (9057). ``error.details`` has the numbers; no window is opened for it."""
 
     group: Any
+    """The group the item was offered under."""
     key: Any
+    """The item's sort key as given or computed; None when it has none, or its key function raised."""
     item: Any
+    """The item as offered, handed back so that nothing is lost."""
     reason: Reason
+    """Why the item was not accepted: 9050 (a key that cannot be ordered) or 9057 (a wrong size)."""
     error: SegmentationError
 
 
@@ -152,8 +163,11 @@ class WindowClosed(NamedTuple):
     item came; ``at`` when it was released (for a timeout: ``opened + batch_timeout``, its own time)."""
 
     group: Any
+    """The group whose window was released."""
     window: int
+    """The number of the window released (one counter for every group, never reused)."""
     cause: WindowCause
+    """Why it was released: it was full, timed out, the input ended, or a memory bound forced it."""
     released: int
     duplicates: int
     opened: float

@@ -225,9 +225,13 @@ class Released(NamedTuple):
     """Out: passed on in order, nothing skipped before it. ``position`` counts from 0 per instance."""
 
     group: Any
+    """The group the message was offered under."""
     instance: int
+    """The number of the group's instance the message belongs to (a closed group's next message opens a new one)."""
     seq: int
+    """The message's sequence number."""
     item: Any
+    """The message as offered."""
     position: int
 
 
@@ -235,29 +239,42 @@ class Expired(NamedTuple):
     """Expire: passed on in order, but after a skipped gap (every later message of the instance too)."""
 
     group: Any
+    """The group the message was offered under."""
     instance: int
+    """The number of the group's instance the message belongs to (a closed group's next message opens a new one)."""
     seq: int
+    """The message's sequence number."""
     item: Any
+    """The message as offered."""
     position: int
+    """Its position in the instance's output, counted from 0 (releases and expiries together)."""
 
 
 class Missing(NamedTuple):
     """Missing: a message whose number was skipped, arriving afterwards (no position)."""
 
     group: Any
+    """The group the message was offered under."""
     instance: int
+    """The number of the group's instance the message belongs to."""
     seq: int
+    """The message's sequence number, one the resequencer had already skipped."""
     item: Any
+    """The message as offered, handed back so that nothing is lost."""
 
 
 class Failed(NamedTuple):
     """Failure: not accepted; ``error.details`` has the numbers. ``instance`` is None if no group was opened."""
 
     group: Any
+    """The group the message was offered under."""
     instance: int | None
     seq: Any
+    """The message's sequence number as given (perhaps not a number: hence the failure)."""
     item: Any
+    """The message as offered, handed back so that nothing is lost."""
     reason: Reason
+    """Why the message was not accepted (a 905x code); the same as ``error.reason``."""
     error: SegmentationError
 
 
@@ -265,22 +282,33 @@ class Skipped(NamedTuple):
     """The resequencer moved on over ``[first, stop)`` (``first`` None: the start never came)."""
 
     group: Any
+    """The group the resequencer moved on in."""
     instance: int
+    """The number of the group's instance it moved on in."""
     first: int | None
     stop: int
+    """The first number after the skipped range: the next one expected."""
     cause: SkipCause
+    """Why it moved on: the missing-message timeout, a held-messages or held-bytes limit, or the input ended."""
 
 
 class GroupClosed(NamedTuple):
     """An instance left; ``gaps`` are the skipped ranges ``[lo, hi)`` whose messages never came."""
 
     group: Any
+    """The group that closed."""
     instance: int
+    """The number of the instance that closed; a later message of the group opens the next one."""
     cause: CloseCause
+    """Why it closed: complete, ended with gaps, idle, evicted, or closed at the end of input."""
     released: int
+    """Messages of the instance released in order with nothing skipped before them."""
     expired: int
+    """Messages of the instance passed on after a skipped gap."""
     missing: int
+    """Messages of the instance that arrived after their number was skipped."""
     failed: int
+    """Messages of the instance that were not accepted."""
     gaps: tuple[tuple[int, int], ...]
 
 

@@ -34,6 +34,7 @@ class Offered:
     """
 
     message: object
+    """The message to offer: what the handlers receive (a ``MessageComplete``, ``GroupComplete`` or anything)."""
     key: Hashable | None = None
     size: int | None = None
     positions: tuple[tuple[Hashable, int], ...] | None = None
@@ -84,8 +85,10 @@ class Source(Protocol):
 class Failure:
     """Why a handler failed, as it crosses from a worker (a process) to the loop: picklable."""
 
-    kind: str  # the exception's type name
-    text: str  # str(exception), first 2,000 characters
+    kind: str
+    """The exception's type name."""
+    text: str
+    """``str(exception)``, its first 2,000 characters."""
 
     @classmethod
     def of(cls, exc: BaseException) -> Failure:
@@ -101,8 +104,11 @@ class DeadRecord:
     """A message given up on: what a :class:`DeadLetter` keeps."""
 
     work: Work
+    """The message given up on, as it was handed out (ticket, group, message, positions)."""
     failure: Failure
+    """Why its last attempt failed."""
     attempts: int
+    """How many attempts were made (the last one included)."""
 
 
 class DeadLetter(Protocol):
@@ -120,22 +126,39 @@ class RunSummary:
     """What one :meth:`Runner.run` did."""
 
     offered: int = 0
+    """Messages the source offered to the dispatcher."""
     done: int = 0
+    """Messages handled and settled DONE."""
     dead: int = 0
+    """Messages given up on after their last attempt (written to the dead letter when one is configured)."""
     retries: int = 0
+    """Failed attempts to be made again."""
     fenced: int = 0
+    """Settles ignored because the message's partition was revoked while it was in flight."""
     revoked_partitions: int = 0
-    dropped_by_revoke: int = 0  # queued messages of revoked partitions (their next owner reads them)
+    """Partitions the source gave up (a rebalance)."""
+    dropped_by_revoke: int = 0
+    """Queued messages of revoked partitions (their next owner reads them)."""
     commits: int = 0
+    """Commits asked of the source (each may commit nothing new)."""
     pauses: int = 0
+    """Times fetching was paused because the budget was full."""
     resumes: int = 0
+    """Times fetching resumed once the budget had room."""
     workers_lost: int = 0
-    unfinished: int = 0  # still in flight at the drain deadline: unsettled, handled again after a restart
-    unwritten_dead: int = 0  # dead without a dead letter configured: logged at ERROR, one line each
+    """Workers that died: the message each was running counts as a failed attempt, the others it held come back."""
+    unfinished: int = 0
+    """Still in flight at the drain deadline: unsettled, handled again after a restart."""
+    unwritten_dead: int = 0
+    """Dead without a dead letter configured: logged at ERROR, one line each."""
     peak_held_bytes: int = 0
+    """The most bytes held at once: the dispatcher's messages and the source's segments in assembly."""
     peak_held_messages: int = 0
+    """The most messages held at once by the dispatcher."""
     seconds: float = 0.0
-    drained: bool = True  # every message in flight finished before the drain deadline
+    """Seconds the run took, by the runner's clock."""
+    drained: bool = True
+    """Every message in flight finished before the drain deadline."""
 
 
 Result = tuple[int, Failure | None]  # (ticket, None for success)

@@ -34,16 +34,26 @@ INSTALL = "pip install 'segment-reassembly[metrics]'"
 class Gauges:
     """One published reading of a runner."""
 
-    at: float  # the runner's clock
+    at: float
+    """When the reading was taken, by the runner's clock (seconds)."""
     groups: int
+    """Groups with something held, or on hold."""
     groups_owned: int
+    """Groups a worker holds now."""
     groups_on_hold: int
+    """Groups waiting for ``release()`` after a dead message."""
     held_messages: int
-    held_bytes: int  # messages held and segments in assembly
+    """Messages held: queued, retrying, on hold and in flight."""
+    held_bytes: int
+    """Bytes held: the messages held and the segments in assembly."""
     in_flight: int
-    oldest_age: float | None  # seconds since the oldest unsettled message was offered
+    """Messages handed to workers and not settled."""
+    oldest_age: float | None
+    """Seconds since the oldest unsettled message was offered."""
     fetch_paused: bool
+    """True while fetching is paused because the budget is full."""
     commit_lag: Mapping[Hashable, int] = field(default_factory=dict)
+    """Records between the committed offset and the log end, per partition, when the source reports it."""
 
 
 class Runner(Protocol):

@@ -266,9 +266,15 @@ class GapReport:
     """One message of an expired (or listed) unit: what it is missing, from the assembler's report."""
 
     msg_seq_number: int
+    """The MsgSeqNumber of the incomplete message."""
     missing_ranges: tuple[tuple[int, int | None], ...]
+    """The byte ranges missing, each ``(start, end)`` with ``end`` excluded (offsets into the original bytes when no
+    segment held declares a codec, else into the stored bytes); an ``end`` of None: open up to a length not yet
+    known."""
     stored_length: int | None
+    """The message's stored length when every segment declaring one agrees; None: not known."""
     received_bytes: int
+    """Bytes of the message held, each offset counted once however many copies cover it."""
 
 
 @dataclass(frozen=True)
@@ -276,13 +282,21 @@ class UnitReport:
     """An incomplete unit: its group, age, what it holds and what it is missing."""
 
     group_id: bytes
+    """The GroupId of the incomplete unit."""
     unit: int
+    """The unit's number: a message's MsgSeqNumber in a group, or ``WHOLE_GROUP`` (0)."""
     first_seen: float
+    """When the unit's first segment was stored, by the store's clock (seconds)."""
     segments: int
+    """Segments of the unit held."""
     bytes: int
+    """Encoded segment bytes of the unit held."""
     gaps: tuple[GapReport, ...] = ()
+    """What each incomplete message of the unit is missing."""
     missing_seq_numbers: tuple[int, ...] = ()
+    """MsgSeqNumbers of the group of which nothing arrived, within the known range."""
     last_seq_number: int | None = None
+    """The group's last MsgSeqNumber, when its LAST message was seen; None: not known."""
 
 
 def gaps(
@@ -307,14 +321,23 @@ def gaps(
 class StoreStats:
     """What the store holds and has seen (counters are totals since the store was created)."""
 
-    units: int = 0  # messages (or Unit-of-Work groups) held, incomplete or awaiting settlement
+    units: int = 0
+    """Messages (or Unit-of-Work groups) held, incomplete or awaiting settlement."""
     segments: int = 0
-    bytes: int = 0  # encoded segment bytes held
-    oldest_first_seen: float | None = None  # when the oldest held unit got its first segment
-    leases_held: int = 0  # units claimed under a live lease
-    leases_expired: int = 0  # units whose claimant's lease ran out (not yet taken over)
-    quarantined: int = 0  # segments kept aside
-    counters: dict[str, int] = field(default_factory=dict)  # stored, duplicates, variants, delivered, taken_over...
+    """Segments held in the units above."""
+    bytes: int = 0
+    """Encoded segment bytes held."""
+    oldest_first_seen: float | None = None
+    """When the oldest held unit got its first segment."""
+    leases_held: int = 0
+    """Units claimed under a live lease."""
+    leases_expired: int = 0
+    """Units whose claimant's lease ran out (not yet taken over)."""
+    quarantined: int = 0
+    """Segments and records in the quarantine now, their bytes kept aside."""
+    counters: dict[str, int] = field(default_factory=dict)
+    """Totals by name since the store was created, summed over members (``stored``, ``duplicates``, ``variants``,
+    ``delivered``, ``taken_over``...)."""
 
     def as_dict(self, now: float) -> dict[str, object]:
         """The counters as a JSON-ready dict, the age of the oldest incomplete unit taken at ``now`` (the store

@@ -34,14 +34,23 @@ class MemberStats:
     """What one member did since it started (the store's own counters cover every member)."""
 
     received: int = 0
-    stored: int = 0  # new segments (variants included)
+    """Records this member wrote to the store or quarantined, each counted once."""
+    stored: int = 0
+    """New segments (variants included)."""
     duplicates: int = 0
-    quarantined: int = 0  # refused segments and records at their delivery limit, bytes kept in the store
-    claims: int = 0  # units this member claimed by completing them
-    taken_over: int = 0  # units claimed by tick(): unclaimed, or a dead claimant's lease ran out
-    messages: int = 0  # handed to on_message
+    """Identical copies of segments held or used, counted and not stored."""
+    quarantined: int = 0
+    """Refused segments and records at their delivery limit, bytes kept in the store."""
+    claims: int = 0
+    """Units this member claimed by completing them."""
+    taken_over: int = 0
+    """Units claimed by tick(): unclaimed, or a dead claimant's lease ran out."""
+    messages: int = 0
+    """Messages handed to ``on_message``."""
     handler_failures: int = 0
+    """Deliveries in which ``on_message`` raised (the exception goes on to the caller)."""
     by_reason: dict[int, int] = field(default_factory=dict)
+    """Quarantined segments and records by reason code (``int(Reason)`` -> count)."""
 
     def as_dict(self) -> dict[str, object]:
         return {

@@ -53,9 +53,15 @@ class Claim:
     """A unit this member holds under a lease: deliver it (:meth:`SegmentStore.deliver`) before ``until``."""
 
     group_id: bytes
+    """The GroupId of the claimed unit."""
     unit: int
+    """The unit's number: a message's MsgSeqNumber in a group, or ``WHOLE_GROUP`` (0) for a whole Unit-of-Work group or
+    a message not in a group."""
     token: int
+    """The lease's token, bumped on every claim: a delivery under a token that is no longer the unit's delivers nothing
+    (the unit was settled or taken over since)."""
     until: float
+    """When the lease ends, by the store's clock (seconds); another member may take the unit over after it."""
 
 
 @dataclass(frozen=True)
@@ -63,17 +69,23 @@ class Written:
     """What one write did with one segment: its fate, its GroupId (when it decoded), why it was quarantined."""
 
     outcome: Write
+    """What the write did: stored, kept as a variant, counted as a duplicate, or quarantined."""
     group_id: bytes | None = None
-    reason: Reason | None = None  # set when quarantined
+    """The segment's GroupId; None when its header did not decode."""
+    reason: Reason | None = None
+    """Why the segment was quarantined; None for any other outcome."""
 
 
 @dataclass(frozen=True)
 class Settled:
     """What one :meth:`SegmentStore.deliver` did."""
 
-    delivered: int = 0  # messages handed on
-    quarantined: int = 0  # segments kept aside (losers, failed messages, late copies)
-    settled: bool = False  # the unit's segments were removed (False: not decided yet, or the lease was lost)
+    delivered: int = 0
+    """Messages handed on to ``on_message``."""
+    quarantined: int = 0
+    """Segments kept aside (losers, failed messages, late copies)."""
+    settled: bool = False
+    """The unit's segments were removed (False: not decided yet, or the lease was lost)."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +109,9 @@ class Vacuumed:
     """What :meth:`SegmentStore.vacuum` removed (or would remove, in a dry run)."""
 
     tombstones: int
+    """Tombstones of settled or expired units removed (or, in a dry run, that would be)."""
     quarantined: int
+    """Quarantined segments removed (or, in a dry run, that would be); 0 without ``quarantine_too``."""
 
 
 SCHEMA = """

@@ -157,6 +157,7 @@ class Footers:
     need not sample them again)."""
 
     types: tuple[tuple[str, str], ...]
+    """Each input column's name and the name of its Spark type (``binary``, ``string``...)."""
     sampled: bool
 
     def ddl(self) -> str:

@@ -33,18 +33,26 @@ class FailedSegment(NamedTuple):
     """A segment whose delivery failed: its place in the message and librdkafka's error."""
 
     msg_seq_number: int
-    offset: int  # the segment's Offset in its message
-    code: str  # librdkafka's error name, e.g. MSG_TIMED_OUT, TOPIC_AUTHORIZATION_FAILED
-    error: str  # librdkafka's error text
+    """The MsgSeqNumber of the message the segment belongs to."""
+    offset: int
+    """Where the segment's data starts in its message's stored bytes (its header's Offset)."""
+    code: str
+    """librdkafka's error name, such as ``MSG_TIMED_OUT`` or ``TOPIC_AUTHORIZATION_FAILED``."""
+    error: str
+    """librdkafka's error text, for a person to read."""
 
 
 class DeliveredSegment(NamedTuple):
     """Where an acknowledged segment was written."""
 
     msg_seq_number: int
-    offset: int  # the segment's Offset in its message
+    """The MsgSeqNumber of the message the segment belongs to."""
+    offset: int
+    """Where the segment's data starts in its message's stored bytes (its header's Offset)."""
     partition: int
+    """The Kafka partition the broker wrote the segment to."""
     kafka_offset: int
+    """The segment's offset in that partition, as the broker acknowledged it."""
 
 
 class KafkaSend:

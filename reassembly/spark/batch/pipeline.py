@@ -152,7 +152,8 @@ class ReassemblyResult:
     or :meth:`save` it: faster where the jar's one pass runs, since clean messages are then written
     from the JVM and only the rest is judged in Python."""
 
-    output: Output  # what save() writes, as planned
+    output: Output
+    """What ``save()`` writes, as this call planned it."""
 
     @cached_property
     def combined(self) -> Any:

@@ -140,6 +140,7 @@ class Saved(NamedTuple):
 
     split: bool
     side_files: int
+    """How many side files (the rows the split set aside) were judged after it."""
     metrics: Mapping[str, int] = MappingProxyType({})
     judged_in_driver: bool = False
 

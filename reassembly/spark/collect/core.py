@@ -43,9 +43,12 @@ Member = tuple[bytes, int]  # (payload, event time in ms)
 class OpenBatch:
     """What state keeps for one destination between calls."""
 
-    members: tuple[Member, ...] = ()  # the open batch, in the order they joined it
-    batch_no: int = 0  # the number the open (next) batch takes
-    deadline: int = NO_TIMER  # the open batch's timer: min(oldest + max_wait, newest + idle_timeout)
+    members: tuple[Member, ...] = ()
+    """The open batch, in the order they joined it."""
+    batch_no: int = 0
+    """The number the open (next) batch takes."""
+    deadline: int = NO_TIMER
+    """The open batch's timer: min(oldest + max_wait, newest + idle_timeout)."""
 
     @property
     def first_ms(self) -> int:
@@ -66,10 +69,15 @@ class Out(NamedTuple):
     """One output row: a segment of a closed batch (the stream's output schema, in its column order)."""
 
     target: str
+    """Where the batch goes: its rule's ``target`` (``OUTPUT/<target>/``)."""
     destination: str
+    """The destination the batch was gathered for."""
     batch_id: str
+    """The batch's id, ``<destination>#<n>``: unique per destination."""
     cause: str
+    """Why the batch closed (a ``Cause`` value: full, timeout, idle...)."""
     segment: bytes
+    """One encoded segment of the batch's group."""
 
 
 @dataclass(frozen=True)
@@ -77,9 +85,13 @@ class Step:
     """What one call decided: rows to emit, the state to keep, and the timer change (None: leave it)."""
 
     rows: list[Out]
+    """The output rows to emit: the segments of the batches closed by this call."""
     keep: OpenBatch
-    cancel: int | None = None  # the timer to delete
-    register: int | None = None  # the timer to set
+    """The state to keep for the destination (its open batch)."""
+    cancel: int | None = None
+    """The timer to delete."""
+    register: int | None = None
+    """The timer to set."""
 
 
 class CollectCore:

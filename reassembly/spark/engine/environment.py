@@ -82,11 +82,16 @@ class WorkerPythonError(SparkEnvironmentError):
 class WorkerPython:
     """What the probe task found in a worker's Python."""
 
-    executable: str  # the worker's sys.executable
-    python: str  # its Python version
-    missing: tuple[str, ...]  # modules of LIBRARY and DEPENDENCIES it cannot import
-    library: str | None  # the version pip installed there, if any (a shipped zip has none)
-    requested: str | None = None  # the Python Spark was told to start (spark.pyspark.python, PYSPARK_PYTHON)
+    executable: str
+    """The path of the worker's Python (its ``sys.executable``)."""
+    python: str
+    """The worker Python's version (``3.11.7``)."""
+    missing: tuple[str, ...]
+    """Modules of LIBRARY and DEPENDENCIES it cannot import."""
+    library: str | None
+    """The version pip installed there, if any (a shipped zip has none)."""
+    requested: str | None = None
+    """The Python Spark was told to start (spark.pyspark.python, PYSPARK_PYTHON)."""
 
     @property
     def ok(self) -> bool:
@@ -97,13 +102,20 @@ class WorkerPython:
 class Configured:
     """What :func:`configure` did to a session, and what it could not do."""
 
-    applied: dict[str, str]  # settings it set: key -> value
-    cannot: dict[str, str]  # what a running session cannot take, or refused: key -> what differs and how to fix it
-    jar: bool  # the bundled jar loads (the one pass); False: reassemble() takes the SQL path
-    partitions: int  # spark.sql.shuffle.partitions as set (the state partitions of a new stream)
-    workers: WorkerPython | None = None  # what the worker check found (None: check_workers=False)
-    shipped: str | None = None  # the zip of the library's packages added to the session (ship=True)
-    warnings: tuple[str, ...] = field(default=(), repr=False)  # the lines logged as a warning
+    applied: dict[str, str]
+    """Settings it set: key -> value."""
+    cannot: dict[str, str]
+    """What a running session cannot take, or refused: key -> what differs and how to fix it."""
+    jar: bool
+    """The bundled jar loads (the one pass); False: reassemble() takes the SQL path."""
+    partitions: int
+    """``spark.sql.shuffle.partitions`` as set (the state partitions of a new stream)."""
+    workers: WorkerPython | None = None
+    """What the worker check found (None: check_workers=False)."""
+    shipped: str | None = None
+    """The zip of the library's packages added to the session (ship=True)."""
+    warnings: tuple[str, ...] = field(default=(), repr=False)
+    """The lines logged as a warning."""
 
 
 # ------------------------------------------------------------------ the worker check

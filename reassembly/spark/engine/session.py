@@ -313,8 +313,11 @@ class SparkSettings:
     settings given to the session as it starts (``--conf KEY=VALUE``), over the library's defaults."""
 
     master: str = "local[2]"
+    """The Spark master URL (``local[2]``, ``spark://host:7077``, ``yarn``); spark-submit's wins under spark-submit."""
     partitions: int | None = None
+    """Shuffle partitions (the state partitions of a new stream); None: Spark's own setting."""
     verbose: bool = False
+    """Show Spark's own output (its log lines); False silences it."""
     conf: Mapping[str, str] = field(default_factory=dict)
 
 

@@ -88,8 +88,11 @@ class LandingFile:
     """A landing file as the checkpoint knows it: real path, size, modification time (ns)."""
 
     path: str
+    """The file's real path (symbolic links resolved)."""
     size: int
+    """The file's size in bytes."""
     mtime_ns: int
+    """The file's modification time, in nanoseconds since the epoch."""
 
     def as_json(self) -> list[Any]:
         return [self.path, self.size, self.mtime_ns]
@@ -99,11 +102,17 @@ class CarryAccounting(NamedTuple):
     """Every row a run read is accounted for: used, quarantined, a duplicate copy, or carried over."""
 
     new: int
+    """Rows read from the landing files new to this run."""
     carried_in: int
+    """Rows carried in from the run before (segments of groups it left incomplete)."""
     used: int
+    """Rows used by the messages this run wrote, of every status."""
     quarantined: int
+    """Rows written to the quarantine, of every reason."""
     duplicates: int
+    """Rows that were identical copies of another row, counted and not written again."""
     carried_out: int
+    """Rows carried over to the next run: segments of groups still incomplete and not yet due."""
 
     @property
     def rows_in(self) -> int:
@@ -126,9 +135,13 @@ class CarryFacts:
     """What a run carried over (in its record): rows, segment bytes, groups, the oldest first-seen time."""
 
     rows: int = 0
+    """Segment rows carried over."""
     bytes: int = 0
+    """Segment bytes carried over, counted against ``carry_max_bytes``."""
     groups: int = 0
+    """Incomplete groups carried over."""
     oldest_ms: int | None = None
+    """When the oldest carried row was first read (epoch milliseconds); None when nothing is carried."""
 
     def due(self, now_ms: int, options: IncrementalOptions) -> bool:
         """Would a run now write some carried group instead of carrying it (age or size)?
@@ -148,11 +161,17 @@ class IncrementalReport:
     and the messages it wrote by status (expired groups' included)."""
 
     run: int | None
+    """The number of the run committed; None when there was nothing to do (an idle call)."""
     lines: tuple[str, ...]
+    """The lines to show, as the command prints them."""
     accounting: CarryAccounting | None
+    """Every row the run read, accounted for; None for an idle call."""
     output: Path
+    """The output directory the run wrote to."""
     checkpoint: Path
+    """The checkpoint directory, which records the files processed and what each run carried."""
     statuses: Mapping[str, int] = field(default_factory=dict)
+    """Messages the run wrote by status (``complete``, ``incomplete``, ...), expired groups' included."""
     summary: Mapping[str, Any] = field(default_factory=dict)
     """The run's counts as its record in the checkpoint and ``OUTPUT/_runs/N`` hold them; idle: only
     ``carried``, what the last run carried over and still is (its rows, groups, bytes, ``oldest_ms``)."""

@@ -55,15 +55,20 @@ class HeldRef(NamedTuple):
     """What the resequencer holds for a Spark row: its place in this call's rows, or HELD and its serial."""
 
     row: int
+    """The row's place in this call's rows; ``HELD`` (-1): held in the state store."""
     serial: int
+    """The serial number the row is kept under in the state store (unique per key, never reused)."""
 
 
 class BatchItem(NamedTuple):
     """One input row as the batch resequencer sees it: the helper columns' values."""
 
-    ms: int | None  # event time; None counts as 0
-    key: Any  # None: the row is refused (invalid)
-    size: int | None  # None counts as 0
+    ms: int | None
+    """The row's event time in epoch milliseconds; None counts as 0."""
+    key: Any
+    """The row's sort key as the core sorts it; None: the row is refused (invalid)."""
+    size: int | None
+    """The row's size, counted toward the byte bounds; None counts as 0."""
 
     @classmethod
     def of(cls, row: Any) -> BatchItem:
@@ -127,10 +132,14 @@ def _order(item: BatchItem) -> tuple[int, bool, Any]:
 class BatchDecision:
     """What one call decided for a key."""
 
-    rows: list[Out]  # in event order; Out.seq is a held row's serial
-    hold: list[tuple[int, int]]  # (this call's row, its serial) to keep in the state store
-    snapshot: bytes | None  # the resequencer's state to keep; None: nothing to keep
-    deadline: int | None  # the one timer the key needs; None: none
+    rows: list[Out]
+    """In event order; Out.seq is a held row's serial."""
+    hold: list[tuple[int, int]]
+    """(this call's row, its serial) to keep in the state store."""
+    snapshot: bytes | None
+    """The resequencer's state to keep; None: nothing to keep."""
+    deadline: int | None
+    """The one timer the key needs; None: none."""
 
 
 class BatchCore(KeyCore[BatchResequencer, BatchItem, BatchEvent, int, BatchDecision]):

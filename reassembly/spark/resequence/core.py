@@ -69,17 +69,23 @@ HELD = -1  # Ref.row of a row held in the state store (not in this call's rows)
 class Ref(NamedTuple):
     """What the resequencer holds for a Spark row: its predicate flags and where the row is."""
 
-    flags: int  # STARTS: the start predicate is true, ENDS: the end predicate is true
-    row: int  # the row's place in this call's rows; HELD (-1): held in the state store
+    flags: int
+    """STARTS: the start predicate is true, ENDS: the end predicate is true."""
+    row: int
+    """The row's place in this call's rows; HELD (-1): held in the state store."""
 
 
 class Item(NamedTuple):
     """One input row as the resequencer sees it: the helper columns' values."""
 
-    ms: int | None  # event time; None counts as 0
+    ms: int | None
+    """The row's event time in epoch milliseconds; None counts as 0."""
     seq: int | None
+    """The row's sequence number; None when the row has none (a failure)."""
     flags: int
-    size: int | None  # None counts as 0
+    """The predicate flags computed in the JVM: ``STARTS`` (1), ``ENDS`` (2)."""
+    size: int | None
+    """The row's size, counted toward the byte limits; None counts as 0."""
 
     @classmethod
     def of(cls, row: Any) -> Item:
@@ -194,20 +200,28 @@ def _flags(ref: Ref) -> bytes:
 class Out(NamedTuple):
     """One output row: where its input columns come from, and its extra columns."""
 
-    at: int | None  # this call's row at that place (>= 0); HELD: the held row ``seq`` (it leaves state);
-    # None: a row of its own (``skipped``, ``group_closed``: of the input columns only the group's)
+    at: int | None
+    """This call's row at that place (>= 0); ``HELD``: the held row ``seq``, which leaves the state store; None: a row
+    of its own (``skipped``, ``group_closed``: of the input columns only the group's)."""
     seq: Any
+    """The state store key of a held row (the message's sequence number; the batch mode's serial), read when ``at`` is
+    ``HELD``; None for a row of its own."""
     extra: tuple[Any, ...]
+    """The values of the extra columns (``instance``, ``terminal``, ``position``, ``reason``...), in order."""
 
 
 @dataclass(frozen=True)
 class Decision:
     """What one call decided for a key."""
 
-    rows: list[Out]  # in event order
-    hold: list[int]  # this call's rows to keep in the state store (they have not left), in the order offered
-    snapshot: bytes | None  # the resequencer's state to keep; None: nothing left to keep
-    deadline: int | None  # the one timer the key needs (every other goes); None: none
+    rows: list[Out]
+    """The output rows, in event order."""
+    hold: list[int]
+    """This call's rows to keep in the state store (they have not left), in the order offered."""
+    snapshot: bytes | None
+    """The resequencer's state to keep; None: nothing left to keep."""
+    deadline: int | None
+    """The one timer the key needs (every other goes); None: none."""
 
 
 E = TypeVar("E")  # the resequencer's events

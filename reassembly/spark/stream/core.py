@@ -64,12 +64,18 @@ class Footprint(NamedTuple):
     the stream's sink, :class:`~reassembly.spark.stream.functions.BatchWriter`): exact.
     """
 
-    groups: int = 0  # keys still open (segments held, undecided)
-    segments: int = 0  # held segments
+    groups: int = 0
+    """Keys still open (segments held, undecided)."""
+    segments: int = 0
+    """Segments held in state."""
     held_bytes: int = 0
+    """Bytes of held segments in state, counted as the class docstring says."""
     spooled_bytes: int = 0
-    tombstones: int = 0  # decided keys remembered for late segments
+    """Data bytes of held segments kept in spool files instead of state."""
+    tombstones: int = 0
+    """Decided keys remembered for late segments."""
     tombstone_bytes: int = 0
+    """Bytes of the tombstones' values, counted as the class docstring says."""
 
     def plus(self, other: Footprint, sign: int = 1) -> Footprint:
         """This footprint with ``other`` added field by field, or subtracted with ``sign=-1`` (a key's change between
@@ -102,8 +108,11 @@ class Verdict:
     """A decided key: its output rows and the tombstone to keep."""
 
     rows: list[Row]
-    tombstone: bytes  # Assembler.snapshot() after the group left
-    state: str  # how it ended: complete, failed, expired, evicted (for late segments' detail)
+    """The key's output rows: messages, quarantined segments and the accounting."""
+    tombstone: bytes
+    """The assembler's snapshot after the group left (``Assembler.snapshot()``), kept to judge late segments."""
+    state: str
+    """How it ended: complete, failed, expired, evicted (for late segments' detail)."""
 
 
 @dataclass(frozen=True)
@@ -111,7 +120,8 @@ class Partial:
     """Non-Unit-of-Work: some messages of an MQ group left (``rows``); the key stays open with ``keep``."""
 
     rows: list[Row]
-    left: frozenset[int]  # the messages that left now (their held segments go; the others stay held)
+    left: frozenset[int]
+    """The messages that left now (their held segments go; the others stay held)."""
 
 
 @dataclass
@@ -131,14 +141,22 @@ class Summary:
     their pieces' fingerprints (to judge late copies) and the last one's number.
     """
 
-    spans: dict[int, RangeSet] = field(default_factory=dict)  # MsgSeqNumber -> union of held ranges
-    ends: dict[int, set[int]] = field(default_factory=dict)  # ends of held LAST segments
-    lone: set[int] = field(default_factory=set)  # messages with a LAST segment not in a group
-    lasts: set[int] = field(default_factory=set)  # messages with a segment flagged LAST_MSG_IN_GROUP
-    delivered: dict[tuple[int, int], Fingerprint] = field(default_factory=dict)  # pieces that left
-    left: set[int] = field(default_factory=set)  # messages that left (non-Unit-of-Work)
-    last_left: int | None = None  # the group's last message, if it left
-    spool: SpoolState = field(default_factory=SpoolState)  # large messages: what is on disk
+    spans: dict[int, RangeSet] = field(default_factory=dict)
+    """MsgSeqNumber -> union of held ranges."""
+    ends: dict[int, set[int]] = field(default_factory=dict)
+    """Ends of held LAST segments."""
+    lone: set[int] = field(default_factory=set)
+    """Messages with a LAST segment not in a group."""
+    lasts: set[int] = field(default_factory=set)
+    """Messages with a segment flagged LAST_MSG_IN_GROUP."""
+    delivered: dict[tuple[int, int], Fingerprint] = field(default_factory=dict)
+    """The fingerprint of each piece that left, by ``(MsgSeqNumber, offset)``: what late copies are judged against."""
+    left: set[int] = field(default_factory=set)
+    """Messages that left (non-Unit-of-Work)."""
+    last_left: int | None = None
+    """The group's last message, if it left."""
+    spool: SpoolState = field(default_factory=SpoolState)
+    """Large messages: what is on disk."""
 
     def add(self, headers: Iterable[SegmentHeader]) -> None:
         """Note the held segments of ``headers`` (their ranges, last segments and group flags): what

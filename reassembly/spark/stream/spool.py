@@ -43,7 +43,9 @@ class SpoolState:
     """What is on disk for the messages of one key: body ranges written, aside lengths (kept in state)."""
 
     written: dict[int, RangeSet] = field(default_factory=dict)
+    """Byte ranges of each message's body file written so far, by MsgSeqNumber."""
     aside: dict[int, int] = field(default_factory=dict)
+    """How long each message's aside file is, in bytes (copies overlapping what is written), by MsgSeqNumber."""
 
     def dump(self) -> dict[str, object]:
         return {
