@@ -180,7 +180,9 @@ class LoopHooks:
     runs after an assignment was taken. ``skip(tp, offset)``: True for a record known to be settled
     already (it is not given to the assembler; counted in ``stats.skipped``). ``commit_in_poll``:
     False leaves every commit to the caller's :meth:`KafkaReassembler.commit` (the messages of a
-    batch must first reach whoever pins their offsets).
+    batch must first reach whoever pins their offsets). ``refused(offsets, error)``: the
+    ``(topic, partition, offset)`` of a commit the cluster refused (a rebalance in progress, a
+    generation that ended), before the :class:`CommitFailed` event: nothing of it was committed.
     """
 
     plan: Callable[[TP, int | None], tuple[int | None, str | None]] | None = None
@@ -189,6 +191,7 @@ class LoopHooks:
     assigned: Callable[[list[TP]], None] | None = None
     skip: Callable[[TP, int], bool] | None = None
     commit_in_poll: bool = True
+    refused: Callable[[list[tuple[str, int, int]], str], None] | None = None
 
 
 class KafkaReassembler:
@@ -402,18 +405,32 @@ class KafkaReassembler:
         try:
             tps = [ck.TopicPartition(t, p, o, metadata=metadata[(t, p)]) if (t, p) in metadata
                    else ck.TopicPartition(t, p, o) for t, p, o in todo]  # fmt: skip
-            self.consumer.commit(offsets=tps, asynchronous=False)
+            answer = self.consumer.commit(offsets=tps, asynchronous=False)
         except ck.KafkaException as exc:
             err = exc.args[0] if exc.args else None
             if err is not None and hasattr(err, "code") and err.code() == ck.KafkaError._NO_OFFSET:
                 return []
-            self.stats.commit_failures += 1
-            self._report(CommitFailed(tuple(todo), str(err if err is not None else exc)))
+            self._refused(todo, str(err if err is not None else exc))
             return []
-        for t, p, o in todo:
+        # librdkafka raises only when every partition failed: one refused among others comes back
+        # in the answer, and is not committed
+        failed = {(tp.topic, tp.partition): str(tp.error) for tp in answer or () if tp.error is not None}
+        if failed:
+            self._refused([c for c in todo if (c[0], c[1]) in failed], "; ".join(sorted(set(failed.values()))))
+        done = [c for c in todo if (c[0], c[1]) not in failed]
+        for t, p, o in done:
             self._committed[(t, p)] = o
-        self.stats.commits += 1
-        return todo
+        if done:
+            self.stats.commits += 1
+        return done
+
+    def _refused(self, offsets: list[tuple[str, int, int]], error: str) -> None:
+        """A commit the cluster refused (a rebalance in progress, a generation that ended): the
+        partitions keep their last committed offset, and the next :meth:`commit` tries again."""
+        self.stats.commit_failures += 1
+        if self.hooks.refused is not None:
+            self.hooks.refused(offsets, error)
+        self._report(CommitFailed(tuple(offsets), error))
 
     # ------------------------------------------------------------------ rebalance
     def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:

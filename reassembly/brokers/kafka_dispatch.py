@@ -13,6 +13,23 @@ connects their positions:
   (:mod:`reassembly.dispatcher.offsets`): the ranges above it whose messages all settled, within
   ``metadata_limit`` bytes (Kafka keeps 4096 per partition by default); the largest sent is
   ``stats.metadata_bytes_max``.
+* **Refused commits.** The group coordinator refuses a commit while the group rebalances (and one
+  from a generation that ended): the partition keeps its last committed offset. Such a commit is
+  not counted as made: :attr:`KafkaDispatchSource.on_commit` sees it a second time with
+  ``refused`` set, and :meth:`commit_wanted` asks the runner to commit again at its next interval,
+  with no message settled meanwhile. So does a fetch that read records: records read again after
+  a rebalance that only repeat settled messages (duplicates, skipped ranges) move the safe
+  position without any settlement, and a commit that waited for one would leave the partition
+  behind what its messages' handlers did until the next message settles, or for good if none comes.
+* **Assignment.** The offset the group committed, read when a partition is assigned, is the
+  partition's floor for this assignment: the fetch starts there, whatever is below it was settled
+  by whoever committed it, and no commit of this member goes below it, nor below a commit it made
+  in the assignment. A partition revoked and later given back (an eager rebalance revokes every
+  partition, then gives most of them back to the same members) starts from the group's committed
+  offset again, with nothing kept from before: the dispatcher forgot its floors and settled ranges
+  (:meth:`~reassembly.dispatcher.Dispatcher.revoke`), work of it still in flight is fenced, and
+  the assembler forgot it delivered the messages not settled. Only partitions currently assigned
+  are committed: Kafka checks a commit's generation, not that the member owns the partition.
 * **Restart.** On assignment the committed record is read back (``consumer.committed`` returns it)
   and checked against the commit it sits beside and the partition's log end; a record that is
   malformed, written by another tool or for another commit is ignored (logged, counted in
@@ -22,7 +39,7 @@ connects their positions:
   drops what it prefetched of them; :meth:`resume` fetches again from the next record to read), and
   partitions assigned while paused are paused at the next fetch. The consumer is still polled, so
   the group's heartbeats and rebalances go on.
-* **Revocation.** When partitions leave, their commit is made first, with every message of them
+* **Revocation.** When partitions leave, their commit is tried first, with every message of them
   still counted unsettled (nothing settles during the rebalance callback: the runner's control loop
   is inside :meth:`fetch`); then, in the same callback, their work is fenced
   (:meth:`Dispatcher.revoke`: queued messages dropped, a result arriving later commits nothing).
@@ -37,7 +54,7 @@ import bisect
 import logging
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from reassembly.assembler.core import Assembler, Limits
@@ -74,6 +91,7 @@ class CommitNote:
     offset: int
     metadata_bytes: int  # the settled-offsets record's length (0: none sent)
     ranges: int  # the settled ranges it keeps
+    refused: str | None = None  # seen again after the cluster refused it: why (nothing was committed)
 
 
 @dataclass
@@ -120,7 +138,8 @@ class KafkaDispatchSource:
     ``config``: librdkafka consumer settings (``bootstrap.servers``, ``group.id``, ...). Each
     message is offered with its Kafka record key (that of the record that completed it; our producer
     keys every segment of a message alike) for :attr:`~reassembly.dispatcher.Ordering.KEY`.
-    ``on_commit`` sees every partition's commit before it is sent (an audit log). ``batch``: records
+    ``on_commit`` sees every partition's commit before it is sent (an audit log), and once more,
+    with ``refused`` set, when the cluster refused it. ``batch``: records
     read per fetch; ``budget_bytes`` (the runner's byte budget) makes a fetch read no more records
     than fit in what is left of it. Without an ``assembler``, one like the loop's own is made,
     delivering each message of an MQ group as it completes (``unit_of_work=True``: the whole group
@@ -150,6 +169,9 @@ class KafkaDispatchSource:
         self.stats = DispatchSourceStats()
         self._dispatcher: Dispatcher | None = None
         self._paused = False
+        self._owed = False  # records read or a commit refused since the last commit: commit_wanted()
+        self._base: dict[TP, int] = {}  # the group's committed offset when the partition was assigned
+        self._sent: dict[TP, CommitNote] = {}  # the last commit sent per partition (for a refusal's note)
         self._revoked: list[Hashable] = []
         self._skip: dict[TP, list[tuple[int, int]]] = {}  # trusted settled ranges read back, per partition
         # messages offered and not settled, per partition of their segments: what a revocation makes
@@ -166,6 +188,7 @@ class KafkaDispatchSource:
             assigned=self._assigned,
             skip=self._skipped,
             commit_in_poll=False,
+            refused=self._refused,
         )
         self.loop = KafkaReassembler(config, topics, assembler=assembler, on_event=on_event, batch=batch,
                                      clock=clock, hooks=hooks)  # fmt: skip
@@ -182,6 +205,8 @@ class KafkaDispatchSource:
         if self._paused:
             self._pause_all()  # partitions assigned since the pause
         self.loop.batch = self._batch_size()
+        stats = self.loop.stats
+        read = stats.records + stats.skipped
         out: list[Offered] = []
         for m in self.loop.one_batch(timeout):
             out.append(Offered(m, key=self.loop.key))
@@ -190,6 +215,8 @@ class KafkaDispatchSource:
             self._parts_of[key] = parts
             for tp in parts:
                 self._unsettled.setdefault(tp, set()).add(key)  # type: ignore[arg-type]
+        if stats.records + stats.skipped != read:
+            self._owed = True
         return out
 
     def _batch_size(self) -> int:
@@ -219,7 +246,15 @@ class KafkaDispatchSource:
         """Commit every assigned partition's safe offset that moved, with its settled-offsets record
         (the runner decides when: every so many settlements or seconds, and when it stops)."""
         self._dispatcher = dispatcher
+        self._owed = False  # a refusal sets it again
         self.loop.commit()
+
+    def commit_wanted(self) -> bool:
+        """Whether a :meth:`commit` may move an offset though no message settled since the last one:
+        records were read since (duplicates and skipped ranges settle without a message; so do the
+        records read again after a partition came back), or a commit was refused (during a
+        rebalance, say) and must be made again. The runner then commits at its next interval."""
+        return self._owed
 
     def pause(self) -> None:
         if not self._paused:
@@ -288,6 +323,9 @@ class KafkaDispatchSource:
         done = self.loop._committed.get(tp)
         if done is not None and off < done:  # what was committed in this assignment stays passed
             off = done
+        base = self._base.get(tp)
+        if base is not None and off < base:  # the group's commit read at assignment: settled before
+            off = base
         ranges = list(d.settled_above(tp, off)) if d is not None else []
         if loaded:
             loaded[:] = [r for r in loaded if r[1] > off]  # passed by the commit: no longer needed
@@ -305,6 +343,7 @@ class KafkaDispatchSource:
             if meta:
                 got, _ = offsets.decode(meta, off, None)
                 note = CommitNote(topic, part, off, len(meta), len(got))
+            self._sent[(topic, part)] = note
             self.stats.commits += 1
             self.stats.metadata_bytes_max = max(self.stats.metadata_bytes_max, note.metadata_bytes)
             log.debug("commit %s[%d] at %d (%d bytes of settled ranges, %d ranges)", topic, part, off,
@@ -312,14 +351,27 @@ class KafkaDispatchSource:
             if self.on_commit is not None:
                 self.on_commit(note)
 
+    def _refused(self, refused: list[tuple[str, int, int]], error: str) -> None:
+        self._owed = True  # the loop reports it too (a CommitFailed event, logged by default)
+        if self.on_commit is not None:
+            for topic, part, off in refused:
+                sent = self._sent.get((topic, part))
+                note = sent if sent is not None and sent.offset == off else CommitNote(topic, part, off, 0, 0)
+                self.on_commit(replace(note, refused=error))
+
     def _revoking(self, partitions: list[TP], commits: bool) -> None:
         # Nothing settles while this runs (the runner's control loop is inside fetch): the commit is
         # planned with every message of these partitions still counted unsettled, then their work is
         # fenced at once, so no result arriving later and no queued message handed out later counts.
+        # The commit may be refused (the coordinator of librdkafka's mock cluster refuses every
+        # commit while the group is joining): then the next owner reads from the commit before it,
+        # a duplicate rather than a loss. Nothing of the partition is kept for a later assignment.
         self.stats.revoked += len(partitions)
         if commits:
             self.loop.commit(set(partitions))
         self._forget(partitions)
+        for tp in partitions:
+            self._base.pop(tp, None)
         d = self._dispatcher
         if d is None:  # not bound yet: the runner fences them after this fetch
             self._revoked.extend(partitions)
@@ -343,8 +395,12 @@ class KafkaDispatchSource:
                         keys.discard(key)
 
     def _assigned(self, partitions: list[TP]) -> None:
-        """Read back the settled-offsets records of the partitions just assigned."""
+        """Read the group's committed offsets of the partitions just assigned: each is the floor of
+        this assignment's commits (and what a commit must move past to be sent), and the
+        settled-offsets record beside it is read back."""
         consumer, ck = self.loop.consumer, self.loop._ck
+        for key in partitions:
+            self._base.pop(key, None)
         try:
             got = consumer.committed([ck.TopicPartition(t, p) for t, p in partitions], timeout=30)
         except ck.KafkaException as exc:  # no record: the messages above the commit come again
@@ -353,6 +409,9 @@ class KafkaDispatchSource:
         for tp in got:
             key = (tp.topic, tp.partition)
             self._skip.pop(key, None)
+            if tp.offset >= 0 and tp.error is None:
+                self._base[key] = tp.offset
+                self.loop._committed[key] = tp.offset
             if tp.offset < 0 or not tp.metadata:
                 continue
             try:

@@ -208,8 +208,8 @@ def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
         "--commit-log",
         metavar="FILE",
         default=None,
-        help="Kafka: append one JSON line per partition commit to FILE before it is sent (an audit of what "
-        "was committed when; default: none)",
+        help="Kafka: append one JSON line per partition commit to FILE before it is sent, and one more with "
+        "\"refused\" (the error) when the cluster refuses it (an audit of what was committed when; default: none)",
     )
     p.add_argument(
         "-X",
@@ -310,7 +310,8 @@ def _dead_letter(spec: str | None) -> DeadLetter | None:
 
 
 class _CommitLog:
-    """``--commit-log``: one JSON line per partition commit, appended (``O_APPEND``) before it is sent."""
+    """``--commit-log``: one JSON line per partition commit, appended (``O_APPEND``) before it is sent,
+    and the same line again with ``refused`` (the error) when the cluster refused it."""
 
     def __init__(self, path: str) -> None:
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

@@ -23,8 +23,11 @@ A runner is this loop plus a *carrier* that moves :class:`~reassembly.dispatcher
 * it feeds the :class:`~reassembly.dispatcher.Budget` with everything held (segments in assembly:
   ``source.held_bytes()``; messages waiting and in flight: ``dispatcher.held_bytes()``) and pauses
   or resumes the source; it commits every ``commit_every`` settlements or ``commit_interval``
-  seconds and when it stops; it passes the source's revoked partitions to ``dispatcher.revoke``
-  (work of a revoked partition still in flight is fenced: its result commits nothing).
+  seconds and when it stops, and also at the interval with no settlement when the source says a
+  commit may move or must be made again (``commit_wanted()``, optional: Kafka's source after it
+  read records that settle without a message, or after the cluster refused a commit); it passes
+  the source's revoked partitions to ``dispatcher.revoke`` (work of a revoked partition still in
+  flight is fenced: its result commits nothing).
 
 Stopping (:meth:`Runner.stop`, a signal through :func:`stop_on_signals`, ``stop()`` returning true,
 ``idle_exit``) drains: nothing new is fetched or handed out, work in flight finishes within
@@ -308,7 +311,7 @@ class Runner:
         wake = self.dispatcher.next_wakeup()
         if wake is not None:
             wait = min(wait, wake - now)
-        if self._since_commit:
+        if self._since_commit or self._commit_wanted():
             wait = min(wait, self._last_commit + self.commit_interval - now)
         if self._dead_pending:
             wait = min(wait, self._dead_retry_at - now)
@@ -480,7 +483,7 @@ class Runner:
         self._check_budget()
         now = self.clock()
         due = self._since_commit >= self.commit_every or (
-            self._since_commit and now - self._last_commit >= self.commit_interval
+            (self._since_commit or self._commit_wanted()) and now - self._last_commit >= self.commit_interval
         )
         if due:
             self._commit(now, force=False)
@@ -503,6 +506,12 @@ class Runner:
             self.summary.resumes += 1
             self.source.resume()
             log.info("fetch resumed: %d messages, %d bytes held", held_messages, held_bytes)
+
+    def _commit_wanted(self) -> bool:
+        """The source's ``commit_wanted()`` (optional): a commit may move an offset, or must be made
+        again, though no message settled since the last one."""
+        wanted = getattr(self.source, "commit_wanted", None)
+        return bool(wanted()) if callable(wanted) else False
 
     def _commit(self, now: float, *, force: bool) -> None:
         self._revocations()

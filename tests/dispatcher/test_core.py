@@ -267,6 +267,27 @@ def test_revoke_drops_queued_messages_and_fences_those_in_flight() -> None:
     assert [v.group for v in d.groups()] == ["b"]
 
 
+def test_a_partition_given_back_keeps_nothing_of_its_previous_assignment() -> None:
+    """An eager rebalance revokes a partition and may give it straight back, read again from the
+    group's commit (here 20, made meanwhile by another member): the floor, the settled ranges and
+    the fenced work of the first assignment play no part in the second one's commits."""
+    d = Dispatcher(Ordering.UNORDERED)
+    old = d.offer(b"old", now=0, positions=[("p", 5)])
+    settled = d.offer(b"settled", now=0, positions=[("p", 6)])
+    take(d, "w1"), take(d, "w2")
+    d.settle(settled, Outcome.DONE, now=0)
+    assert d.floor("p") == 5 and d.settled_above("p", 5) == [(6, 6)]
+    assert d.revoke("p").fenced == (old,)
+    new = d.offer(b"new", now=1, positions=[("p", 20)])  # the second assignment
+    assert d.floor("p") == 20 and d.settled_above("p", 20) == [] and d.commit_offset("p", 21) == 20
+    assert isinstance(d.settle(old, Outcome.DONE, now=1), Fenced)  # its result arrives late
+    assert d.floor("p") == 20 and d.settled_above("p", 20) == []
+    w = take(d, "w1")
+    assert w.ticket == new
+    d.settle(new, Outcome.DONE, now=1)
+    assert d.floor("p") is None and d.commit_offset("p", 21) == 21 and d.settled_above("p", 21) == []
+
+
 def test_a_fenced_message_of_a_gone_worker_is_forgotten() -> None:
     d = Dispatcher()
     ticket = d.offer(b"x", now=0, positions=[("p", 5)])

@@ -18,7 +18,8 @@ Use in a test module::
   (``"127.0.0.1:PORT,..."``), ``.create_topic(name, partitions=3)`` (returns the name; each test
   takes its own topic: the cluster is shared by the module), ``.fail_produce(code, count)``
   (the next ``count`` produce requests answered with Kafka error ``code``; ``.clear_produce_errors()``
-  forgets those not used yet), ``.broker_down(id)`` /
+  forgets those not used yet), ``.fail_requests(api_key, code, count)`` (the same for any request
+  type: 8 is OffsetCommit; ``.clear_request_errors(api_key)``), ``.broker_down(id)`` /
   ``.broker_up(id)``, ``.stop()``. Stopped after the module: stdin closed, then terminate and
   kill if it lingers, always waited for; the holder also dies with the test process
   (``PR_SET_PDEATHSIG``). For a cluster of your own: ``with mock_cluster(brokers=1) as c: ...``.
@@ -156,6 +157,16 @@ class MockCluster:
     def clear_produce_errors(self) -> None:
         """Forget the produce errors :meth:`fail_produce` queued that were not used yet."""
         self._ask("clear-produce-errors")
+
+    def fail_requests(self, api_key: int, code: int, count: int = 1) -> None:
+        """Answer the next ``count`` requests of type ``api_key`` (any client) with Kafka error ``code``:
+        ``fail_requests(8, 27, n)`` has the coordinator refuse ``n`` commits (OffsetCommit) with
+        REBALANCE_IN_PROGRESS, as it does while a group rebalances."""
+        self._ask(f"request-errors {api_key} {code} {count}")
+
+    def clear_request_errors(self, api_key: int) -> None:
+        """Forget the errors :meth:`fail_requests` queued for ``api_key`` that were not used yet."""
+        self._ask(f"clear-request-errors {api_key}")
 
     def broker_down(self, broker_id: int) -> None:
         """Take broker ``broker_id`` (1..brokers) off the network: its connections close, new ones fail."""

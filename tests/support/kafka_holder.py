@@ -20,6 +20,9 @@ command line on stdin it answers ``ok`` or ``error TEXT``:
 * ``produce-errors CODE COUNT``: the cluster answers the next COUNT produce requests with the Kafka
   error CODE (e.g. 29 TOPIC_AUTHORIZATION_FAILED, not retriable; 7 REQUEST_TIMED_OUT, retriable).
 * ``clear-produce-errors``: forget the produce errors not yet used.
+* ``request-errors API_KEY CODE COUNT``: the same for any request type (API_KEY 8: OffsetCommit, so
+  that a test can have the group coordinator refuse commits as it does during a rebalance).
+* ``clear-request-errors API_KEY``: forget those of that request type not yet used.
 * ``down ID`` / ``up ID``: take broker ID (1..BROKERS) off the network or back.
 * ``rebalance-delay MS``: the group coordinator's initial rebalance delay (the mock's default
   is 3000 ms before the first assignment of a new consumer group).
@@ -68,6 +71,13 @@ def _command(lib: ctypes.CDLL, cluster: int, words: list[str]) -> str:
             return "ok"
         case ["clear-produce-errors"]:
             lib.rd_kafka_mock_clear_request_errors(cluster, _PRODUCE_API_KEY)
+            return "ok"
+        case ["request-errors", api_key, code, count]:
+            errors = (ctypes.c_int * int(count))(*([int(code)] * int(count)))
+            lib.rd_kafka_mock_push_request_errors_array(cluster, int(api_key), int(count), errors)
+            return "ok"
+        case ["clear-request-errors", api_key]:
+            lib.rd_kafka_mock_clear_request_errors(cluster, int(api_key))
             return "ok"
         case ["down", broker]:
             return status(lib.rd_kafka_mock_broker_set_down(cluster, int(broker)))
