@@ -130,8 +130,7 @@ def undocumented(cls: type) -> list[str]:
 
 @pytest.mark.parametrize("canonical", records())
 def test_every_public_field_is_documented(canonical: str) -> None:
-    missing = [f for f in undocumented(_public(canonical)) if f"{canonical}.{f}" not in PENDING]
-    assert missing == [], f"{canonical}: fields without a meaning"
+    assert undocumented(_public(canonical)) == [], f"{canonical}: fields without a meaning"
 
 
 def test_the_records_checked_are_the_public_records() -> None:
@@ -309,91 +308,6 @@ def undocumented_parameters(obj: Any, doc: str) -> list[str]:
     return [p for p in params if p not in ("self", "cls") and not _names(doc, p)]
 
 
-# documented after the merge of the rebalance fix (reassembly/brokers/kafka_dispatch.py, kafka.py,
-# kafka_source.py, reassembly/dispatcher/core.py, reassembly/runtime/base.py)
-PENDING = {
-    "reassembly.brokers.KafkaReassembler.assembler",
-    "reassembly.brokers.KafkaReassembler.batch",
-    "reassembly.brokers.KafkaReassembler.clock",
-    "reassembly.brokers.KafkaReassembler.commit.partitions",
-    "reassembly.brokers.KafkaReassembler.hooks",
-    "reassembly.brokers.KafkaReassembler.messages.timeout",
-    "reassembly.brokers.KafkaReassembler.replay_window",
-    "reassembly.brokers.KafkaReassembler.run.timeout",
-    "reassembly.brokers.KafkaSource.config",
-    "reassembly.brokers.KafkaSource.flush.partitions",
-    "reassembly.brokers.KafkaSource.prefetch",
-    "reassembly.brokers.KafkaSource.topic",
-    "reassembly.brokers.kafka.KafkaRecord.msg",
-    "reassembly.brokers.kafka.KafkaRecord.reject.description",
-    "reassembly.brokers.kafka.KafkaRecord.reject.reason",
-    "reassembly.brokers.kafka.KafkaRecord.source",
-    "reassembly.brokers.kafka_dispatch.KafkaDispatchSource.clock",
-    "reassembly.brokers.kafka_dispatch.KafkaDispatchSource.commit.dispatcher",
-    "reassembly.brokers.kafka_dispatch.KafkaDispatchSource.commit.force",
-    "reassembly.brokers.kafka_dispatch.KafkaDispatchSource.fetch.timeout",
-    "reassembly.brokers.kafka_dispatch.KafkaDispatchSource.metadata_limit",
-    "reassembly.brokers.kafka_dispatch.KafkaDispatchSource.on_event",
-    "reassembly.brokers.kafka_dispatch.KafkaDispatchSource.settled.outcome",
-    "reassembly.brokers.kafka_dispatch.KafkaDispatchSource.settled.work",
-    "reassembly.brokers.kafka_dispatch.KafkaDispatchSource.topics",
-    "reassembly.dispatcher.Dispatcher.commit_offset.assembler_next",
-    "reassembly.dispatcher.Dispatcher.commit_offset.partition",
-    "reassembly.dispatcher.Dispatcher.offer.key",
-    "reassembly.dispatcher.Dispatcher.offer.message",
-    "reassembly.dispatcher.Dispatcher.offer.now",
-    "reassembly.dispatcher.Dispatcher.ordering",
-    "reassembly.dispatcher.Dispatcher.release.group",
-    "reassembly.dispatcher.Dispatcher.revoke.partition",
-    "reassembly.dispatcher.Dispatcher.settle.now",
-    "reassembly.dispatcher.Dispatcher.settle.outcome",
-    "reassembly.dispatcher.Dispatcher.settle.ticket",
-    "reassembly.dispatcher.Dispatcher.settled_above.partition",
-    "reassembly.dispatcher.Dispatcher.take.now",
-    "reassembly.dispatcher.Dispatcher.worker_gone.worker",
-    "reassembly.runtime.Runner.after_dead",
-    "reassembly.runtime.Runner.carrier",
-    "reassembly.runtime.Runner.dead_letter",
-    "reassembly.runtime.Runner.drain_timeout",
-    "reassembly.runtime.Runner.metrics",
-    "reassembly.runtime.Runner.ordering",
-    "reassembly.runtime.Runner.release.group",
-    "reassembly.runtime.Runner.retry",
-    "reassembly.runtime.Runner.source",
-    "reassembly.runtime.stop_on_signals.runner",
-    "reassembly.runtime.stop_on_signals.signals",
-    "reassembly.brokers.CommitFailed.offsets",
-    "reassembly.brokers.CommitFailed.error",
-    "reassembly.brokers.KafkaStats.records",
-    "reassembly.brokers.KafkaStats.messages",
-    "reassembly.brokers.KafkaStats.duplicates",
-    "reassembly.brokers.KafkaStats.rejected",
-    "reassembly.brokers.KafkaStats.failed",
-    "reassembly.brokers.KafkaStats.commits",
-    "reassembly.brokers.KafkaStats.commit_failures",
-    "reassembly.brokers.KafkaStats.replays",
-    "reassembly.brokers.KafkaStats.stale",
-    "reassembly.brokers.KafkaStats.skipped",
-    "reassembly.brokers.Replay.topic",
-    "reassembly.brokers.Replay.partition",
-    "reassembly.brokers.kafka_dispatch.CommitNote.topic",
-    "reassembly.brokers.kafka_dispatch.CommitNote.partition",
-    "reassembly.brokers.kafka_dispatch.CommitNote.offset",
-    "reassembly.brokers.kafka_dispatch.CommitNote.metadata_bytes",
-    "reassembly.brokers.kafka_dispatch.CommitNote.ranges",
-    "reassembly.brokers.kafka_dispatch.DispatchSourceStats.commits",
-    "reassembly.brokers.kafka_dispatch.DispatchSourceStats.metadata_bytes_max",
-    "reassembly.brokers.kafka_dispatch.DispatchSourceStats.ranges_dropped",
-    "reassembly.brokers.kafka_dispatch.DispatchSourceStats.metadata_loaded",
-    "reassembly.brokers.kafka_dispatch.DispatchSourceStats.metadata_ignored",
-    "reassembly.brokers.kafka_dispatch.DispatchSourceStats.pauses",
-    "reassembly.brokers.kafka_dispatch.DispatchSourceStats.resumes",
-    "reassembly.brokers.kafka_dispatch.DispatchSourceStats.revoked",
-}
-"""Parameters and fields not yet documented, skipped by :func:`test_every_public_field_is_documented`
-and :func:`test_every_parameter_of_every_listed_callable_is_documented`."""
-
-
 def test_every_parameter_of_every_listed_callable_is_documented() -> None:
     """Every parameter of every function, constructor and shown method the reference lists is named
     (````name````) in the docstring autodoc shows for it, with what it means.
@@ -402,12 +316,7 @@ def test_every_parameter_of_every_listed_callable_is_documented() -> None:
     its meaning (``**details`` of an error are the fields it carries), so they are named too
     (````*args````, ````**details````). ``self`` and ``cls`` are not: the caller never passes them.
     """
-    missing = [
-        f"{name}.{param}"
-        for name, obj, doc in callables()
-        for param in undocumented_parameters(obj, doc)
-        if f"{name}.{param}" not in PENDING
-    ]
+    missing = [f"{name}.{param}" for name, obj, doc in callables() for param in undocumented_parameters(obj, doc)]
     assert missing == [], f"{len(missing)} parameters without a meaning: {missing}"
 
 
@@ -416,13 +325,6 @@ def test_the_callables_checked_include_the_entry_points() -> None:
     names = {name for name, _, _ in callables()}
     assert set(ENTRY_POINTS) <= names, set(ENTRY_POINTS) - names
     assert "reassembly.Assembler.receive" in names
-
-
-def test_pending_names_only_parameters_and_fields_still_undocumented() -> None:
-    """A name in :data:`PENDING` that is documented (or renamed) is removed from it."""
-    found = {f"{name}.{param}" for name, obj, doc in callables() for param in undocumented_parameters(obj, doc)}
-    found |= {f"{r}.{f}" for r in records() for f in undocumented(_public(r))}
-    assert found >= PENDING, sorted(PENDING - found)
 
 
 def test_an_undocumented_parameter_fails() -> None:

@@ -88,7 +88,9 @@ class Replay:
     """
 
     topic: str
+    """The topic of the partition read again."""
     partition: int
+    """The partition read again, in ``topic``."""
     requested: int
     offset: int
     messages: tuple[tuple[bytes, int | None], ...]
@@ -97,11 +99,17 @@ class Replay:
 
 @dataclass(frozen=True)
 class CommitFailed:
-    """A commit the cluster refused (a rebalance in progress, a lost coordinator): nothing is lost,
-    the next commit carries the same or higher safe offsets."""
+    """A commit the cluster refused, whole or for some of its partitions (a rebalance in progress,
+    a lost coordinator, a generation that ended): nothing is lost, the next commit carries the same
+    or higher safe offsets."""
 
-    offsets: tuple[tuple[str, int, int], ...]  # (topic, partition, offset) that were not committed
+    offsets: tuple[tuple[str, int, int], ...]
+    """The ``(topic, partition, offset)`` that were not committed: every one of the commit when the
+    whole commit was refused, else only the partitions the cluster refused (the others were
+    committed)."""
     error: str
+    """Why, in the client's words: the whole commit's error, or the refused partitions' errors
+    joined by semicolons."""
 
 
 KafkaEvent = Event | Replay | CommitFailed
@@ -116,16 +124,28 @@ class KafkaStats:
     ``evicted``, ``revoked``)."""
 
     records: int = 0
-    messages: int = 0  # messages handed to the application (a group counts its messages)
+    """Records given to the assembler (those ``hooks.skip`` passed over are in ``skipped``)."""
+    messages: int = 0
+    """Messages handed to the application (a ``GroupComplete`` counts each of its messages)."""
     duplicates: int = 0
-    rejected: int = 0  # Rejected events (bad, late or conflicting segments)
-    failed: int = 0  # MessageFailed and GroupFailed events
+    """:class:`~reassembly.Duplicate` events: copies of segments already held or delivered, ignored."""
+    rejected: int = 0
+    """:class:`~reassembly.Rejected` events: bad, late or conflicting segments."""
+    failed: int = 0
+    """:class:`~reassembly.MessageFailed` and :class:`~reassembly.GroupFailed` events: nothing of
+    those was delivered."""
     unfinished: dict[str, int] = field(default_factory=dict)
     commits: int = 0
+    """Commits the cluster accepted, for one partition or more (a commit of several counts once)."""
     commit_failures: int = 0
+    """Commits the cluster refused, whole or for some partitions: each is a :class:`CommitFailed` event."""
     replays: int = 0
-    stale: int = 0  # partitions whose restored state was older than their committed offset (dropped)
-    skipped: int = 0  # records ``skip`` said were settled before (not given to the assembler)
+    """Seeks made by :meth:`KafkaReassembler.seek`: each is a :class:`Replay` event."""
+    stale: int = 0
+    """Partitions whose restored snapshot state was older than the group's committed offset: that
+    state was dropped and the partition read from the committed offset."""
+    skipped: int = 0
+    """Records ``hooks.skip`` said were settled before: not given to the assembler."""
 
 
 def _log_event(ev: KafkaEvent) -> None:
@@ -181,8 +201,9 @@ class LoopHooks:
     already (it is not given to the assembler; counted in ``stats.skipped``). ``commit_in_poll``:
     False leaves every commit to the caller's :meth:`KafkaReassembler.commit` (the messages of a
     batch must first reach whoever pins their offsets). ``refused(offsets, error)``: the
-    ``(topic, partition, offset)`` of a commit the cluster refused (a rebalance in progress, a
-    generation that ended), before the :class:`CommitFailed` event: nothing of it was committed.
+    ``(topic, partition, offset)`` the cluster refused to commit (a rebalance in progress, a
+    generation that ended; the whole commit, or some of its partitions), before the
+    :class:`CommitFailed` event: none of those was committed.
     """
 
     plan: Callable[[TP, int | None], tuple[int | None, str | None]] | None = None
@@ -215,6 +236,15 @@ class KafkaReassembler:
     later run's progress), the snapshot's state of that partition is dropped (``stats.stale``) and
     the partition read from the committed offset; a snapshot holding partitions of topics not in
     ``topics`` is refused (9016) before the consumer is created.
+
+    ``assembler``: what the segments go through (``None``: one with
+    :data:`DEFAULT_EXPIRY_OFFSETS` and :data:`DEFAULT_EXPIRY_SECONDS`, on ``clock``). ``batch``:
+    the most records one poll reads. ``replay_window``: how many recently delivered messages per
+    partition the loop remembers the offsets of, so that a :meth:`seek` into one starts at its
+    first segment (a seek below what is remembered is not ``exact``). ``clock``: seconds, for
+    ``commit_interval``, :meth:`close`'s ``timeout`` and the default assembler's expiry.
+    ``hooks``: what a caller that settles messages later than ``on_message`` returns plugs into
+    the loop (:class:`LoopHooks`; ``None``: none).
     """
 
     def __init__(
@@ -275,7 +305,8 @@ class KafkaReassembler:
     def messages(self, timeout: float = 1.0, stop: Callable[[], bool] | None = None) -> Iterator[Delivered]:
         """Yield completed messages until :meth:`close` or ``stop()``; every other event goes to
         ``on_event``. A message is handled once the iterator is advanced past it: offsets are
-        committed only between batches, after every message of the batch was taken."""
+        committed only between batches, after every message of the batch was taken. ``timeout``:
+        each poll's longest wait for a first record, in seconds."""
         while not self._closed and not (stop is not None and stop()):
             yield from self._batch(timeout)
 
@@ -296,7 +327,8 @@ class KafkaReassembler:
         return self._batch(timeout)
 
     def run(self, stop: Callable[[], bool], timeout: float = 1.0) -> KafkaStats:
-        """:meth:`poll` until ``stop()``; returns the stats (call :meth:`close` after)."""
+        """:meth:`poll` until ``stop()``; returns the stats (call :meth:`close` after). ``timeout``:
+        each poll's longest wait for a first record, in seconds."""
         while not stop() and not self._closed:
             self.poll(timeout)
         return self.stats
@@ -380,7 +412,8 @@ class KafkaReassembler:
     # ------------------------------------------------------------------ commits
     def commit(self, partitions: Collection[TP] | None = None) -> list[tuple[str, int, int]]:
         """Commit (synchronously) each assigned partition's safe offset that moved since the last
-        commit; returns what was committed. Call it only when every message handed out was handled."""
+        commit; returns what was committed. Call it only when every message handed out was handled.
+        ``partitions``: only these ``(topic, partition)`` (``None``: every assigned one)."""
         ck = self._ck
         todo: list[tuple[str, int, int]] = []
         metadata: dict[TP, str] = {}

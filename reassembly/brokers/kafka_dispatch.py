@@ -87,25 +87,41 @@ class CommitNote:
     """One partition's commit, as :attr:`KafkaDispatchSource.on_commit` sees it before it is sent."""
 
     topic: str
+    """The topic of the partition committed."""
     partition: int
+    """The partition committed, in ``topic``."""
     offset: int
-    metadata_bytes: int  # the settled-offsets record's length (0: none sent)
-    ranges: int  # the settled ranges it keeps
-    refused: str | None = None  # seen again after the cluster refused it: why (nothing was committed)
+    """The offset committed: the next record the group reads there."""
+    metadata_bytes: int
+    """The settled-offsets record's length in bytes (0: none sent)."""
+    ranges: int
+    """How many settled ranges that record keeps (0: none)."""
+    refused: str | None = None
+    """Why the cluster refused this commit, in the client's words, when :attr:`KafkaDispatchSource.on_commit`
+    sees it again after the refusal (nothing of it was committed); ``None`` before it is sent."""
 
 
 @dataclass
 class DispatchSourceStats:
     """What the source did beside the loop's own :class:`~reassembly.brokers.kafka.KafkaStats`."""
 
-    commits: int = 0  # partitions' commits sent
-    metadata_bytes_max: int = 0  # the largest settled-offsets record sent
-    ranges_dropped: int = 0  # settled ranges that did not fit a record (their messages come again after a restart)
-    metadata_loaded: int = 0  # trusted records read back on assignment
-    metadata_ignored: int = 0  # records read back and refused (malformed, foreign, stale)
+    commits: int = 0
+    """Partitions' commits sent: a commit of several partitions counts each (refused ones too)."""
+    metadata_bytes_max: int = 0
+    """The length in bytes of the largest settled-offsets record sent."""
+    ranges_dropped: int = 0
+    """Settled ranges that did not fit in ``metadata_limit``: their messages come again after a restart."""
+    metadata_loaded: int = 0
+    """Settled-offsets records read back on assignment and trusted (their ranges are skipped)."""
+    metadata_ignored: int = 0
+    """Records read back on assignment and not trusted (malformed, foreign, stale, or no log end to
+    check them against): logged, and their messages come again."""
     pauses: int = 0
+    """Times :meth:`KafkaDispatchSource.pause` stopped fetching (the runner's budget was full)."""
     resumes: int = 0
-    revoked: int = 0  # partitions revoked or lost
+    """Times :meth:`KafkaDispatchSource.resume` fetched again after a pause."""
+    revoked: int = 0
+    """Partitions revoked or lost, counted each time one leaves."""
 
 
 def _identity(message: object) -> tuple[bytes, int]:
@@ -145,6 +161,14 @@ class KafkaDispatchSource:
     delivering each message of an MQ group as it completes (``unit_of_work=True``: the whole group
     as one ``GroupComplete``), so that the dispatcher hands a group's messages out one at a time,
     in order.
+
+    ``topics``: the topics read. ``on_event``: every event that is not a whole message
+    (:data:`~reassembly.brokers.kafka.KafkaEvent`: duplicates, rejections, unfinished groups,
+    refused commits; ``None``: logged), like :class:`~reassembly.brokers.KafkaReassembler`'s.
+    ``metadata_limit``: the most bytes of settled-offsets record sent per partition (under Kafka's
+    ``offset.metadata.max.bytes``, 4096 by default, or the commit is refused); settled ranges
+    beyond it are dropped (``stats.ranges_dropped``). ``clock``: seconds, for the default
+    assembler's expiry and the loop's (:class:`~reassembly.brokers.KafkaReassembler`'s ``clock``).
     """
 
     def __init__(
@@ -201,7 +225,8 @@ class KafkaDispatchSource:
 
     # ------------------------------------------------------------------ Source
     def fetch(self, timeout: float) -> list[Offered]:
-        """One batch of the loop: the messages it completed, each with its record key."""
+        """One batch of the loop: the messages it completed, each with its record key. ``timeout``:
+        the longest wait for a first record, in seconds."""
         if self._paused:
             self._pause_all()  # partitions assigned since the pause
         self.loop.batch = self._batch_size()
@@ -235,7 +260,10 @@ class KafkaDispatchSource:
 
     def settled(self, work: Work, outcome: reassembly.dispatcher.Outcome) -> None:
         """A settled message lifts the dispatcher's floor (the next :meth:`commit` moves past it);
-        here it is only no longer one to hand out again after a revocation."""
+        here it is only no longer one to hand out again after a revocation.
+
+        ``work``: the message settled. ``outcome``: how (DONE or DEAD: either lets the commit pass it).
+        """
         key = _identity(work.message)
         for tp in self._parts_of.pop(key, ()):
             keys = self._unsettled.get(tp)  # type: ignore[call-overload]
@@ -244,7 +272,12 @@ class KafkaDispatchSource:
 
     def commit(self, dispatcher: Dispatcher, force: bool = False) -> None:
         """Commit every assigned partition's safe offset that moved, with its settled-offsets record
-        (the runner decides when: every so many settlements or seconds, and when it stops)."""
+        (the runner decides when: every so many settlements or seconds, and when it stops).
+
+        ``dispatcher``: the runner's dispatcher, which knows what is settled (bound as by
+        :meth:`bind`). ``force``: True for the runner's last commit, as it stops (committed like any
+        other).
+        """
         self._dispatcher = dispatcher
         self._owed = False  # a refusal sets it again
         self.loop.commit()

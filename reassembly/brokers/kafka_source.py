@@ -26,7 +26,11 @@ log = logging.getLogger(__name__)
 
 class KafkaRecord:
     """One record as the drain lands it (a :class:`segmenter.brokers.Delivery`): ``accept`` marks
-    its offset landed; the source commits it at its next fetch."""
+    its offset landed; the source commits it at its next fetch.
+
+    ``source``: the :class:`KafkaSource` that read it, which commits its offset. ``msg``: the
+    confluent-kafka message it is read from.
+    """
 
     __slots__ = ("_source", "body", "headers", "key", "offset", "partition", "redelivered", "timestamp", "topic")
 
@@ -49,7 +53,11 @@ class KafkaRecord:
         self._source._landed(self)
 
     def reject(self, reason: int, description: str) -> None:
-        """Kafka has no rejection: the drain lands every record, so this only marks it landed."""
+        """Kafka has no rejection: the drain lands every record, so this only marks it landed.
+
+        ``reason``, ``description``: why, as a :class:`~segmenter.Reason` code and in words (the
+        :class:`segmenter.brokers.Delivery` shape; Kafka keeps neither).
+        """
         self._source._landed(self)
 
 
@@ -60,6 +68,10 @@ class KafkaSource:
     next :meth:`fetch` and at :meth:`close`. ``before_revoke`` (the drain's ``publish``) is called
     when a rebalance takes partitions away, so what was read of them lands and is committed before
     their next owner starts: without it their records would be landed twice.
+
+    ``config``: librdkafka consumer settings (``bootstrap.servers``, ``group.id``, ...; automatic
+    commits are off: ``enable.auto.commit=true`` is refused). ``topic``: the topic read.
+    ``prefetch``: the most records one :meth:`fetch` reads.
     """
 
     def __init__(self, config: Mapping[str, Any], topic: str, *, prefetch: int = 1000) -> None:
@@ -92,7 +104,8 @@ class KafkaSource:
             self._pending[tp] = r.offset + 1
 
     def flush(self, partitions: Collection[TP] | None = None) -> None:
-        """Commit the offsets after the landed records (synchronously)."""
+        """Commit the offsets after the landed records (synchronously). ``partitions``: only these
+        ``(topic, partition)`` (``None``: every one with landed records not yet committed)."""
         ck = self._ck
         todo = {tp: o for tp, o in self._pending.items() if partitions is None or tp in partitions}
         if not todo:

@@ -209,6 +209,8 @@ class Dispatcher:
     ``max_in_flight_per_group`` above 1 lets the owner of a group take several of its messages at
     once (they start in order; they may end in any order): for handlers that keep order
     themselves. ``after_dead`` says what a group does after one of its messages went dead.
+    ``ordering``: what makes a group (:class:`~reassembly.dispatcher.Ordering`: the messages' MQ
+    groups by default; their keys, their partitions, or none).
     """
 
     def __init__(
@@ -261,8 +263,13 @@ class Dispatcher:
     ) -> int:
         """Queue a whole message; the ticket that will settle it.
 
-        ``size`` (bytes held, for the budget) defaults to the payload length; ``positions`` (every
-        segment's partition and offset, what the message holds down) to the message's own.
+        ``message``: the whole message (a ``MessageComplete``, a ``GroupComplete``, or anything
+        else a source offers). ``now``: the caller's clock, in seconds (a runner's: the offer time
+        :meth:`oldest_offer` reports). ``key``: the message's group under ``Ordering.KEY`` (a Kafka
+        record key), and under ``Ordering.GROUP`` for a message that is neither a
+        ``MessageComplete`` nor a ``GroupComplete`` (``None``: alone). ``size`` (bytes held, for
+        the budget) defaults to the payload length; ``positions`` (every segment's partition and
+        offset, what the message holds down) to the message's own.
         """
         ticket = self._next_ticket
         self._next_ticket += 1
@@ -318,7 +325,8 @@ class Dispatcher:
     def take(self, worker: Hashable, now: float) -> Work | None:
         """The next message for ``worker``: its own group's next one while it owns a group and the
         per-group limit allows, else the head of the oldest free group that is ready; ``None``
-        when nothing may go now (see :meth:`next_wakeup` for when a retry falls due)."""
+        when nothing may go now (see :meth:`next_wakeup` for when a retry falls due). ``now``: the
+        caller's clock, in seconds: a retry goes out once ``now`` reaches its ``retry_at``."""
         self._now = max(self._now, now)
         waiting, free = self._waiting, self._free
         while waiting and waiting[0][0] <= now:
@@ -400,6 +408,9 @@ class Dispatcher:
         """End one hand-out. ``DONE`` and ``DEAD`` settle the message (its offsets may be
         committed); ``RETRY`` puts it back at the head of its group, not handed out before
         ``retry_at``. The worker's hold on the group ends with its last message in flight.
+        ``ticket``: the hand-out's (:attr:`~reassembly.dispatcher.Work.ticket`, what :meth:`offer`
+        returned). ``outcome``: ``DONE``, ``DEAD`` or ``RETRY``. ``now``: the caller's clock, in
+        seconds.
 
         A ticket fenced by a revocation answers :class:`Fenced` and counts for nothing; a ticket
         not in flight (unknown, queued, settled) is a caller's error (9016): settling twice
@@ -490,7 +501,8 @@ class Dispatcher:
     def worker_gone(self, worker: Hashable) -> list[int]:
         """A worker died or left: its messages in flight go back to the head of their groups
         (not counted as attempts: the handler may never have run) and its groups are free. The
-        runner must ignore any later result of that worker. Returns the tickets that came back."""
+        runner must ignore any later result of that worker. Returns the tickets that came back.
+        ``worker``: as :meth:`take` was given it."""
         returned: list[int] = []
         for group in self._owned.pop(worker, {}).values():
             for ticket, entry in group.in_flight.items():
@@ -509,6 +521,7 @@ class Dispatcher:
 
     def revoke(self, partition: Hashable) -> Revoked:
         """A partition was taken away (a rebalance): forget every message with a segment there.
+        ``partition``: as the messages' positions name it (Kafka: ``(topic, partition)``).
 
         Queued ones are dropped: the partition's next owner reads them again. Ones in flight are
         fenced: the worker finishes (or not), its settle answers :class:`Fenced` and commits
@@ -546,7 +559,8 @@ class Dispatcher:
 
     def release(self, group: Hashable) -> int:
         """Let a group on hold (``AfterDead.HOLD`` after a dead message) go on; the number of its
-        messages that may now go out (0 for a group not on hold)."""
+        messages that may now go out (0 for a group not on hold). ``group``: its ordering key
+        (:attr:`~reassembly.dispatcher.GroupView.group`)."""
         state = self._groups.get(group)
         if state is None or not state.on_hold:
             return 0
@@ -565,7 +579,9 @@ class Dispatcher:
 
     def commit_offset(self, partition: Hashable, assembler_next: int | None) -> int | None:
         """What may be committed: the lower of the assembler's next offset (its safe position) and
-        the floor, either one absent; ``None`` when neither says anything."""
+        the floor, either one absent; ``None`` when neither says anything. ``partition``: as the
+        messages' positions name it. ``assembler_next``: the assembler's next offset there
+        (``None``: not known)."""
         floor = self.floor(partition)
         if floor is None:
             return assembler_next
@@ -574,7 +590,8 @@ class Dispatcher:
     def settled_above(self, partition: Hashable, commit: int) -> list[tuple[int, int]]:
         """Offset ranges ``(lo, hi)`` (inclusive, ascending, above ``commit``) whose segments all
         belong to settled messages: what the commit metadata lists so that a restart skips them.
-        What is at or below ``commit`` is forgotten (it is never read again)."""
+        What is at or below ``commit`` is forgotten (it is never read again). ``partition``: as the
+        messages' positions name it; ``commit``: the offset about to be committed there."""
         part = self._parts.get(partition)
         if part is None:
             return []

@@ -137,6 +137,19 @@ class Runner:
     the source may have more).
     ``budget``: default :data:`DEFAULT_MESSAGES` messages and :data:`DEFAULT_BYTES` bytes.
     ``clock`` and ``random`` are injected (the core is given ``now`` and the retry draw).
+
+    ``source``: where the whole messages come from (:class:`Source`; the runner leaves it open).
+    ``carrier``: what moves work to the workers and their results back (each runner gives its
+    own). ``ordering``: what makes a group, one worker at a time
+    (:class:`~reassembly.dispatcher.Ordering`). ``retry``: when a failed message is handed out
+    again, and after how many attempts it is dead (``None``:
+    :class:`~reassembly.dispatcher.RetryPolicy`'s defaults). ``after_dead``: what a group does
+    after one of its messages went dead: ``CONTINUE`` goes on, ``HOLD`` waits for :meth:`release`.
+    ``dead_letter``: where a dead message is written before it is settled (``None``: it is only
+    logged, and counted in ``summary.unwritten_dead``). ``metrics``: the counters and gauges
+    (``None``: a :class:`~reassembly.runtime.Metrics` with its defaults, which logs the
+    gauges and serves no endpoint). ``drain_timeout``: the seconds the work in flight at a stop has
+    to finish; what still runs then is left unsettled (handled again after a restart).
     """
 
     def __init__(
@@ -219,7 +232,9 @@ class Runner:
         return answer
 
     def release(self, group: Hashable) -> int:
-        """Let a group held after a dead message (``AfterDead.HOLD``) go on; messages released."""
+        """Let a group held after a dead message (``AfterDead.HOLD``) go on; messages released.
+        ``group``: its ordering key (:attr:`~reassembly.dispatcher.GroupView.group`, as
+        :meth:`snapshot` lists it)."""
         if not self._running.is_set():
             return self.dispatcher.release(group)
         released: int = self._ask("release", group)
@@ -579,7 +594,10 @@ def describe(work: Work) -> str:
 @contextmanager
 def stop_on_signals(runner: Runner, signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT)) -> Iterator[None]:
     """SIGTERM (and SIGINT) drain the runner instead of killing the process; the handlers before are
-    put back on exit. Call from the main thread (Python delivers signals there)."""
+    put back on exit. Call from the main thread (Python delivers signals there).
+
+    ``runner``: the runner to stop (:meth:`Runner.stop`). ``signals``: the signals that stop it.
+    """
     before = {s: signal.getsignal(s) for s in signals}
 
     def handler(signum: int, frame: Any) -> None:
