@@ -288,7 +288,10 @@ def _check_prefix(env: Mapping[str, Any]) -> str:
     """``check_prefix``: the ``prefix`` rules alone (a stream decoder frames a header with it)."""
     i = _I
     src = "def check_prefix(buf: Buffer, max_header_length: int = MAX_HEADER_LENGTH) -> int:\n"
-    src += f'{i}"""Check magic, version and header length (the first {PREFIX_LENGTH} bytes); return the latter."""\n'
+    src += f'{i}"""Check magic, version and header length (the first {PREFIX_LENGTH} bytes); return the latter.\n\n'
+    src += f"{i}``buf``: the bytes, from the header's first. ``max_header_length``: the longest header accepted, "
+    src += "in bytes.\n"
+    src += f'{i}"""\n'
     src += _flat(i)
     src += f"{i}if view.nbytes < {PREFIX_LENGTH}:\n"
     src += f'{i}{i}raise HeaderError("the prefix needs {PREFIX_LENGTH} bytes", reason=Reason.TRUNCATED)\n'
@@ -304,7 +307,10 @@ def _decode_header(env: Mapping[str, Any]) -> str:
     src = "def decode_header(\n"
     src += f"{i}buf: Buffer, *, max_message_size: int = MAX_LENGTH, max_header_length: int = MAX_HEADER_LENGTH\n"
     src += ") -> SegmentHeader:\n"
-    src += f'{i}"""Parse and validate a header from the start of ``buf`` (data not needed)."""\n'
+    src += f'{i}"""Parse and validate a header from the start of ``buf`` (data not needed).\n\n'
+    src += f"{i}``max_message_size``: the largest message the header may declare, in bytes. "
+    src += "``max_header_length``: the longest\n"
+    src += f'{i}header accepted, in bytes.\n{i}"""\n'
     src += _flat(i) + f"{i}length = len(view)\n" + _header(i, env)
     return src + f"{i}return header\n"
 
@@ -318,7 +324,12 @@ def _decode_segment(env: Mapping[str, Any]) -> str:
     src += f'{i}"""Decode one whole encoded segment; the data is a view into ``buf`` (no copy).\n\n'
     src += f"{i}The header's decoding is written out here again rather than called: a broker receive decodes one\n"
     src += f"{i}segment per delivery, and the call, a second flattening and the data checksum's two calls would be\n"
-    src += f'{i}a tenth of it. The data checksum is compared here; ``verify_data`` explains a mismatch.\n{i}"""\n'
+    src += f"{i}a tenth of it. The data checksum is compared here; ``verify_data`` explains a mismatch.\n\n"
+    src += f"{i}``max_segment_size``: the largest segment accepted, header included, in bytes. "
+    src += "``max_message_size``: the largest\n"
+    src += f"{i}message the header may declare. ``verify``: True compares the data checksum; False skips it "
+    src += "(for a caller that\n"
+    src += f'{i}checks it later).\n{i}"""\n'
     src += _flat(i) + f"{i}length = len(view)\n{i}max_header_length = MAX_HEADER_LENGTH\n"
     src += "".join(_raise(r, env, i) for r in rules("segment"))
     src += _header(i, env)
