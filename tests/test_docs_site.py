@@ -29,6 +29,8 @@ PACKAGES = ("segmenter", "reassembly", "refmsg")
 
 pytest.importorskip("sphinx", reason='the docs extra: pip install -e ".[docs]"')
 
+pytestmark = pytest.mark.xdist_group("docs-site")  # one worker builds the site once, for every test here
+
 
 def _extension() -> ModuleType:
     sys.path.insert(0, str(DOCS / "_ext"))
@@ -114,8 +116,9 @@ def test_the_reason_table_has_every_member_with_mq_name_and_meaning() -> None:
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("site")
+    strict = ["-W", "--keep-going", "-q"]  # every warning fails, a broken link or reference included: CI's docs check
     done = subprocess.run(
-        [sys.executable, "-m", "sphinx", "-q", "-b", "html", "-d", str(out / ".doctrees"), str(DOCS), str(out)],
+        [sys.executable, "-m", "sphinx", *strict, "-b", "html", "-d", str(out / ".doctrees"), str(DOCS), str(out)],
         capture_output=True,
         text=True,
         timeout=600,

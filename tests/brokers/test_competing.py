@@ -95,6 +95,7 @@ def test_three_consumers_share_every_message(broker: ActiveMQ, kafka_clients: Cl
 POINTS = ("written", "claimed", "assembling")
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize(("scheme", "kind"), [("amqp", "postgres"), ("stomp", "sqlite")])
 @settings(max_examples=2, deadline=None, phases=(Phase.explicit, Phase.generate),
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])  # fmt: skip

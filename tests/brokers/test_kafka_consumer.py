@@ -208,6 +208,7 @@ def _total_segments(seed_items: Any, segment_size: int) -> int:
 
 
 # No shrinking: each example is a cluster run of seconds; a failure prints its kill points.
+@pytest.mark.sweep
 @settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck), phases=NO_SHRINK)
 @given(
     producer_dies_after=st.integers(2, 60),

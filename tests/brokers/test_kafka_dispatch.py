@@ -404,6 +404,7 @@ def _consume(clients: ClientProcesses, cluster: MockCluster, topic: str, group: 
 
 
 @pytest.mark.servers
+@pytest.mark.sweep
 def test_three_consumers_one_killed_and_restarted(
     kafka_cluster: MockCluster, kafka_clients: ClientProcesses, tmp_path: Path
 ) -> None:

@@ -137,6 +137,7 @@ POINTS = ("written", "claimed", "assembling")
 
 
 @pytest.mark.servers
+@pytest.mark.sweep
 @settings(max_examples=1, deadline=None, phases=(Phase.explicit, Phase.generate),
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])  # fmt: skip
 @given(plan=st.lists(st.tuples(st.sampled_from(POINTS), st.integers(1, 4)), min_size=3, max_size=3))

@@ -142,6 +142,7 @@ def test_an_interrupt_at_many_more_points_leaves_no_temporary(
 
 
 @pytest.mark.spark
+@pytest.mark.sweep
 def test_the_next_run_removes_what_a_killed_run_left(landing: tuple[Path, int], tmp_path: Path) -> None:
     """SIGKILL cannot be cleaned up after by the process itself: its temporary stays, with the marker
     naming it (and its JVM); the next run for the same OUTPUT removes it, then writes OUTPUT."""
