@@ -22,16 +22,29 @@ import hashlib
 import json
 import os
 import random
+import threading
 import time
 from typing import Any
 
-_fd: int | None = None
+# The open log, by path: the command also runs in the test process (tests/support/command.py), where
+# one test's handlers must not write into an earlier test's log. The lock: handlers run in threads.
+_fd: tuple[str, int] | None = None
+_lock = threading.Lock()
+
+
+def _append(line: dict[str, Any]) -> None:
+    global _fd
+    path = os.environ["DISPATCH_LOG"]
+    with _lock:
+        if _fd is None or _fd[0] != path:
+            if _fd is not None:
+                os.close(_fd[1])
+            _fd = (path, os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
+        fd = _fd[1]
+    os.write(fd, (json.dumps(line) + "\n").encode())
 
 
 def _log(kind: str, message: Any, **extra: Any) -> None:
-    global _fd
-    if _fd is None:
-        _fd = os.open(os.environ["DISPATCH_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     line = {
         "kind": kind,
         "pid": os.getpid(),
@@ -41,7 +54,7 @@ def _log(kind: str, message: Any, **extra: Any) -> None:
         "time": time.time(),
         **extra,
     }
-    os.write(_fd, (json.dumps(line) + "\n").encode())
+    _append(line)
 
 
 def handle(message: Any) -> None:
@@ -83,9 +96,6 @@ def digest(message: Any) -> None:
     if gid[-1] % 3 == 0 and gid not in _failed:
         _failed.add(gid)
         raise RuntimeError("a transient failure")
-    global _fd
-    if _fd is None:
-        _fd = os.open(os.environ["DISPATCH_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     line = {
         "kind": "digest",
         "pid": os.getpid(),
@@ -93,4 +103,4 @@ def digest(message: Any) -> None:
         "seq": message.msg_seq_number,
         "sha256": hashlib.sha256(bytes(message.payload)).hexdigest(),
     }
-    os.write(_fd, (json.dumps(line) + "\n").encode())
+    _append(line)
