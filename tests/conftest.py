@@ -11,19 +11,17 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
+from tests.support.jvm_options import TEST_JVM_OPTIONS, test_jvm_options
+
 settings.register_profile(
     "ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
 settings.register_profile("dev", max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-# The JVMs the tests launch through spark-submit (the shared sessions, the command's processes,
-# spark-submit itself) compile with C1 only, collect with one thread and start no UI: the suite's
-# jobs are small and short, where C2's compiler threads cost more CPU than they save. Measured with
-# `/usr/bin/time reassemble demo --no-progress`: 29 s of CPU with the JVM's defaults, 15 s with
-# these. What a job computes does not depend on them; users' JVMs keep Spark's defaults.
-# Set SPARK_SUBMIT_OPTS to run the tests with other options (an empty value: the JVM's defaults).
-TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Dspark.ui.enabled=false"
+# The tests' JVMs: C1 only, one GC thread, no UI, and Spark's classes mapped from an archive
+# (tests/support/jvm_options.py says why). Set SPARK_SUBMIT_OPTS to run the tests with other options
+# (an empty value: the JVM's defaults).
 os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTIONS)
 
 
@@ -81,6 +79,34 @@ class _GroupsKept:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(_GroupsKept(), "groups-kept")
+    _map_the_jvm_archive(config)
+    if config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(_LongestFirstHook(), "longest-first")
+        if os.environ.get("REASSEMBLY_RECORD_DURATIONS") == "1":
+            from tests.support.longest_first import Recorder
+
+            config.pluginmanager.register(Recorder(), "record-durations")
+
+
+class _LongestFirstHook:
+    """``--dist loadgroup`` handing out the longest known work first (tests/support/longest_first.py)."""
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
+        if config.getvalue("dist") != "loadgroup":
+            return None
+        from tests.support.longest_first import LongestFirst
+
+        return LongestFirst(config, log)
+
+
+def _map_the_jvm_archive(config: pytest.Config) -> None:
+    """The tests' JVM options with the class-data archive's, built first by a run with workers (whose
+    JVMs it spares more than its build costs); a worker inherits its controller's options."""
+    if os.environ.get("SPARK_SUBMIT_OPTS") != TEST_JVM_OPTIONS or hasattr(config, "workerinput"):
+        return  # options of the user's, or a worker
+    build_missing = bool(config.getoption("numprocesses", None)) and not config.option.collectonly
+    os.environ["SPARK_SUBMIT_OPTS"] = test_jvm_options(build_missing=build_missing)
 
 
 def _check_groups_kept(config: pytest.Config, items: list[pytest.Item]) -> None:
