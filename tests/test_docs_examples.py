@@ -12,7 +12,9 @@ The conventions a page follows (the docs site's house rules):
       binary column ``segment``, see :func:`_write_landing`);
   ``# continues the previous block``
       runs in the namespace and working directory of the page's previous block (which runs first
-      if it was deselected; if it failed, this one is skipped);
+      if it was deselected; if it failed, this one is skipped). A page with such blocks is one
+      ``xdist_group``: its blocks run on one worker, in the page's order; a block that already ran
+      in this process, in a later block's chain, is not run again;
   ``# not run: <reason>``
       not run (e.g. it needs Spark's Kafka connector): it must still parse, its imports of our
       packages must resolve, and it is listed by ``test_blocks_not_run_say_why``, never skipped.

@@ -3,6 +3,7 @@ the tests' JVM options with their class-data archive (``tests/support/jvm_option
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shlex
@@ -64,3 +65,14 @@ def test_the_session_s_jvm_runs_with_the_tests_options(spark: Any) -> None:
     arguments = set(bean.getInputArguments())
     expected = shlex.split(os.environ.get("SPARK_SUBMIT_OPTS", ""))
     assert expected and set(expected) <= arguments, (expected, arguments)
+
+
+def test_a_run_that_finds_the_archive_being_built_goes_on_without_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("REASSEMBLY_TEST_JVM_CACHE", str(tmp_path))
+    with open(tmp_path / "lock", "w") as building:  # another process building it
+        fcntl.flock(building, fcntl.LOCK_EX)
+        assert jvm_options.build(jvm_options.TEST_JVM_OPTIONS, wait=False) is None
+        assert jvm_options.test_jvm_options(build_missing=True) == jvm_options.TEST_JVM_OPTIONS
+    assert list(tmp_path.iterdir()) == [tmp_path / "lock"]  # nothing built, nothing half-written

@@ -24,8 +24,9 @@ archive is being built runs as if there were none.
 
 One archive per Java, PySpark and set of JVM options, in ``.jvm_cache/`` at the top of the checkout
 (``REASSEMBLY_TEST_JVM_CACHE`` moves it), written once: by ``tests/conftest.py`` when a run has
-workers (``-n``) and finds none, or by ``.ci/run`` beside its lint. It is built under a lock, to a
-temporary name then renamed, so a JVM maps a whole archive or none. ``.venv/bin/python -m
+workers (``-n``) and finds none (a run that finds another process building it goes on without), or
+by ``.ci/run`` beside its lint and quick lane. It is built under a lock, to a temporary name then
+renamed, so a JVM maps a whole archive or none. ``.venv/bin/python -m
 tests.support.jvm_options`` builds it by hand.
 """
 
@@ -103,9 +104,10 @@ spark.stop()
 """
 
 
-def build(base_options: str) -> Path | None:
+def build(base_options: str, *, wait: bool = True) -> Path | None:
     """The archive for ``base_options``, built if it is missing; None if it cannot be built (the
-    tests then run without it, a note on stderr says why)."""
+    tests then run without it, a note on stderr says why), or if another process is building it
+    and not ``wait`` (``.ci/run`` builds it beside its quick lane, whose JVMs do without)."""
     path = archive_path(base_options)
     if path is None:
         return None
@@ -113,7 +115,10 @@ def build(base_options: str) -> Path | None:
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.parent / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another process building it: wait for its archive
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            return None  # being built by another process: this run's JVMs load their classes
         if path.exists():
             return path
         return _build_locked(base_options, path)
@@ -183,8 +188,8 @@ def _measure(base_options: str, rounds: int) -> None:
 
 def test_jvm_options(*, build_missing: bool) -> str:
     """:data:`TEST_JVM_OPTIONS`, with the archive's options when there is one (built first if it is
-    missing and ``build_missing``)."""
-    path = build(TEST_JVM_OPTIONS) if build_missing else archive_path(TEST_JVM_OPTIONS)
+    missing, ``build_missing`` and no other process is building it)."""
+    path = build(TEST_JVM_OPTIONS, wait=False) if build_missing else archive_path(TEST_JVM_OPTIONS)
     return with_archive(TEST_JVM_OPTIONS, path) if path is not None and path.exists() else TEST_JVM_OPTIONS
 
 
