@@ -45,10 +45,13 @@ def _segments() -> set[str]:
 
 
 def exit_on_first(marker: str, m: Any) -> None:
-    """Kills its worker process the first time (a crash in native code), succeeds after."""
-    if not os.path.exists(marker):
-        open(marker, "w").close()
-        os._exit(3)
+    """Kills its worker process the first time (a crash in native code), succeeds after. The marker is
+    created atomically: two workers running their first messages at once, only one dies."""
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return
+    os._exit(3)
 
 
 def test_a_dead_worker_is_replaced_and_its_message_retried(tmp_path: Path) -> None:
