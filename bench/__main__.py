@@ -31,7 +31,11 @@ def main(argv: list[str] | None = None) -> int:
 
         return jvmbench.main(argv[2:])
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    p.add_argument("--quick", action="store_true", help="small sizes: a smoke run under two minutes")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes, the Spark approaches in one process: a smoke run, not a measurement (about a minute)",
+    )
     p.add_argument("--out", default=str(HERE / "results"), help="where results.json, plots and table.md go")
     p.add_argument("--work", default=None, help="scratch directory for generated data (default: a temp dir)")
     p.add_argument("--skip-spark", action="store_true")

@@ -314,10 +314,12 @@ def spark_cases(work: Path, quick: bool) -> Iterator[dict[str, Any]]:
     make_dataset(warm, (4 if quick else 32) * MiB, 64 * 1024, 8)
     out = work / "out"
     everything = list(APPROACHES)
-    matrix = [(64 * MiB, 64 * 1024, 8)] if quick else list(MATRIX)
-    yield from interleaved(datasets(work, "matrix", matrix), everything, warm, out, rounds=1)
-    if quick:
+    if quick:  # a smoke run of every approach and of the table, not a measurement: one process (one JVM)
+        for kind, src, info in datasets(work, "matrix", [(16 * MiB, 64 * 1024, 8)]):
+            for case in run_cases(src, everything, warm, out):
+                yield {"kind": kind, "round": 1, "warmup": False, **info, **case}
         return
+    yield from interleaved(datasets(work, "matrix", list(MATRIX)), everything, warm, out, rounds=1)
     ours, listagg, floor = everything[0], everything[1], everything[4]
     # One single 1 GiB message (1 MiB segments): ours streams it into a file.
     src = work / "data-1024M-1024K-1024"

@@ -1,5 +1,6 @@
-"""The suite's own machinery: work handed out longest first (``tests/support/longest_first.py``) and
-the tests' JVM options with their class-data archive (``tests/support/jvm_options.py``)."""
+"""The suite's own machinery: work handed out longest first (``tests/support/longest_first.py``), the
+tests' JVM options with their class-data archive (``tests/support/jvm_options.py``), and CI's check
+that its lanes run the README command's tests (``tests/support/lanes.py``)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ import json
 import os
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _pytest.mark import MarkMatcher
 
 from tests.support import jvm_options, longest_first
+from tests.support.lanes import partition_errors, select
 from tests.support.longest_first import Recorder, bare_id, longest
 
 
@@ -76,3 +80,45 @@ def test_a_run_that_finds_the_archive_being_built_goes_on_without_it(
         assert jvm_options.build(jvm_options.TEST_JVM_OPTIONS, wait=False) is None
         assert jvm_options.test_jvm_options(build_missing=True) == jvm_options.TEST_JVM_OPTIONS
     assert list(tmp_path.iterdir()) == [tmp_path / "lock"]  # nothing built, nothing half-written
+
+
+def test_the_lanes_check_evaluates_m_as_pytest_does_and_names_a_test_lost_or_doubled() -> None:
+    items = [
+        ("t::spark", MarkMatcher.from_markers([pytest.mark.spark.mark])),
+        ("t::slow_spark", MarkMatcher.from_markers([pytest.mark.slow.mark, pytest.mark.spark.mark])),
+        ("t::plain", MarkMatcher.from_markers([])),
+    ]
+    assert select(items, "not slow") == ["t::spark", "t::plain"]
+    assert select(items, "(not slow) and (spark or servers)") == ["t::spark"]
+    whole = ["a", "b", "c"]
+    assert partition_errors(whole, {"one": ["a"], "two": ["b", "c"]}, "w") == []
+    assert partition_errors(whole, {"one": ["a"], "two": ["b"]}, "w") == ["w: run by none of one, two: c"]
+    assert partition_errors(whole, {"one": ["a", "b"], "two": ["b", "c", "x"]}, "w") == [
+        "w: run 2 times: b",
+        "w: run, but not one of its tests: x",
+    ]
+
+
+def _lanes(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tests.support.lanes", *argv], capture_output=True, text=True)
+
+
+def _collected(paths: str, expr: str) -> int:
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", *paths.split(), "--collect-only", "-q", "-p", "no:cacheprovider", "-m", expr],
+        capture_output=True,
+        text=True,
+    )
+    return sum("::" in line for line in done.stdout.splitlines())
+
+
+def test_the_lanes_check_counts_what_pytest_m_collects() -> None:
+    """On modules holding every kind (their Spark and servers' tests are marked by tests/conftest.py's
+    hook, not in the file): its counts are real collections' counts (partition_errors is tested above)."""
+    path, readme = "tests/brokers/test_drain.py tests/cli/test_interrupts.py", "not slow and not cluster and not sweep"
+    quick, spark = f"({readme}) and (not spark and not servers)", f"({readme}) and (spark or servers)"
+    done = _lanes(path, readme, quick, spark, "--rest", "not slow and (cluster or sweep)", "--all", "not slow")
+    assert done.returncode == 0, done.stderr
+    counts = [_collected(path, e) for e in (readme, spark)]
+    assert done.stdout.startswith(f"{counts[0]} tests of the README command in 2 lanes ({counts[0] - counts[1]}, ")
+    assert done.stdout.strip().endswith(f", {counts[1]}), 1 in CI's own") and 0 < counts[1] < counts[0], done.stdout

@@ -30,10 +30,11 @@ import io
 import pkgutil
 import re
 import tokenize
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from types import ModuleType
+from types import MappingProxyType, ModuleType
 from typing import Any
 
 PACKAGES = ("segmenter", "reassembly", "refmsg")
@@ -123,8 +124,10 @@ def entries() -> tuple[Entry, ...]:
     return tuple(out)
 
 
-def aliases() -> dict[str, str]:
-    """Dotted path of a re-export (and of an object's own module) -> where it is documented."""
+@cache
+def aliases() -> Mapping[str, str]:
+    """Dotted path of a re-export (and of an object's own module) -> where it is documented. Cached like
+    :func:`entries`: every unresolved reference of a build asks (thousands), the modules do not change."""
     found = {e.path: e.canonical for e in entries() if e.path != e.canonical}
     for e in entries():
         if e.path == e.canonical:
@@ -132,7 +135,7 @@ def aliases() -> dict[str, str]:
             real = f"{getattr(obj, '__module__', None)}.{getattr(obj, '__qualname__', None)}"
             if real != e.canonical and real.split(".")[0] in PACKAGES:
                 found.setdefault(real, e.canonical)
-    return found
+    return MappingProxyType(found)
 
 
 # --- the API pages --------------------------------------------------------------------------------
