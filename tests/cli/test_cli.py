@@ -318,13 +318,7 @@ def test_a_literal_input_path_is_read_as_named_and_the_output_may_be_dot(landing
     rows = pq.read_table(files[0]).num_rows
     here = tmp_path / "here"
     here.mkdir()
-    done = subprocess.run(
-        [sys.executable, "-m", "reassembly", "run", str(tmp_path / "in{a,b}"), ".", "--overwrite", "--no-progress"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=here,
-    )
+    done = reassemble("run", str(tmp_path / "in{a,b}"), ".", "--overwrite", "--no-progress", cwd=here)
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"segments: {rows} in = " in done.stdout
     assert (here / "messages").is_dir() and (here / "quarantine").is_dir()

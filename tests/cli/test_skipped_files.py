@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,11 +24,10 @@ def test_a_file_spark_skips_is_counted_named_and_can_fail_the_run(tmp_path: Path
     bad = landing / "part-9999.parquet"
     bad.write_bytes(b"PAR1 damaged in transit")
     summary, out = tmp_path / "summary.json", tmp_path / "out"
-    done = subprocess.run(
-        [sys.executable, "-m", "reassembly", "run", str(landing), str(out), "--no-progress",
-         "--conf", "spark.sql.files.ignoreCorruptFiles=true", "--fail-on", "skipped",
-         "--summary-json", str(summary)],
-        capture_output=True, text=True, timeout=900,
+    done = reassemble(
+        "run", str(landing), str(out), "--no-progress",
+        "--conf", "spark.sql.files.ignoreCorruptFiles=true", "--fail-on", "skipped",
+        "--summary-json", str(summary),
     )  # fmt: skip
     assert done.returncode == 3, done.stderr[-3000:]
     assert (
