@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from reassembly.segstore.core import Write
 from reassembly.segstore.member import MemberReceiver, StoreMember
-from reassembly.segstore.store import Claim, OnMessage, SegmentStore
+from reassembly.segstore.records import Claim, OnMessage
+from reassembly.segstore.store import SegmentStore
 from segmenter.brokers import Consumer, body_view
 
 

@@ -28,7 +28,8 @@ from typing import Any
 
 from reassembly.segstore.core import Write
 from reassembly.segstore.member import MemberReceiver, StoreMember
-from reassembly.segstore.store import Claim, OnMessage, SegmentStore
+from reassembly.segstore.records import Claim, OnMessage
+from reassembly.segstore.store import SegmentStore
 from segmenter.brokers import BrokerError
 from segmenter.brokers.kafka import confluent
 from segmenter.errors import Reason

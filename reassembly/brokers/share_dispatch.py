@@ -41,7 +41,8 @@ from reassembly.assembler.events import GroupComplete
 from reassembly.runtime.base import Offered
 from reassembly.runtime.sources import PauseFlag
 from reassembly.segstore.member import MemberStats, StoreMember
-from reassembly.segstore.store import Claim, Opened, SegmentStore
+from reassembly.segstore.records import Claim, Opened
+from reassembly.segstore.store import SegmentStore
 from segmenter.errors import Reason, SegmentationError
 
 if TYPE_CHECKING:

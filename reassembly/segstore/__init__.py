@@ -2,7 +2,8 @@
 whose write completes a message claims it, assembles it with the assembler's rules and hands it on.
 
 :func:`open_store` opens one from a URL (``sqlite:///path``, a plain path, or ``postgresql://``).
-The decisions live in :mod:`.core` (sans-I/O); :mod:`.store` runs them in SQL transactions;
+The decisions live in :mod:`.core` (sans-I/O); :mod:`.store` runs them in SQL transactions and
+:mod:`.records` holds what its operations take and return;
 :mod:`.sqlite` and :mod:`.postgres` are the databases. How to use it: docs/how-to/competing-consumers.md.
 """
 
@@ -12,7 +13,8 @@ from typing import Any
 
 from reassembly.segstore.core import GapReport, StoreStats, UnitReport, Write
 from reassembly.segstore.member import MemberReceiver, MemberStats, StoreMember
-from reassembly.segstore.store import Claim, OnMessage, SegmentStore, Settled, Vacuumed, Written
+from reassembly.segstore.records import Claim, OnMessage, Settled, Vacuumed, Written
+from reassembly.segstore.store import SegmentStore
 
 
 def open_store(url: str, *, member: str, **options: Any) -> SegmentStore:

@@ -23,7 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from reassembly.segstore.core import Write
-from reassembly.segstore.store import Claim, OnMessage, SegmentStore, Written
+from reassembly.segstore.records import Claim, OnMessage, Written
+from reassembly.segstore.store import SegmentStore
 from segmenter.errors import Reason
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from reassembly.segstore.store import SegmentStore, StoreOptions
+from reassembly.segstore.records import StoreOptions
+from reassembly.segstore.store import SegmentStore
 from segmenter.errors import Reason, SegmentationError
 
 if TYPE_CHECKING:

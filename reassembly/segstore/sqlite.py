@@ -14,7 +14,8 @@ import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from reassembly.segstore.store import SegmentStore, StoreOptions
+from reassembly.segstore.records import StoreOptions
+from reassembly.segstore.store import SegmentStore
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

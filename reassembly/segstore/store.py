@@ -29,90 +29,19 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from reassembly.assembler.events import GroupComplete
 from reassembly.assembler.model import Limits
 from reassembly.segstore import core
 from reassembly.segstore.core import Delivered, Incoming, Lease, Row, StoreStats, UnitReport, Write
+from reassembly.segstore.records import Claim, OnMessage, Opened, Settled, Vacuumed, Written
 from segmenter.errors import Reason, SegmentationError
 
 if TYPE_CHECKING:
-    from typing_extensions import Required
+    pass
 
 log = logging.getLogger(__name__)
-
-OnMessage = Callable[[Delivered], None]
-"""What a claimant hands each delivered message to; it returns once the message is safe. Raising
-means not settled: the claim's lease is released for a retry."""
-
-
-@dataclass(frozen=True)
-class Claim:
-    """A unit this member holds under a lease: deliver it (:meth:`SegmentStore.deliver`) before ``until``."""
-
-    group_id: bytes
-    """The GroupId of the claimed unit."""
-    unit: int
-    """The unit's number: a message's MsgSeqNumber in a group, or ``WHOLE_GROUP`` (0) for a whole Unit-of-Work group or
-    a message not in a group."""
-    token: int
-    """The lease's token, bumped on every claim: a delivery under a token that is no longer the unit's delivers nothing
-    (the unit was settled or taken over since)."""
-    until: float
-    """When the lease ends, by the store's clock (seconds); another member may take the unit over after it."""
-
-
-@dataclass(frozen=True)
-class Written:
-    """What one write did with one segment: its fate, its GroupId (when it decoded), why it was quarantined."""
-
-    outcome: Write
-    """What the write did: stored, kept as a variant, counted as a duplicate, or quarantined."""
-    group_id: bytes | None = None
-    """The segment's GroupId; None when its header did not decode."""
-    reason: Reason | None = None
-    """Why the segment was quarantined; None for any other outcome."""
-
-
-@dataclass(frozen=True)
-class Settled:
-    """What one :meth:`SegmentStore.deliver` did."""
-
-    delivered: int = 0
-    """Messages handed on to ``on_message``."""
-    quarantined: int = 0
-    """Segments kept aside (losers, failed messages, late copies)."""
-    settled: bool = False
-    """The unit's segments were removed (False: not decided yet, or the lease was lost)."""
-
-
-@dataclass(frozen=True)
-class Opened:
-    """A claimed unit assembled from the store and not settled yet (:meth:`SegmentStore.open`):
-    its messages to hand on, and what :meth:`SegmentStore.settle` needs to account for every row."""
-
-    claim: Claim
-    result: core.Assembly
-    keys: list[tuple[int, int, bytes]]
-    raws: list[bytes]
-    members: frozenset[str]  # the members whose writes stored the unit's segments
-
-    @property
-    def delivered(self) -> tuple[Delivered, ...]:
-        return self.result.delivered
-
-
-@dataclass(frozen=True)
-class Vacuumed:
-    """What :meth:`SegmentStore.vacuum` removed (or would remove, in a dry run)."""
-
-    tombstones: int
-    """Tombstones of settled or expired units removed (or, in a dry run, that would be)."""
-    quarantined: int
-    """Quarantined segments removed (or, in a dry run, that would be); 0 without ``quarantine_too``."""
-
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS seg_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -138,17 +67,6 @@ CREATE TABLE IF NOT EXISTS seg_quarantine (
 CREATE TABLE IF NOT EXISTS seg_counters (
     member TEXT NOT NULL, name TEXT NOT NULL, value BIGINT NOT NULL, PRIMARY KEY (member, name));
 """
-
-
-class StoreOptions(TypedDict, total=False):
-    """The keyword arguments every store passes on to :class:`SegmentStore` (their defaults and
-    meaning are there): a store states only how it connects."""
-
-    member: Required[str]
-    lease_seconds: float
-    limits: Limits | None
-    unit_of_work: bool | None
-    clock: Callable[[], float] | None
 
 
 class SegmentStore:

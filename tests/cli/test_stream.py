@@ -183,10 +183,10 @@ def test_an_idle_trigger_is_one_line_never_a_batch_that_did_not_run(tmp_path: Pa
     (0 rows in, found first for that id) it said "0 rows in" for a batch that read 8."""
     import io
 
-    from reassembly.cli.stream import _Lines
+    from reassembly.cli.stream_status import StatusLines
 
     out = io.StringIO()
-    lines = _Lines(out, tmp_path / "out")
+    lines = StatusLines(out, tmp_path / "out")
     idle = SimpleNamespace(batchId=2, numInputRows=0, durationMs={"latestOffset": 3, "triggerExecution": 3})
     lines.flush(SimpleNamespace(recentProgress=[idle]))
     lines.flush(SimpleNamespace(recentProgress=[idle]))

@@ -35,7 +35,8 @@ from pathlib import Path  # noqa: E402
 
 from reassembly.assembler.events import GroupComplete, MessageComplete  # noqa: E402
 from reassembly.segstore import open_store  # noqa: E402
-from reassembly.segstore.store import Claim, SegmentStore, Written  # noqa: E402
+from reassembly.segstore.records import Claim, Written  # noqa: E402
+from reassembly.segstore.store import SegmentStore  # noqa: E402
 from segmenter.wire import decode_header  # noqa: E402
 
 
