@@ -64,3 +64,21 @@ def test_ctrl_c_and_sigterm_end_a_subcommand_as_one_interrupted_line(tmp_path: P
             proc.kill()
             proc.wait()
     assert proc.returncode == EXIT_INTERRUPTED and err == "reassemble: interrupted\n" and out == "", err
+
+
+def test_an_unexpected_error_is_one_line_and_verbose_shows_the_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exception that is not one of ours (a bug, an unforeseen library error) ends the command with
+    exit 1 and one line naming its type and first line; ``--verbose`` shows the traceback instead."""
+
+    def broken(args: argparse.Namespace) -> int:
+        raise RuntimeError("no such thing\nand a second line")
+
+    monkeypatch.setitem(COMMANDS, "store", (COMMANDS["store"][0], broken))
+    store = ("store", "list", "--store", str(tmp_path / "segments.db"))
+    done = reassemble(*store)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines() == ["reassemble: error: RuntimeError: no such thing (--verbose shows more)"]
+    loud = reassemble(*store, "--verbose")
+    assert loud.returncode == 1 and "Traceback" in loud.stderr and "and a second line" in loud.stderr, loud.stderr
