@@ -16,7 +16,6 @@ import pytest
 from reassembly.spark import ReassemblyOptions
 from reassembly.spark.schema import SOURCE, SOURCES, folder_columns
 from reassembly.spark.stream.functions import (
-    FOLDERS,
     CheckpointMismatch,
     StreamOptions,
     bind_checkpoint,
@@ -26,6 +25,7 @@ from reassembly.spark.stream.functions import (
     reassemble_stream,
     start,
 )
+from reassembly.spark.stream.sink import FOLDERS
 from reassembly.spark.testdata import generate
 from segmenter.producer import Segmenter
 from segmenter.wire import decode_segment
