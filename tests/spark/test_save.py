@@ -111,7 +111,7 @@ def test_every_parquet_write_of_ours_goes_through_the_large_rows_writer() -> Non
         if raw.search(line)
     ]
     assert found == []
-    assert "parquet_writer(" in (root / "spark" / "stream" / "functions.py").read_text()
+    assert "parquet_writer(" in (root / "spark" / "stream" / "sink.py").read_text()  # the stream's sink
     assert "parquet_writer(" in (root / "spark" / "collect" / "functions.py").read_text()
 
 
