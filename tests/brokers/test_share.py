@@ -190,8 +190,12 @@ def test_a_record_at_its_delivery_limit_is_quarantined_then_rejected(
         with open_store(store, member="checker") as s:
             return [q[5] for q in s.quarantined() if q[3] is Reason.DELIVERY_LIMIT and q[5] != PROBE]
 
-    wait_for("every record quarantined", lambda: len(quarantined()) == sent.total, 60)
-    assert sorted(quarantined()) == sorted(r for segs in sent.segments.values() for r in segs)
+    # At least once: a record whose rejection the broker had not taken when its acquisition lock ran
+    # out (a loaded machine) comes again, one delivery more, and is quarantined again; each row names
+    # its delivery count. Every record is there, and nothing else.
+    every = {r for segs in sent.segments.values() for r in segs}
+    wait_for("every record quarantined", lambda: set(quarantined()) >= every, 60)
+    assert set(quarantined()) == every and len(every) == sent.total
     assert in_sink(tmp_path / "sink") == set()
     assert kafka_clients.started[0].terminate() == 0
     with open_store(store, member="checker") as s:
