@@ -8,9 +8,9 @@ every partition). The sink is a directory of files named by message id, written 
 
 The kill test SIGKILLs each member once at a point a hypothesis plan draws (after a store write
 and before the acknowledgement, after a claim, during assembly) and restarts it; records the dead
-member held come back from the mock after its share session times out (about 45 s), so it is
-marked ``servers``. Checked: every message in the sink byte-identical, once; the store empty;
-every segment used once or a duplicate.
+member held come back from the mock after its share session times out (6 s here:
+tests/support/kafka_cluster.py), so it is marked ``servers``. Checked: every message in the sink
+byte-identical, once; the store empty; every segment used once or a duplicate.
 """
 
 from __future__ import annotations

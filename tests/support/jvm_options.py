@@ -25,7 +25,7 @@ archive is being built runs as if there were none.
 One archive per Java, PySpark and set of JVM options, in ``.jvm_cache/`` at the top of the checkout
 (``REASSEMBLY_TEST_JVM_CACHE`` moves it), written once: by ``tests/conftest.py`` when a run has
 workers (``-n``) and finds none (a run that finds another process building it goes on without), or
-by ``.ci/run`` beside its lint and quick lane. It is built under a lock, to a temporary name then
+by ``.ci/run`` beside its install, lint and quick lane. It is built under a lock, to a temporary name then
 renamed, so a JVM maps a whole archive or none. ``.venv/bin/python -m
 tests.support.jvm_options`` builds it by hand.
 """
@@ -107,7 +107,7 @@ spark.stop()
 def build(base_options: str, *, wait: bool = True) -> Path | None:
     """The archive for ``base_options``, built if it is missing; None if it cannot be built (the
     tests then run without it, a note on stderr says why), or if another process is building it
-    and not ``wait`` (``.ci/run`` builds it beside its quick lane, whose JVMs do without)."""
+    and not ``wait`` (``.ci/run`` builds it beside its install and quick lane, whose JVMs do without)."""
     path = archive_path(base_options)
     if path is None:
         return None

@@ -25,6 +25,12 @@ Use in a test module::
   (``PR_SET_PDEATHSIG``). For a cluster of your own: ``with mock_cluster(brokers=1) as c: ...``.
 * The consumer group coordinator starts a new group's first rebalance at once here
   (``rebalance_delay_ms=0``; the mock's own default waits 3 s), so a test's first assignment is fast.
+* A share group's members time out after 6 s without a heartbeat, and heartbeat every second
+  (``share_session_ms=(6000, 1000)``; the mock's own defaults are 45 s and 5 s, and a client's
+  ``session.timeout.ms`` does not change them): the records a SIGKILLed member held are delivered
+  to another member about 6 s after the kill, and a new member's assignment settles within a
+  second or two. Six missed heartbeats in a row (librdkafka sends them from its own threads, not
+  from the application's polls) are far beyond what a loaded test machine delays.
 * **Each partition of the mock keeps only its newest 5 MiB** (and 100,000 batches): librdkafka's
   mock drops the oldest batches past that (hard-coded in ``rd_kafka_mock_partition_init``, no API
   changes it), like a retention of 5 MiB, and the partition's low watermark moves up. A test that
@@ -97,10 +103,16 @@ def _stop(proc: subprocess.Popen[bytes] | subprocess.Popen[str], grace: float = 
     proc.wait()
 
 
+# A share group's session timeout and heartbeat interval, in ms (the module's docstring says why).
+SHARE = (6000, 1000)
+
+
 class MockCluster:
     """One running mock cluster: ``bootstrap`` and the holder's commands (see :mod:`tests.support.kafka_holder`)."""
 
-    def __init__(self, brokers: int = 3, *, rebalance_delay_ms: int | None = 0) -> None:
+    def __init__(
+        self, brokers: int = 3, *, rebalance_delay_ms: int | None = 0, share_session_ms: tuple[int, int] | None = SHARE
+    ) -> None:
         self.brokers = brokers
         self._dir = Path(tempfile.mkdtemp(prefix="kafka-mock-"))
         self.log = self._dir / "holder.log"
@@ -122,6 +134,8 @@ class MockCluster:
             self.bootstrap: str = first.split(" ", 1)[1]
             if rebalance_delay_ms is not None:
                 self._ask(f"rebalance-delay {rebalance_delay_ms}")
+            if share_session_ms is not None:
+                self._ask("share-session {} {}".format(*share_session_ms))
         except BaseException:
             self.stop()
             raise
@@ -190,9 +204,11 @@ class MockCluster:
 
 
 @contextmanager
-def mock_cluster(brokers: int = 3, *, rebalance_delay_ms: int | None = 0) -> Iterator[MockCluster]:
+def mock_cluster(
+    brokers: int = 3, *, rebalance_delay_ms: int | None = 0, share_session_ms: tuple[int, int] | None = SHARE
+) -> Iterator[MockCluster]:
     """A mock cluster for the ``with`` block, stopped (and its holder reaped) after it."""
-    cluster = MockCluster(brokers, rebalance_delay_ms=rebalance_delay_ms)
+    cluster = MockCluster(brokers, rebalance_delay_ms=rebalance_delay_ms, share_session_ms=share_session_ms)
     try:
         yield cluster
     finally:

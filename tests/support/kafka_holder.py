@@ -26,6 +26,9 @@ command line on stdin it answers ``ok`` or ``error TEXT``:
 * ``down ID`` / ``up ID``: take broker ID (1..BROKERS) off the network or back.
 * ``rebalance-delay MS``: the group coordinator's initial rebalance delay (the mock's default
   is 3000 ms before the first assignment of a new consumer group).
+* ``share-session MS HEARTBEAT_MS``: the session timeout and heartbeat interval of the share groups
+  created after it (the mock's defaults: 45,000 and 5,000 ms; the clients' own settings do not
+  change them).
 
 End of stdin (or ``quit``) destroys the cluster and exits 0.
 """
@@ -48,6 +51,8 @@ def _librdkafka() -> ctypes.CDLL:
     lib.rd_kafka_mock_clear_request_errors.argtypes = [vp, ctypes.c_int16]
     lib.rd_kafka_mock_broker_set_down.argtypes = [vp, i32]
     lib.rd_kafka_mock_broker_set_up.argtypes = [vp, i32]
+    for name in ("rd_kafka_mock_sharegroup_set_session_timeout", "rd_kafka_mock_sharegroup_set_heartbeat_interval"):
+        getattr(lib, name).argtypes, getattr(lib, name).restype = [vp, ctypes.c_int], None
     lib.rd_kafka_err2name.restype = ctypes.c_char_p
     lib.rd_kafka_err2name.argtypes = [ctypes.c_int]
     return lib
@@ -85,6 +90,10 @@ def _command(lib: ctypes.CDLL, cluster: int, words: list[str]) -> str:
             return status(lib.rd_kafka_mock_broker_set_up(cluster, int(broker)))
         case ["rebalance-delay", ms]:
             return status(lib.rd_kafka_mock_group_initial_rebalance_delay_ms(cluster, int(ms)))
+        case ["share-session", ms, heartbeat_ms]:
+            lib.rd_kafka_mock_sharegroup_set_session_timeout(cluster, int(ms))
+            lib.rd_kafka_mock_sharegroup_set_heartbeat_interval(cluster, int(heartbeat_ms))
+            return "ok"
     return f"error unknown command {' '.join(words)[:80]!r}"
 
 
