@@ -5,6 +5,7 @@ The fixtures that use these live in tests/cli/conftest.py (one cluster and one w
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import sysconfig
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,6 +42,16 @@ def wait_for_port(port: int, seconds: float = 60) -> None:
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port}")
 
 
+def alive_workers(ui_port: int) -> int:
+    """The workers the master counts alive, from its web UI's JSON (``aliveworkers``); 0 while it
+    does not answer."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=5) as answer:
+            return int(json.load(answer).get("aliveworkers", 0))
+    except (OSError, ValueError):
+        return 0
+
+
 @contextmanager
 def standalone_cluster(work: Path, workers: int = 2) -> Iterator[str]:
     """A master and ``workers`` one-core workers on 127.0.0.1 (``work/w<i>`` their work directories),
@@ -62,7 +74,11 @@ def standalone_cluster(work: Path, workers: int = 2) -> Iterator[str]:
             procs.append(
                 subprocess.Popen([cls, *worker], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             )
-        time.sleep(6)  # workers register about 4 s after they start
+        deadline = time.monotonic() + 120
+        while alive_workers(ui) < workers:  # they register a few seconds after they start
+            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                raise RuntimeError(f"{alive_workers(ui)} of {workers} workers registered with the master")
+            time.sleep(0.2)  # polls the master; the wait ends when every worker is alive
         yield f"spark://127.0.0.1:{port}"
     finally:
         for p in reversed(procs):
