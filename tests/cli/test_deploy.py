@@ -100,7 +100,9 @@ def test_functions_work_over_spark_connect() -> None:
     from reassembly.spark.engine.session import ensure_java
 
     ensure_java()
-    script = SCRIPT.format(builder='SparkSession.builder.remote("local[2]").getOrCreate()')
+    # two shuffle partitions: with Spark's 200 the library's shuffle runs 200 tasks for 10 messages
+    builder = 'SparkSession.builder.remote("local[2]").config("spark.sql.shuffle.partitions", "2").getOrCreate()'
+    script = SCRIPT.format(builder=builder)
     done = subprocess.run(
         [sys.executable, "-c", script],
         capture_output=True,

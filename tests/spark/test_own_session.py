@@ -43,7 +43,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 # A user's job: their own builder, then the library's functions. MODE "plain" calls reassemble() as is;
 # "ship" calls configure(spark, ship=True) first; "environment" sets PYSPARK_PYTHON to its own Python
-# before the builder. The rows go to OUT as Parquet.
+# before the builder. The rows go to OUT as Parquet. Two shuffle partitions, as configure() would set
+# on two cores: with Spark's 200 the library's shuffle (which takes the session's number as given)
+# wrote these 16 messages through 200 tasks, 16 s of the job's 20; what is checked here does not
+# depend on it.
 JOB = """
 import sys
 from pyspark.sql import SparkSession
@@ -53,7 +56,8 @@ if mode == "environment":  # the fix the one line names for a builder's session
     import os
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
-spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
+spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+         .config("spark.sql.shuffle.partitions", "2").getOrCreate())
 spark.sparkContext.setLogLevel("ERROR")
 from reassembly.spark import configure, reassemble
 
