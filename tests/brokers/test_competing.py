@@ -76,7 +76,7 @@ def test_three_consumers_share_every_message(broker: ActiveMQ, kafka_clients: Cl
     names = ["c1", "c2", "c3"]
     for name in names:
         start(kafka_clients, broker.url(scheme), queue, store, name, tmp_path)
-    wait_for("three consumers started", lambda: started(tmp_path / "log", names), 60)
+    wait_for("three consumers started", lambda: started(tmp_path / "log", names, kafka_clients.started), 60)
     sent = messages(20, 40_000, 4096)
     send(broker.url(scheme), queue, sent)
     wait_for("every message in the sink", lambda: len(in_sink(tmp_path / "sink")) == len(sent.payloads), 60)
@@ -113,7 +113,7 @@ def test_consumers_killed_at_drawn_points_lose_nothing(broker: ActiveMQ, kafka_c
     names = ["c1", "c2", "c3"]
     kill = {n: ("--kill-at", point, "--kill-after", str(after)) for n, (point, after) in zip(names, plan, strict=True)}
     members = {name: start(kafka_clients, url, queue, store, name, tmp, *kill[name]) for name in names}
-    wait_for("three consumers started", lambda: started(tmp / "log", names), 60)
+    wait_for("three consumers started", lambda: started(tmp / "log", names, members.values()), 60)
     sent = messages(12, 30_000, 4096)
     restarts = Restarts(members, lambda name: start(kafka_clients, url, queue, store, name, tmp), tmp, sent)
     send(url, queue, sent)

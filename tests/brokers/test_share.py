@@ -116,7 +116,7 @@ def test_three_members_share_every_message(kafka_cluster: MockCluster, kafka_cli
     names = ["m1", "m2", "m3"]
     for name in names:
         start_member(kafka_clients, kafka_cluster, topic, store, name, tmp_path)
-    wait_for("three members started", lambda: started(tmp_path / "log", names), 60)
+    wait_for("three members started", lambda: started(tmp_path / "log", names, kafka_clients.started), 60)
     sent = messages(24, 40_000, 4096)  # 10 segments each
     send_paced(kafka_cluster, topic, sent, tmp_path / "sink")
     wait_for("every message in the sink", lambda: len(in_sink(tmp_path / "sink")) == len(sent.payloads), 120)
@@ -155,7 +155,7 @@ def test_members_killed_at_drawn_points_lose_nothing(kafka_cluster: MockCluster,
     names = ["m1", "m2", "m3"]
     kill = {n: ("--kill-at", point, "--kill-after", str(after)) for n, (point, after) in zip(names, plan, strict=True)}
     members = {name: start_member(kafka_clients, kafka_cluster, topic, store, name, tmp, *kill[name]) for name in names}
-    wait_for("three members started", lambda: started(tmp / "log", names), 60)
+    wait_for("three members started", lambda: started(tmp / "log", names, members.values()), 60)
     sent = messages(12, 30_000, 4096)
     restarts = Restarts(
         members, lambda name: start_member(kafka_clients, kafka_cluster, topic, store, name, tmp), tmp, sent
@@ -181,7 +181,7 @@ def test_a_record_at_its_delivery_limit_is_quarantined_then_rejected(
     (tmp_path / "sink").mkdir()
     prime(kafka_cluster.bootstrap, topic, f"sg-{topic}")
     start_member(kafka_clients, kafka_cluster, topic, store, "m1", tmp_path, "--delivery-limit", "1")
-    wait_for("the member started", lambda: started(tmp_path / "log", ["m1"]), 60)
+    wait_for("the member started", lambda: started(tmp_path / "log", ["m1"], kafka_clients.started), 60)
     sent = messages(2, 10_000, 4096)
     for i, segs in enumerate(sent.segments.values()):
         produce(kafka_cluster.bootstrap, topic, segs, first_partition=i)

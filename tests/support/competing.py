@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -98,9 +98,15 @@ def check_store(url: str, sent: Sent, log: Path) -> dict[str, Any]:
     return dict(c)
 
 
-def started(log: Path, names: list[str]) -> bool:
-    """Every one of ``names`` logged its start."""
-    return {w[1] for w in log_lines(log) if w[0] == "start"} >= set(names)
+def started(log: Path, names: list[str], clients: Iterable[ClientProcess]) -> bool:
+    """Every one of ``names`` logged its start (a :func:`wait_for` condition). A member that died
+    before its start fails the wait at once, with its stderr, rather than after the timeout."""
+    up = {w[1] for w in log_lines(log) if w[0] == "start"}
+    for client in clients:
+        assert client.name in up or client.returncode is None, (
+            f"{client.name} exited {client.returncode} before it started: {client.errors()[-2000:]}"
+        )
+    return up >= set(names)
 
 
 class Restarts:
