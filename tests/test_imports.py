@@ -96,7 +96,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("segmenter",),
     ("refmsg",),
     ("reassembly._checks", "reassembly._errors", "reassembly._processes"),
-    ("reassembly._framing", "reassembly._files", "reassembly._keyring"),
+    ("reassembly._framing", "reassembly._files", "reassembly._keyring", "reassembly._sqlite"),
     ("reassembly.assembler",),
     ("reassembly.resequencer", "reassembly.collector", "reassembly.segstore", "reassembly.dispatcher"),
     ("reassembly.storage",),  # the cores' storage and file adapters
@@ -167,6 +167,7 @@ IO_MODULES = (
     "argparse",
     "reassembly.storage",  # every module of it, by place
     "reassembly._files",
+    "reassembly._sqlite",
     "reassembly._processes",
     "reassembly._keyring",
     "segmenter.brokers",

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from reassembly._sqlite import connect_wal
 from segmenter.errors import Reason, SegmentationError
 
 _T = TypeVar("_T")
@@ -80,9 +81,7 @@ class SQLiteDatabase(Database):
 
     def __init__(self, path: str) -> None:
         try:  # a file that is not a database fails here, at its first read: our error, not sqlite3's
-            conn = sqlite3.connect(path, isolation_level=None, timeout=60.0, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=FULL")
+            conn = connect_wal(path, busy_timeout=60.0)  # processes opening a fresh file together all open it
             conn.execute("PRAGMA wal_autocheckpoint=16384")
             conn.execute("PRAGMA cache_size=-65536")
         except sqlite3.Error as exc:
