@@ -32,6 +32,7 @@ from segmenter.brokers import AMQP_FRAME_SIZE, BrokerError, open_consumer, open_
 from segmenter.brokers.amqp import _amqp_data_section, _amqp_envelope
 from segmenter.errors import Reason, SegmentationError
 from tests.support.activemq_server import ActiveMQ, activemq, available, free_env
+from tests.support.logs import complete_lines
 
 pytestmark = pytest.mark.skipif(not available(), reason="ActiveMQ (Debian package activemq) or java missing")
 SCHEMES = ["amqp", "stomp"]
@@ -292,7 +293,7 @@ def test_competing_consumers_groups_and_a_killed_consumer(
         def settlements_written() -> bool:
             # accept() queues a settlement; the next fetch writes it (one write per batch). A kill
             # before that write would get every segment of an already delivered message redelivered.
-            lines = (tmp_path / f"{holder}.log").read_text().splitlines()
+            lines = complete_lines(tmp_path / f"{holder}.log")
             last = max((i for i, line in enumerate(lines) if line[0] in "AJ"), default=-1)
             return any(line[0] == "F" for line in lines[last + 1 :])
 

@@ -40,6 +40,7 @@ from tests.support.kafka_cluster import (  # noqa: F401
     kafka_cluster_fixture,
 )
 from tests.support.kafka_producer_proc import workload
+from tests.support.logs import complete_lines
 
 PRODUCER = "tests/support/kafka_producer_proc.py"
 CONSUMER = "tests/support/kafka_consumer_proc.py"
@@ -85,7 +86,7 @@ def _wait_started(log: Path, c: Any, timeout: float = 60.0) -> None:
     """Until the consumer wrote its ``start`` line (its SIGTERM handler is set, its loop built), or exited."""
     deadline = time.monotonic() + timeout
     while c.returncode is None and time.monotonic() < deadline:
-        if log.exists() and any(line.startswith("start") for line in log.read_text().splitlines()):
+        if any(line.startswith("start") for line in complete_lines(log)):
             return
         time.sleep(0.05)
 
@@ -579,7 +580,7 @@ def test_a_tail_whose_head_was_committed_expires_instead_of_pinning_the_commit(k
 
 
 def _log_lines(path: Path) -> list[list[str]]:
-    return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
+    return [line.split() for line in complete_lines(path)]
 
 
 def _wait_for(what: str, ok: Any, timeout: float = 30.0) -> None:

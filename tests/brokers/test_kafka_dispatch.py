@@ -45,6 +45,7 @@ from tests.support.kafka_cluster import (  # noqa: F401
     kafka_clients_fixture,
     kafka_cluster_fixture,
 )
+from tests.support.logs import complete_lines
 
 FAST_GROUP = {"session.timeout.ms": "3000", "heartbeat.interval.ms": "300"}
 HANDLER = "tests.support.dispatch_handler"
@@ -387,9 +388,7 @@ def test_a_partition_back_from_another_member_is_never_committed_below_its_commi
 
 # ---------------------------------------------------------------------------------- processes
 def _read_lines(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+    return [json.loads(line) for line in complete_lines(path)]
 
 
 def _consume(clients: ClientProcesses, cluster: MockCluster, topic: str, group: str, tmp: Path, name: str,

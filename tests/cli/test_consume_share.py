@@ -29,6 +29,7 @@ from tests.brokers.test_share import PARTITIONS, prime, produce
 from tests.support.activemq_server import ActiveMQ, available, broker_fixture  # noqa: F401
 from tests.support.command import reassemble
 from tests.support.competing import messages, wait_for
+from tests.support.logs import complete_lines
 from tests.support.pg_server import fresh_database, pg_url
 
 pytest.importorskip("confluent_kafka")
@@ -47,7 +48,7 @@ _topics = itertools.count()
 
 
 def handled(log: Path) -> list[dict[str, object]]:
-    return [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
+    return [json.loads(x) for x in complete_lines(log)]
 
 
 @pytest.mark.servers

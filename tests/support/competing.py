@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from reassembly.segstore import open_store
 from segmenter import segment
+from tests.support.logs import complete_lines
 
 if TYPE_CHECKING:
     from tests.support.kafka_cluster import ClientProcess
@@ -56,7 +57,7 @@ def in_sink(sink: Path) -> set[str]:
 
 
 def log_lines(log: Path) -> list[list[str]]:
-    return [line.split() for line in log.read_text().splitlines()] if log.exists() else []
+    return [line.split() for line in complete_lines(log)]
 
 
 def spread(log: Path) -> dict[str, set[str]]:
