@@ -16,9 +16,10 @@ def stream_spark(spark: Any) -> Iterator[Any]:
     as ``configure()`` sets them, for one module's tests; put back after.
 
     The partitions matter for time, not for what a stream computes: every micro-batch opens, commits
-    and maintains one RocksDB store per state partition. With the session's 8 on two cores
+    and maintains one RocksDB store per state partition. With 8 state partitions on two cores
     ``pytest -p no:xdist tests/spark/test_stream.py -k "not sigkill and not ctrl_c"`` took 68 s; with
-    2, 48 s."""
+    2, 48 s. The shared session has two shuffle partitions already (tests/support/command.py); set
+    here as ``configure()`` sets them, they stay the cores whatever the session has."""
     cores = str(spark.sparkContext.defaultParallelism)
     keys = {PROVIDER: ROCKSDB, CHANGELOG: "true", "spark.sql.shuffle.partitions": cores}
     before = {key: spark.conf.get(key, None) for key in keys}

@@ -47,7 +47,14 @@ def shared_session() -> Any:
     from reassembly.spark.engine.session import get_session
 
     # No web UI: nobody looks at it, and its listener and port search cost every job and session.
-    return get_session(SESSION_MASTER, app_name=SESSION_APP, conf={"spark.ui.enabled": "false"})
+    # Two shuffle partitions, one per core, instead of the library's 8: the tests' jobs are a few
+    # kilobytes, where each further task is only overhead; what a job computes does not depend on
+    # the number (tests/spark/test_differential.py runs on it). Measured with a per-test CPU count
+    # over `pytest -p no:xdist tests/spark/test_lineage.py tests/spark/test_save.py
+    # tests/spark/test_output_schema.py tests/spark/test_paths.py tests/spark/test_e2e.py`: about 10 %
+    # less CPU.
+    conf = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}
+    return get_session(SESSION_MASTER, app_name=SESSION_APP, conf=conf)
 
 
 def reassemble(
