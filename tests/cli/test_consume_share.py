@@ -28,7 +28,7 @@ from reassembly.segstore import open_store
 from tests.brokers.test_share import PARTITIONS, prime, produce
 from tests.support.activemq_server import ActiveMQ, available, broker_fixture  # noqa: F401
 from tests.support.command import reassemble
-from tests.support.competing import messages, wait_for
+from tests.support.competing import connected, messages, wait_for
 from tests.support.logs import complete_lines
 from tests.support.pg_server import fresh_database, pg_url
 
@@ -67,6 +67,8 @@ def test_three_consume_processes_share_one_group(kafka_cluster: MockCluster, kaf
                 "--workers", "4", "--retry-delay", "5s", "--summary-json", str(tmp_path / f"{name}.json"),
                 "-X", "log_level=3"]  # fmt: skip
         members.append(kafka_clients.start(argv, name=name, env={"DISPATCH_LOG": str(log)}))
+    ports = [int(b.rpartition(":")[2]) for b in kafka_cluster.bootstrap.split(",")]
+    wait_for("three members connected", lambda: connected(members, ports), 60)  # then SIGTERM drains them
     sent = messages(24, 40_000, 4096)  # 10 segments each
     checker = open_store(store, member="checker", unit_of_work=False)  # as the members ask (no --unit-of-work)
     stored = 0
@@ -132,6 +134,7 @@ def test_three_consume_processes_compete_on_a_stomp_queue(broker: ActiveMQ, kafk
                 "--prefetch", "2", "--handler", HANDLER, "--workers", "4", "--retry-delay", "100ms",
                 "--summary-json", str(tmp_path / f"{name}.json")]  # fmt: skip
         members.append(kafka_clients.start(argv, name=name, env={"DISPATCH_LOG": str(log)}))
+    wait_for("three members connected", lambda: connected(members, [broker.ports["stomp"]]), 60)
     sent = messages(12, 40_000, 4096)
     with open_sender(url, queue) as sender:
         for i, segs in enumerate(sent.segments.values()):

@@ -99,6 +99,26 @@ def check_store(url: str, sent: Sent, log: Path) -> dict[str, Any]:
     return dict(c)
 
 
+def connected(clients: Iterable[ClientProcess], ports: Iterable[int]) -> bool:
+    """Every one of ``clients`` holds an established TCP connection to one of ``ports`` (its broker);
+    a :func:`wait_for` condition for processes that write no start line. ``reassemble consume``
+    connects while it opens its source and sets its SIGTERM handler (drain, exit 0) right after: a
+    SIGTERM before that interrupts it (exit 130). A client that exited fails the wait at once."""
+    import psutil
+
+    wanted = set(ports)
+    for client in clients:
+        assert client.returncode is None, f"{client.name} exited {client.returncode}: {client.errors()[-2000:]}"
+        try:
+            proc = psutil.Process(client.pid)
+            conns = (getattr(proc, "net_connections", None) or proc.connections)("tcp")  # psutil < 6: connections
+        except psutil.NoSuchProcess:
+            return False  # exited since: the next poll's returncode says so
+        if not any(c.raddr and c.raddr.port in wanted and c.status == psutil.CONN_ESTABLISHED for c in conns):
+            return False
+    return True
+
+
 def started(log: Path, names: list[str], clients: Iterable[ClientProcess]) -> bool:
     """Every one of ``names`` logged its start (a :func:`wait_for` condition). A member that died
     before its start fails the wait at once, with its stderr, rather than after the timeout."""
