@@ -20,7 +20,7 @@ __all__ = ["pg_url"]  # the module-scoped server fixture
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.servers)])
 def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Ledger]:
     if request.param == "sqlite":
         url = str(tmp_path / "ledger.db")

@@ -71,6 +71,29 @@ def test_the_summary_counts_bytes_without_reading_a_payload(
     assert f"{by_status['complete']:>16,}" in done.stdout
 
 
+def test_the_summary_tables_put_the_most_first_and_ties_by_name(spark: Any) -> None:
+    """Sorted in Python, not by the plan (a sort per table costs a job and a stage), and the same order
+    on every run: a tie between two statuses or two reasons goes by name."""
+    from reassembly.spark.batch.job import reason_rows, status_rows
+
+    messages = spark.createDataFrame(
+        [("incomplete", 0, 2, 0), ("complete", 10, 3, 1), ("corrupt", 0, 1, 0), ("incomplete", 0, 1, 0),
+         ("complete", 20, 2, 0)],
+        "status string, original_length long, segments_used int, duplicates int",
+    )  # fmt: skip
+    assert [(r.status, r.n, r.bytes, r.used, r.duplicates) for r in status_rows(messages)] == [
+        ("complete", 2, 30, 5, 1),
+        ("incomplete", 2, None, 3, 0),
+        ("corrupt", 1, None, 1, 0),
+    ]
+    quarantine = spark.createDataFrame(
+        [(9001, "BAD_MAGIC"), (2242, "INCOMPLETE_MSG"), (9001, "BAD_MAGIC"), (2241, "INCOMPLETE_GROUP"),
+         (2242, "INCOMPLETE_MSG"), (9004, "HEADER_CHECKSUM_ERROR")],
+        "reason int, reason_name string",
+    )  # fmt: skip
+    assert [(r.reason, r["count"]) for r in reason_rows(quarantine)] == [(2242, 2), (9001, 2), (2241, 1), (9004, 1)]
+
+
 def one_error_line(done: subprocess.CompletedProcess[str]) -> str:
     """The run's stderr is exactly one ``reassemble: error:`` line, which is returned."""
     lines = done.stderr.strip().splitlines()

@@ -83,6 +83,7 @@ def pg() -> Iterator[str]:
         yield url
 
 
+@pytest.mark.servers
 def test_list_on_postgres(pg: str) -> None:
     url = fresh_database(pg, "store_cli")
     gid = _fill(url)

@@ -21,7 +21,7 @@ def pg_server_url() -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.servers)])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """An empty store of each kind."""
     if request.param == "sqlite":

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.lanes import refuse_server
+
 REPO = Path(__file__).resolve().parents[2]
 JARS = REPO / "third_party" / "activemq-amqp"
 HOME = Path("/usr/share/activemq")
@@ -141,6 +143,7 @@ class ActiveMQ:
 @contextmanager
 def activemq(**kwargs: object) -> Iterator[ActiveMQ]:
     """A broker in a fresh temp dir, stopped and removed afterwards."""
+    refuse_server("ActiveMQ")
     base = Path(tempfile.mkdtemp(prefix="activemq-"))
     broker = None
     try:

@@ -11,6 +11,10 @@ about 8 s of CPU (``time .venv/bin/pytest --collect-only -q -m "not slow"``).
 It checks that the lanes (``LANE_M...``) select exactly the README command's tests (``README_M``),
 each once, and that the README command with CI's own lane (``CI_M``) selects every test ``ALL_M``
 does, each once; it prints the counts, or what is missing or doubled, and exits 1.
+
+:func:`refuse_server` keeps the quick lane's promise: ``.ci/run`` runs that lane with
+:data:`NO_SERVERS` set, while it installs the Debian servers beside it, and a test that starts
+PostgreSQL or ActiveMQ there fails naming the marker it lacks.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import os
 import shlex
 import sys
 from typing import Any
@@ -25,6 +30,21 @@ from typing import Any
 import pytest
 from _pytest.mark import MarkMatcher
 from _pytest.mark.expression import Expression
+
+# Set by `.ci/run` for its quick lane (`-m "not spark and not servers"`): no test there may start a
+# server, the Debian ones being installed beside that lane.
+NO_SERVERS = "REASSEMBLY_TEST_NO_SERVERS"
+
+
+def refuse_server(what: str) -> None:
+    """Fail the test starting ``what`` in a lane that starts no server (:data:`NO_SERVERS` set)."""
+    if os.environ.get(NO_SERVERS):
+        pytest.fail(
+            f"{what} started in a lane that starts no server ({NO_SERVERS} set): mark the test `servers`"
+            " (tests/conftest.py marks the users of SERVER_FIXTURES; a parameter that asks for a server"
+            " at run time carries the mark itself)",
+            pytrace=False,
+        )
 
 
 class _Markers:

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.lanes import refuse_server
+
 BIN = Path("/usr/lib/postgresql/15/bin")
 
 
@@ -58,6 +60,7 @@ def postgres_server(*, fsync: bool = False) -> Iterator[str]:
     Tests run with ``fsync=off`` (speed; the crash tests kill collectors, not the server); the
     benchmark passes ``fsync=True`` so a commit is on disk when it returns.
     """
+    refuse_server("PostgreSQL")
     why = available()
     if why:
         pytest.skip(why)

@@ -12,7 +12,7 @@ from typing import Any
 
 from reassembly._errors import JobError, counted
 from reassembly._files import hadoop_literal
-from reassembly.spark.batch.job import totals_by_status
+from reassembly.spark.batch.job import reason_rows, status_rows
 from reassembly.spark.batch.output import PAYLOADS
 from reassembly.spark.incremental.discovery import iso_utc
 from reassembly.spark.incremental.model import (
@@ -240,12 +240,8 @@ def prune_bodies(payloads: Path, messages: Path) -> None:
 
 def status_tables(spark: Any, staging: Path) -> tuple[list[Any], list[Any]]:
     """Messages, bytes, used and duplicates by status; quarantined rows by reason (of the staged output)."""
-    from pyspark.sql import functions as F
-
-    by_status = totals_by_status(read_parquet(spark, staging / "messages")).collect()
-    q = read_parquet(spark, staging / "quarantine")
-    by_reason = q.groupBy("reason", "reason_name").count().orderBy(F.desc("count")).collect()
-    return by_status, by_reason
+    messages, quarantine = read_parquet(spark, staging / "messages"), read_parquet(spark, staging / "quarantine")
+    return status_rows(messages), reason_rows(quarantine)
 
 
 def report_lines(
