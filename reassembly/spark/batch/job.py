@@ -317,10 +317,9 @@ def totals_by_status(messages: Any) -> Any:
 
 
 # The summary's two tables are sorted here, not in the plan: they hold a row per status or per
-# reason, and an orderBy costs each a sampling job and a sort stage (4 Spark jobs per table where
-# the aggregate alone is 2; on a warm session half of a small run's time was its summary, 0.40 s
-# against 0.30 s without the sorts: `reassemble run` with `--conf spark.eventLog.enabled=true`
-# shows the jobs). Ties go by name, so that the printed order does not change between runs.
+# reason, and an orderBy costs each a sampling job and a sort stage: 4 Spark jobs per table where
+# the aggregate alone is 2 (the event log of `reassemble run IN OUT --conf spark.eventLog.enabled=true
+# --conf spark.eventLog.dir=DIR` lists them). Ties go by name: the printed order is the same every run.
 
 
 def status_rows(messages: Any) -> list[Any]:
